@@ -1,0 +1,120 @@
+//! Tentative placement of a whole workload on one node: init containers (peak rule), app
+//! containers, the node score after placement (PLACEMENT-SEMANTICS sections 6 and 7).
+
+use crate::explain::{ContainerExplanation, NodeExplanation};
+use crate::fit::{FitScratch, Pick, Prepared, place_container};
+use crate::model::{CardUsage, Node};
+use crate::reason::NodeFailure;
+use crate::score::{NodeScore, node_score};
+
+/// Reusable buffers for evaluating many nodes.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    pub(crate) fit: FitScratch,
+    base: Vec<CardUsage>,
+    work: Vec<CardUsage>,
+    peak: Vec<CardUsage>,
+    /// Usage of the node's cards after the last successful evaluation.
+    pub(crate) final_usage: Vec<CardUsage>,
+    /// Cards chosen in the last successful evaluation (when picks were asked for).
+    pub(crate) picks: Vec<Pick>,
+    discard: Vec<Pick>,
+}
+
+/// Outcome of one node.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum NodeOutcome {
+    Fit(NodeScore),
+    Fail(NodeFailure),
+}
+
+/// What to collect while evaluating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EvalMode {
+    /// Record the chosen cards in `scratch.picks`.
+    pub(crate) picks: bool,
+    /// Evaluate as if every card were idle.
+    pub(crate) idle: bool,
+}
+
+/// Evaluates `node` for the prepared workload. On a failure, also classifies whether it is
+/// unresolvable (fails even with every card idle).
+pub(crate) fn evaluate_node(
+    node: &Node,
+    prep: &Prepared<'_>,
+    scratch: &mut Scratch,
+    picks: bool,
+    explain: Option<&mut NodeExplanation>,
+) -> NodeOutcome {
+    match evaluate_once(node, prep, scratch, EvalMode { picks, idle: false }, explain) {
+        NodeOutcome::Fail(mut failure) => {
+            let idle = evaluate_once(node, prep, scratch, EvalMode { picks: false, idle: true }, None);
+            failure.unresolvable = matches!(idle, NodeOutcome::Fail(_));
+            NodeOutcome::Fail(failure)
+        }
+        fit => fit,
+    }
+}
+
+fn evaluate_once(
+    node: &Node,
+    prep: &Prepared<'_>,
+    scratch: &mut Scratch,
+    mode: EvalMode,
+    mut explain: Option<&mut NodeExplanation>,
+) -> NodeOutcome {
+    let cards_on_node = u32::try_from(node.cards.len()).unwrap_or(u32::MAX);
+    scratch.base.clear();
+    scratch
+        .base
+        .extend(node.cards.iter().map(|c| if mode.idle { CardUsage::default() } else { c.usage }));
+    scratch.picks.clear();
+    let containers = &prep.workload.containers;
+    let has_init = containers.iter().any(|c| c.init && c.gpus > 0);
+    if has_init {
+        scratch.peak.clone_from(&scratch.base);
+    }
+    // Init containers one at a time against the node without anything else of this workload,
+    // then the app containers one after another.
+    let mut app_started = false;
+    for (position, req) in containers.iter().enumerate() {
+        if req.gpus == 0 {
+            continue;
+        }
+        if req.init || !app_started {
+            scratch.work.clone_from(&scratch.base);
+            app_started = !req.init;
+        }
+        let mut card_ex = explain.as_ref().map(|_| Vec::new());
+        let sink = if mode.picks { &mut scratch.picks } else { &mut scratch.discard };
+        let placed =
+            place_container(node, &mut scratch.work, position, req, prep, &mut scratch.fit, sink, card_ex.as_mut());
+        scratch.discard.clear();
+        if let (Some(ex), Some(cards)) = (explain.as_deref_mut(), card_ex) {
+            ex.containers.push(ContainerExplanation { position, cards });
+        }
+        if let Err(reasons) = placed {
+            return NodeOutcome::Fail(NodeFailure {
+                container_position: position,
+                reasons,
+                cards_on_node,
+                unresolvable: false,
+            });
+        }
+        if req.init {
+            for (p, w) in scratch.peak.iter_mut().zip(&scratch.work) {
+                *p = p.max(*w);
+            }
+        }
+    }
+    if !app_started {
+        scratch.work.clone_from(&scratch.base);
+    }
+    scratch.final_usage.clear();
+    if has_init {
+        scratch.final_usage.extend(scratch.work.iter().zip(&scratch.peak).map(|(w, p)| w.max(*p)));
+    } else {
+        scratch.final_usage.extend_from_slice(&scratch.work);
+    }
+    NodeOutcome::Fit(node_score(&node.cards, &scratch.final_usage))
+}

@@ -1,0 +1,38 @@
+//! Explanations: how each card of a node scored and fared for each container.
+
+use crate::reason::Reason;
+use crate::score::ScoreTerms;
+
+/// One card, for one container.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CardExplanation {
+    /// Position of the card in the node's card list.
+    pub card: usize,
+    /// Device score terms against the usage the container met.
+    pub terms: ScoreTerms,
+    /// Position in the visiting order; `None` when the card was not reached (the container
+    /// was already complete, or the node had too few cards).
+    pub visit_position: Option<u32>,
+    /// The first failed check (or `NumaNotFit` for a card collected in an abandoned group).
+    pub rejected: Option<Reason>,
+    /// Whether the card was given to the container.
+    pub chosen: bool,
+}
+
+/// One GPU container on one node: its cards in visiting order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ContainerExplanation {
+    /// Container position in pod order (init containers first).
+    pub position: usize,
+    /// The cards.
+    pub cards: Vec<CardExplanation>,
+}
+
+/// One node: every GPU container up to the first that failed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeExplanation {
+    /// Index of the node in the snapshot.
+    pub node: usize,
+    /// The containers.
+    pub containers: Vec<ContainerExplanation>,
+}

@@ -1,0 +1,422 @@
+//! Which cards one container gets on one node (PLACEMENT-SEMANTICS section 5).
+
+use std::cmp::Ordering;
+
+use crate::explain::CardExplanation;
+use crate::model::{CardUsage, Node};
+use crate::policy::{SortKey, VisitPlan};
+use crate::reason::{Reason, ReasonCounts};
+use crate::score::{device_key, device_score};
+use crate::weights::ScoringWeights;
+use crate::workload::{ContainerRequest, Workload};
+
+/// Largest number of card combinations the topology-aware choice enumerates exactly; beyond it
+/// a greedy choice is used (best pair first, then the card adding the most pair score).
+pub const TOPOLOGY_EXACT_LIMIT: u128 = 200_000;
+
+/// A workload with everything derived once per decision.
+#[derive(Debug)]
+pub(crate) struct Prepared<'w> {
+    pub(crate) workload: &'w Workload,
+    pub(crate) plan: VisitPlan,
+    pub(crate) norm: [f64; 3],
+    pub(crate) weights: ScoringWeights,
+}
+
+impl<'w> Prepared<'w> {
+    pub(crate) fn new(workload: &'w Workload) -> Self {
+        Prepared {
+            workload,
+            plan: workload.gpu_policy.visit_plan(workload.numa_bind),
+            norm: workload.weights.normalized(),
+            weights: workload.weights,
+        }
+    }
+}
+
+/// One card given to a container.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Pick {
+    pub(crate) container: usize,
+    pub(crate) card: usize,
+    pub(crate) mem_mib: u64,
+    pub(crate) cores: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct OrderEntry {
+    keys: [i64; 4],
+    index: u32,
+    pos: usize,
+}
+
+/// Reusable buffers (no allocation per node once warmed up).
+#[derive(Debug, Default)]
+pub(crate) struct FitScratch {
+    order: Vec<OrderEntry>,
+    collected: Vec<usize>,
+    chosen: Vec<usize>,
+}
+
+fn card_keys(plan: &VisitPlan, node: &Node, pos: usize, usage: CardUsage, req: &ContainerRequest, norm: [f64; 3]) -> [i64; 4] {
+    let mut keys = [0i64; 4];
+    let Some(card) = node.cards.get(pos) else { return keys };
+    let mut score: Option<i64> = None;
+    for (slot, key) in keys.iter_mut().zip(&plan.keys) {
+        *slot = match key {
+            SortKey::ScoreDesc => -*score.get_or_insert_with(|| device_key(card, usage, req, norm)),
+            SortKey::ScoreAsc => *score.get_or_insert_with(|| device_key(card, usage, req, norm)),
+            SortKey::NumaDesc => -i64::from(card.numa),
+            SortKey::NumaAsc => i64::from(card.numa),
+            SortKey::IdleFirst => i64::from(usage.used > 0),
+        };
+    }
+    keys
+}
+
+fn cmp_entries(node: &Node, a: &OrderEntry, b: &OrderEntry) -> Ordering {
+    a.keys
+        .cmp(&b.keys)
+        .then(a.index.cmp(&b.index))
+        .then_with(|| {
+            let ida = node.cards.get(a.pos).map(|c| c.id.as_str());
+            let idb = node.cards.get(b.pos).map(|c| c.id.as_str());
+            ida.cmp(&idb)
+        })
+}
+
+/// Checks 1-3: health, cordon, type/mode filter.
+fn pre_checks(node: &Node, pos: usize, prep: &Prepared<'_>) -> Option<Reason> {
+    let card = node.cards.get(pos)?;
+    if !card.healthy {
+        return Some(Reason::CardNotHealth);
+    }
+    if node.is_cordoned(pos) {
+        return Some(Reason::CardCordoned);
+    }
+    if !prep.workload.filters.type_allows(card) {
+        return Some(Reason::CardTypeMismatch);
+    }
+    None
+}
+
+/// Checks 5-11: id filter, slots, mutex, memory, cores, exclusivity, compute exhausted.
+fn post_checks(node: &Node, pos: usize, u: CardUsage, req: &ContainerRequest, prep: &Prepared<'_>) -> Option<Reason> {
+    let card = node.cards.get(pos)?;
+    if !prep.workload.filters.uuid_allows(card) {
+        return Some(Reason::CardUuidMismatch);
+    }
+    if u.used >= card.count {
+        return Some(Reason::CardTimeSlicingExhausted);
+    }
+    if prep.plan.mutex && u.used > 0 {
+        return Some(Reason::ExclusiveDeviceAllocateConflict);
+    }
+    let free_mem = i128::from(card.total_mem_mib) - i128::from(u.used_mem_mib);
+    if free_mem < i128::from(req.booked_mem(card)) {
+        return Some(Reason::CardInsufficientMemory);
+    }
+    let free_cores = i64::from(card.total_cores) - i64::from(u.used_cores);
+    if free_cores < i64::from(req.cores) {
+        return Some(Reason::CardInsufficientCore);
+    }
+    if card.total_cores == 100 && req.cores == 100 && u.used > 0 {
+        return Some(Reason::ExclusiveDeviceAllocateConflict);
+    }
+    if card.total_cores != 0 && u.used_cores == card.total_cores && req.cores == 0 {
+        return Some(Reason::CardComputeUnitsExhausted);
+    }
+    None
+}
+
+/// Places container `position` (`req`) on `node` against `usage`, which is updated on success.
+/// The chosen cards are appended to `picks`; on failure the reasons are returned.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn place_container(
+    node: &Node,
+    usage: &mut [CardUsage],
+    position: usize,
+    req: &ContainerRequest,
+    prep: &Prepared<'_>,
+    scratch: &mut FitScratch,
+    picks: &mut Vec<Pick>,
+    explain: Option<&mut Vec<CardExplanation>>,
+) -> Result<(), ReasonCounts> {
+    let n = node.cards.len();
+    let need = req.gpus as usize;
+    let mut reasons = ReasonCounts::default();
+    if need > n {
+        reasons.add(Reason::NodeInsufficientDevice, 1);
+        if let Some(ex) = explain {
+            explain_unvisited(node, usage, req, prep, ex);
+        }
+        return Err(reasons);
+    }
+    scratch.chosen.clear();
+    let plan = &prep.plan;
+    if need == 1 && !plan.numa_bind && !plan.topology && explain.is_none() {
+        // Fast path: the first card in visiting order that passes is the best passing card.
+        let mut best: Option<OrderEntry> = None;
+        for pos in 0..n {
+            let u = usage.get(pos).copied().unwrap_or_default();
+            if let Some(r) = pre_checks(node, pos, prep).or_else(|| post_checks(node, pos, u, req, prep)) {
+                reasons.add(r, 1);
+                continue;
+            }
+            let index = node.cards.get(pos).map_or(0, |c| c.index);
+            let entry = OrderEntry { keys: card_keys(plan, node, pos, u, req, prep.norm), index, pos };
+            if best.is_none_or(|b| cmp_entries(node, &entry, &b) == Ordering::Less) {
+                best = Some(entry);
+            }
+        }
+        let Some(best) = best else { return Err(reasons) };
+        scratch.chosen.push(best.pos);
+    } else {
+        visit_in_order(node, usage, req, prep, scratch, &mut reasons, explain)?;
+    }
+    for &pos in &scratch.chosen {
+        let (Some(card), Some(u)) = (node.cards.get(pos), usage.get_mut(pos)) else { continue };
+        let mem = req.booked_mem(card);
+        u.used = u.used.saturating_add(1);
+        u.used_mem_mib = u.used_mem_mib.saturating_add(mem);
+        u.used_cores = u.used_cores.saturating_add(req.cores);
+        picks.push(Pick { container: position, card: pos, mem_mib: mem, cores: req.cores });
+    }
+    Ok(())
+}
+
+fn explain_unvisited(node: &Node, usage: &[CardUsage], req: &ContainerRequest, prep: &Prepared<'_>, ex: &mut Vec<CardExplanation>) {
+    for (pos, card) in node.cards.iter().enumerate() {
+        let u = usage.get(pos).copied().unwrap_or_default();
+        ex.push(CardExplanation {
+            card: pos,
+            terms: device_score(card, u, req, prep.weights),
+            visit_position: None,
+            rejected: None,
+            chosen: false,
+        });
+    }
+}
+
+fn visit_in_order(
+    node: &Node,
+    usage: &[CardUsage],
+    req: &ContainerRequest,
+    prep: &Prepared<'_>,
+    scratch: &mut FitScratch,
+    reasons: &mut ReasonCounts,
+    mut explain: Option<&mut Vec<CardExplanation>>,
+) -> Result<(), ReasonCounts> {
+    let plan = &prep.plan;
+    let need = req.gpus as usize;
+    scratch.order.clear();
+    for (pos, card) in node.cards.iter().enumerate() {
+        let u = usage.get(pos).copied().unwrap_or_default();
+        scratch.order.push(OrderEntry { keys: card_keys(plan, node, pos, u, req, prep.norm), index: card.index, pos });
+    }
+    scratch.order.sort_by(|a, b| cmp_entries(node, a, b));
+    let first_explained = explain.as_ref().map_or(0, |e| e.len());
+    if let Some(ex) = explain.as_deref_mut() {
+        for entry in &scratch.order {
+            let u = usage.get(entry.pos).copied().unwrap_or_default();
+            let terms = node.cards.get(entry.pos).map(|c| device_score(c, u, req, prep.weights)).unwrap_or_default();
+            ex.push(CardExplanation { card: entry.pos, terms, visit_position: None, rejected: None, chosen: false });
+        }
+    }
+    let mark = |explain: &mut Option<&mut Vec<CardExplanation>>, visit: usize, rejected: Option<Reason>| {
+        if let Some(e) = explain.as_deref_mut().and_then(|ex| ex.get_mut(first_explained + visit)) {
+            e.visit_position = Some(u32::try_from(visit).unwrap_or(u32::MAX));
+            if rejected.is_some() {
+                e.rejected = rejected;
+            }
+        }
+    };
+    scratch.collected.clear();
+    let mut collected_visits: Vec<usize> = Vec::new();
+    let mut prev_numa: Option<u32> = None;
+    let mut done = false;
+    for visit in 0..scratch.order.len() {
+        let Some(entry) = scratch.order.get(visit).copied() else { break };
+        let pos = entry.pos;
+        let Some(card) = node.cards.get(pos) else { continue };
+        if let Some(r) = pre_checks(node, pos, prep) {
+            reasons.add(r, 1);
+            mark(&mut explain, visit, Some(r));
+            continue;
+        }
+        if plan.numa_bind && prev_numa != Some(card.numa) {
+            if plan.topology && scratch.collected.len() >= need {
+                break;
+            }
+            if !scratch.collected.is_empty() {
+                reasons.add(Reason::NumaNotFit, u32::try_from(scratch.collected.len()).unwrap_or(u32::MAX));
+                for &v in &collected_visits {
+                    mark(&mut explain, v, Some(Reason::NumaNotFit));
+                }
+            }
+            scratch.collected.clear();
+            collected_visits.clear();
+            prev_numa = Some(card.numa);
+        }
+        let u = usage.get(pos).copied().unwrap_or_default();
+        if let Some(r) = post_checks(node, pos, u, req, prep) {
+            reasons.add(r, 1);
+            mark(&mut explain, visit, Some(r));
+            continue;
+        }
+        mark(&mut explain, visit, None);
+        scratch.collected.push(pos);
+        collected_visits.push(visit);
+        if !plan.topology && scratch.collected.len() == need {
+            done = true;
+            break;
+        }
+    }
+    if plan.topology && scratch.collected.len() >= need {
+        let chosen = choose_by_topology(node, &scratch.collected, need);
+        scratch.chosen.extend(chosen);
+        done = true;
+    } else if done {
+        scratch.chosen.extend_from_slice(&scratch.collected);
+    }
+    if !done {
+        if !scratch.collected.is_empty() {
+            reasons.set(
+                Reason::AllocatedCardsInsufficientRequest,
+                u32::try_from(scratch.collected.len()).unwrap_or(u32::MAX),
+            );
+        }
+        return Err(*reasons);
+    }
+    if let Some(ex) = explain {
+        for e in ex.iter_mut().skip(first_explained) {
+            e.chosen = scratch.chosen.contains(&e.card);
+        }
+    }
+    Ok(())
+}
+
+/// Topology-aware choice among `candidates` (card positions in visiting order).
+/// One card: the lowest sum of pair scores to the other candidates. N cards: the
+/// N-combination with the highest sum over its pairs. Ties: first in visiting order.
+pub(crate) fn choose_by_topology(node: &Node, candidates: &[usize], need: usize) -> Vec<usize> {
+    if candidates.len() <= need {
+        return candidates.to_vec();
+    }
+    if need == 1 {
+        let mut best: Option<(i128, usize)> = None;
+        for &c in candidates {
+            let sum: i128 = candidates.iter().filter(|&&o| o != c).map(|&o| i128::from(node.pair(c, o))).sum();
+            if best.is_none_or(|(s, _)| sum < s) {
+                best = Some((sum, c));
+            }
+        }
+        return best.map(|(_, c)| vec![c]).unwrap_or_default();
+    }
+    if combinations(candidates.len(), need) <= TOPOLOGY_EXACT_LIMIT {
+        let mut best: Option<(i128, Vec<usize>)> = None;
+        let mut idx: Vec<usize> = (0..need).collect();
+        loop {
+            let combo: Vec<usize> = idx.iter().filter_map(|&i| candidates.get(i).copied()).collect();
+            let sum = pair_sum(node, &combo);
+            if best.as_ref().is_none_or(|(s, _)| sum > *s) {
+                best = Some((sum, combo));
+            }
+            if !next_combination(&mut idx, candidates.len()) {
+                break;
+            }
+        }
+        return best.map(|(_, c)| c).unwrap_or_default();
+    }
+    greedy_topology(node, candidates, need)
+}
+
+fn pair_sum(node: &Node, combo: &[usize]) -> i128 {
+    let mut sum = 0i128;
+    for (i, &a) in combo.iter().enumerate() {
+        for &b in combo.iter().skip(i + 1) {
+            sum += i128::from(node.pair(a, b));
+        }
+    }
+    sum
+}
+
+fn next_combination(idx: &mut [usize], n: usize) -> bool {
+    let k = idx.len();
+    let mut i = k;
+    while i > 0 {
+        i -= 1;
+        let max_here = n - k + i;
+        if idx.get(i).is_some_and(|&v| v < max_here) {
+            let start = idx.get(i).copied().unwrap_or(0) + 1;
+            for (offset, slot) in idx.iter_mut().skip(i).enumerate() {
+                *slot = start + offset;
+            }
+            return true;
+        }
+    }
+    false
+}
+
+/// C(n, k), saturating above the exact limit.
+fn combinations(n: usize, k: usize) -> u128 {
+    let k = k.min(n - k.min(n));
+    let mut c: u128 = 1;
+    for i in 0..k {
+        c = c * (n - i) as u128 / (i as u128 + 1);
+        if c > TOPOLOGY_EXACT_LIMIT {
+            return c;
+        }
+    }
+    c
+}
+
+fn greedy_topology(node: &Node, candidates: &[usize], need: usize) -> Vec<usize> {
+    let mut best_pair: Option<(i128, usize, usize)> = None;
+    for (i, &a) in candidates.iter().enumerate() {
+        for &b in candidates.iter().skip(i + 1) {
+            let s = i128::from(node.pair(a, b));
+            if best_pair.is_none_or(|(bs, _, _)| s > bs) {
+                best_pair = Some((s, a, b));
+            }
+        }
+    }
+    let Some((_, a, b)) = best_pair else { return candidates.iter().take(need).copied().collect() };
+    let mut chosen = vec![a, b];
+    while chosen.len() < need {
+        let mut best: Option<(i128, usize)> = None;
+        for &c in candidates {
+            if chosen.contains(&c) {
+                continue;
+            }
+            let gain: i128 = chosen.iter().map(|&x| i128::from(node.pair(x, c))).sum();
+            if best.is_none_or(|(g, _)| gain > g) {
+                best = Some((gain, c));
+            }
+        }
+        match best {
+            Some((_, c)) => chosen.push(c),
+            None => break,
+        }
+    }
+    // Report in visiting order.
+    candidates.iter().copied().filter(|c| chosen.contains(c)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combinations_enumerate_in_order() {
+        let mut idx = vec![0, 1];
+        let mut all = vec![idx.clone()];
+        while next_combination(&mut idx, 4) {
+            all.push(idx.clone());
+        }
+        assert_eq!(all, vec![vec![0, 1], vec![0, 2], vec![0, 3], vec![1, 2], vec![1, 3], vec![2, 3]]);
+        assert_eq!(combinations(16, 8), 12870);
+        assert_eq!(combinations(4, 4), 1);
+        assert!(combinations(64, 32) > TOPOLOGY_EXACT_LIMIT);
+    }
+}

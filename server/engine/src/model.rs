@@ -1,0 +1,304 @@
+//! Nodes, cards and their usage: the snapshot a decision is made on.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::error::{InvalidInput, Violation};
+
+/// How a card is shared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum CardMode {
+    /// Shared through HAMi-core.
+    #[default]
+    HamiCore,
+    /// Multi-Instance GPU.
+    Mig,
+    /// Multi-Process Service.
+    Mps,
+}
+
+impl CardMode {
+    /// The mode's name as HAMi writes it (`hami-core`, `mig`, `mps`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CardMode::HamiCore => "hami-core",
+            CardMode::Mig => "mig",
+            CardMode::Mps => "mps",
+        }
+    }
+
+    /// Parses HAMi's mode name; an empty string is `hami-core`.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "" | "hami-core" => Some(CardMode::HamiCore),
+            "mig" => Some(CardMode::Mig),
+            "mps" => Some(CardMode::Mps),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for CardMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Usage of one card by workloads already placed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub struct CardUsage {
+    /// Slots in use.
+    pub used: u32,
+    /// Memory booked, MiB.
+    pub used_mem_mib: u64,
+    /// Cores booked, percent.
+    pub used_cores: u32,
+}
+
+impl CardUsage {
+    /// Per-dimension maximum (HAMi's init-container peak rule).
+    pub fn max(self, other: CardUsage) -> CardUsage {
+        CardUsage {
+            used: self.used.max(other.used),
+            used_mem_mib: self.used_mem_mib.max(other.used_mem_mib),
+            used_cores: self.used_cores.max(other.used_cores),
+        }
+    }
+}
+
+/// One schedulable GPU card.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Card {
+    /// Card id (GPU UUID), unique on its node.
+    pub id: String,
+    /// Device index on the node.
+    pub index: u32,
+    /// Model string as registered.
+    pub card_type: String,
+    /// Virtual slots (HAMi `count`).
+    pub count: u32,
+    /// Memory after scaling, MiB.
+    pub total_mem_mib: u64,
+    /// Cores after scaling, percent.
+    pub total_cores: u32,
+    /// NUMA node.
+    pub numa: u32,
+    /// Health.
+    pub healthy: bool,
+    /// Sharing mode.
+    pub mode: CardMode,
+    /// Current usage.
+    pub usage: CardUsage,
+}
+
+impl Card {
+    /// A healthy idle card with HAMi's defaults: 10 slots, 100 cores, NUMA 0.
+    pub fn new(id: impl Into<String>, index: u32, card_type: impl Into<String>, total_mem_mib: u64) -> Self {
+        Card {
+            id: id.into(),
+            index,
+            card_type: card_type.into(),
+            count: 10,
+            total_mem_mib,
+            total_cores: 100,
+            numa: 0,
+            healthy: true,
+            mode: CardMode::HamiCore,
+            usage: CardUsage::default(),
+        }
+    }
+}
+
+/// A link-quality score from one card to another (topology-aware placement).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PairScore {
+    /// Card the score is read from.
+    pub card_id: String,
+    /// The other card.
+    pub peer_card_id: String,
+    /// Link quality, higher is better.
+    pub score: i64,
+}
+
+/// A candidate node as given by the caller.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct NodeSpec {
+    /// Node name, unique in a request.
+    pub name: String,
+    /// Its cards.
+    pub cards: Vec<Card>,
+    /// Card ids that take no new work (unknown ids are ignored: the list may name retired cards).
+    pub cordoned: Vec<String>,
+    /// Pair scores between its cards.
+    pub pair_scores: Vec<PairScore>,
+}
+
+impl NodeSpec {
+    /// A node with these cards and nothing else.
+    pub fn new(name: impl Into<String>, cards: Vec<Card>) -> Self {
+        NodeSpec { name: name.into(), cards, ..NodeSpec::default() }
+    }
+}
+
+/// A validated node: cards in input order, cordon flags and pair matrix resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    pub(crate) name: String,
+    pub(crate) cards: Vec<Card>,
+    pub(crate) cordoned: Vec<bool>,
+    /// Row-major `cards.len()`² matrix of pair scores; empty when none were given.
+    pub(crate) pairs: Vec<i64>,
+    /// Pair scores as given (kept for round-tripping updated nodes).
+    pub(crate) pair_scores: Vec<PairScore>,
+    pub(crate) cordoned_ids: Vec<String>,
+}
+
+impl Node {
+    /// Node name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Cards with their (possibly updated) usage.
+    pub fn cards(&self) -> &[Card] {
+        &self.cards
+    }
+
+    /// Whether the card at `position` is cordoned.
+    pub fn is_cordoned(&self, position: usize) -> bool {
+        self.cordoned.get(position).copied().unwrap_or(false)
+    }
+
+    /// Back to the caller's form (with the current usage).
+    pub fn to_spec(&self) -> NodeSpec {
+        NodeSpec {
+            name: self.name.clone(),
+            cards: self.cards.clone(),
+            cordoned: self.cordoned_ids.clone(),
+            pair_scores: self.pair_scores.clone(),
+        }
+    }
+
+    pub(crate) fn pair(&self, from: usize, to: usize) -> i64 {
+        if self.pairs.is_empty() {
+            return 0;
+        }
+        self.pairs.get(from * self.cards.len() + to).copied().unwrap_or(0)
+    }
+}
+
+/// The candidate nodes of one request, validated and sorted by name.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Snapshot {
+    pub(crate) nodes: Vec<Node>,
+}
+
+impl Snapshot {
+    /// Validates the nodes: names non-empty and unique, card ids non-empty and unique per node,
+    /// pair scores naming cards of the node. Every problem is reported, with its field path
+    /// (`nodes[i].cards[j].id`), relative to the caller's list.
+    pub fn new(specs: Vec<NodeSpec>) -> Result<Snapshot, InvalidInput> {
+        let mut violations = Vec::new();
+        let mut seen_names: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, spec) in specs.iter().enumerate() {
+            if spec.name.is_empty() {
+                violations.push(Violation::new(format!("nodes[{i}].name"), "node name must not be empty"));
+            } else if let Some(first) = seen_names.insert(&spec.name, i) {
+                violations.push(Violation::new(
+                    format!("nodes[{i}].name"),
+                    format!("duplicate node name {:?} (also nodes[{first}])", spec.name),
+                ));
+            }
+            let mut seen_cards: BTreeMap<&str, usize> = BTreeMap::new();
+            for (j, card) in spec.cards.iter().enumerate() {
+                if card.id.is_empty() {
+                    violations.push(Violation::new(
+                        format!("nodes[{i}].cards[{j}].id"),
+                        "card id must not be empty",
+                    ));
+                } else if let Some(first) = seen_cards.insert(&card.id, j) {
+                    violations.push(Violation::new(
+                        format!("nodes[{i}].cards[{j}].id"),
+                        format!(
+                            "duplicate card id {:?} on node {:?} (also cards[{first}])",
+                            card.id, spec.name
+                        ),
+                    ));
+                }
+            }
+            for (k, pair) in spec.pair_scores.iter().enumerate() {
+                for (field, id) in [("card_id", &pair.card_id), ("peer_card_id", &pair.peer_card_id)] {
+                    if !seen_cards.contains_key(id.as_str()) {
+                        violations.push(Violation::new(
+                            format!("nodes[{i}].pair_scores[{k}].{field}"),
+                            format!("card {id:?} is not a card of node {:?}", spec.name),
+                        ));
+                    }
+                }
+            }
+        }
+        if !violations.is_empty() {
+            return Err(InvalidInput { violations });
+        }
+        let mut nodes: Vec<Node> = specs.into_iter().map(Node::from_spec).collect();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Snapshot { nodes })
+    }
+
+    /// The nodes, sorted by name.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Number of cards over all nodes.
+    pub fn card_count(&self) -> usize {
+        self.nodes.iter().map(|n| n.cards.len()).sum()
+    }
+
+    /// Keeps only the named nodes. Returns the names that are not in the snapshot.
+    pub fn retain_names(&mut self, names: &[String]) -> Vec<String> {
+        let missing: Vec<String> = names
+            .iter()
+            .filter(|n| self.nodes.binary_search_by(|node| node.name.as_str().cmp(n)).is_err())
+            .cloned()
+            .collect();
+        self.nodes.retain(|node| names.iter().any(|n| *n == node.name));
+        missing
+    }
+
+    /// The node with this name.
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.nodes
+            .binary_search_by(|node| node.name.as_str().cmp(name))
+            .ok()
+            .and_then(|i| self.nodes.get(i))
+    }
+}
+
+impl Node {
+    fn from_spec(spec: NodeSpec) -> Node {
+        let cordoned = spec.cards.iter().map(|c| spec.cordoned.iter().any(|id| *id == c.id)).collect();
+        let n = spec.cards.len();
+        let mut pairs = Vec::new();
+        if !spec.pair_scores.is_empty() {
+            pairs = vec![0; n * n];
+            for p in &spec.pair_scores {
+                let from = spec.cards.iter().position(|c| c.id == p.card_id);
+                let to = spec.cards.iter().position(|c| c.id == p.peer_card_id);
+                if let (Some(from), Some(to)) = (from, to) {
+                    if let Some(slot) = pairs.get_mut(from * n + to) {
+                        *slot = p.score;
+                    }
+                }
+            }
+        }
+        Node {
+            name: spec.name,
+            cards: spec.cards,
+            cordoned,
+            pairs,
+            pair_scores: spec.pair_scores,
+            cordoned_ids: spec.cordoned,
+        }
+    }
+}

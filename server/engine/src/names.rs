@@ -1,0 +1,56 @@
+//! Annotation keys and resource names the engine reads (HAMi's defaults, configurable).
+
+/// Pod annotation: node policy override (`binpack` | `spread`).
+pub const NODE_SCHEDULER_POLICY: &str = "hami.io/node-scheduler-policy";
+/// Pod annotation: GPU policy override or chain.
+pub const GPU_SCHEDULER_POLICY: &str = "hami.io/gpu-scheduler-policy";
+/// Pod annotation: per-workload device scoring weights.
+pub const DEVICE_SCORING_WEIGHTS: &str = "hami.io/device-scoring-weights";
+/// Pod annotation: allowed card types (comma list of case-insensitive substrings).
+pub const USE_GPU_TYPE: &str = "nvidia.com/use-gputype";
+/// Pod annotation: refused card types.
+pub const NOUSE_GPU_TYPE: &str = "nvidia.com/nouse-gputype";
+/// Pod annotation: allowed card ids (comma list).
+pub const USE_GPU_UUID: &str = "nvidia.com/use-gpuuuid";
+/// Pod annotation: refused card ids.
+pub const NOUSE_GPU_UUID: &str = "nvidia.com/nouse-gpuuuid";
+/// Pod annotation: all cards of a container on one NUMA node.
+pub const NUMA_BIND: &str = "nvidia.com/numa-bind";
+/// Pod annotation: allowed card modes (the card's mode must be contained in the value).
+pub const VGPU_MODE: &str = "nvidia.com/vgpu-mode";
+/// Node annotation: comma list of card ids that take no new work.
+pub const DEVICE_CORDON: &str = "hami.io/device-cordon";
+
+/// Kubernetes resource names of the four GPU quantities.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceNames {
+    /// Cards wanted (`nvidia.com/gpu`).
+    pub count: String,
+    /// Memory per card in MiB (`nvidia.com/gpumem`).
+    pub memory: String,
+    /// Memory per card in percent (`nvidia.com/gpumem-percentage`).
+    pub memory_percentage: String,
+    /// Cores per card in percent (`nvidia.com/gpucores`).
+    pub cores: String,
+}
+
+impl Default for ResourceNames {
+    fn default() -> Self {
+        Self {
+            count: "nvidia.com/gpu".to_owned(),
+            memory: "nvidia.com/gpumem".to_owned(),
+            memory_percentage: "nvidia.com/gpumem-percentage".to_owned(),
+            cores: "nvidia.com/gpucores".to_owned(),
+        }
+    }
+}
+
+/// Splits a comma list, trimming entries and dropping blank ones.
+pub fn split_list(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}

@@ -1,0 +1,267 @@
+//! Node and GPU policies: closed enums, parsed once at the edge.
+
+use std::fmt;
+
+/// How nodes are ranked (PLACEMENT-SEMANTICS section 6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NodePolicy {
+    /// Highest node score wins.
+    Binpack,
+    /// Lowest node score wins.
+    Spread,
+}
+
+impl NodePolicy {
+    /// The policy's annotation value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodePolicy::Binpack => "binpack",
+            NodePolicy::Spread => "spread",
+        }
+    }
+
+    /// Parses an annotation or config value: trimmed, then case-sensitive.
+    pub fn parse(value: &str) -> Result<Self, String> {
+        match value.trim() {
+            "binpack" => Ok(NodePolicy::Binpack),
+            "spread" => Ok(NodePolicy::Spread),
+            "" => Err("must not be empty; accepted: binpack, spread".to_owned()),
+            other => Err(format!("unknown node policy {other:?}; accepted: binpack, spread")),
+        }
+    }
+}
+
+impl fmt::Display for NodePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One GPU policy token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GpuToken {
+    /// Higher device score first (sort key).
+    Binpack,
+    /// Lower device score first (sort key).
+    Spread,
+    /// Only idle cards (filter).
+    Mutex,
+    /// Choose among fitting cards by pair scores (filter).
+    TopologyAware,
+    /// Higher NUMA id first (sort key).
+    Numa,
+}
+
+impl GpuToken {
+    /// All tokens, in the order of the accepted-values message.
+    pub const ALL: [GpuToken; 5] =
+        [GpuToken::Binpack, GpuToken::Spread, GpuToken::Mutex, GpuToken::TopologyAware, GpuToken::Numa];
+
+    /// The token's annotation value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuToken::Binpack => "binpack",
+            GpuToken::Spread => "spread",
+            GpuToken::Mutex => "mutex",
+            GpuToken::TopologyAware => "topology-aware",
+            GpuToken::Numa => "numa",
+        }
+    }
+
+    fn parse(value: &str) -> Option<Self> {
+        GpuToken::ALL.into_iter().find(|t| t.as_str() == value)
+    }
+}
+
+impl fmt::Display for GpuToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A GPU policy: one token (a plain policy) or a chain of distinct tokens, in written order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GpuPolicy {
+    tokens: Vec<GpuToken>,
+}
+
+impl GpuPolicy {
+    /// A plain policy.
+    pub fn single(token: GpuToken) -> Self {
+        GpuPolicy { tokens: vec![token] }
+    }
+
+    /// A policy from tokens; repeats count once, where they first appear. `None` when empty.
+    pub fn from_tokens(tokens: &[GpuToken]) -> Option<Self> {
+        let mut out: Vec<GpuToken> = Vec::with_capacity(tokens.len());
+        for t in tokens {
+            if !out.contains(t) {
+                out.push(*t);
+            }
+        }
+        if out.is_empty() { None } else { Some(GpuPolicy { tokens: out }) }
+    }
+
+    /// Parses an annotation or config value such as `binpack` or `binpack, numa`: each entry
+    /// trimmed and compared case-sensitively; blank entries are errors.
+    pub fn parse(value: &str) -> Result<Self, String> {
+        const ACCEPTED: &str = "accepted: binpack, spread, mutex, topology-aware, numa, or a comma chain of them";
+        if value.trim().is_empty() {
+            return Err(format!("must not be empty; {ACCEPTED}"));
+        }
+        let mut tokens = Vec::new();
+        for (i, raw) in value.split(',').enumerate() {
+            let entry = raw.trim();
+            if entry.is_empty() {
+                return Err(format!("entry {} of the chain is blank; {ACCEPTED}", i + 1));
+            }
+            match GpuToken::parse(entry) {
+                Some(t) => tokens.push(t),
+                None => return Err(format!("unknown GPU policy {entry:?}; {ACCEPTED}")),
+            }
+        }
+        GpuPolicy::from_tokens(&tokens).ok_or_else(|| format!("must not be empty; {ACCEPTED}"))
+    }
+
+    /// The distinct tokens in order.
+    pub fn tokens(&self) -> &[GpuToken] {
+        &self.tokens
+    }
+
+    /// Whether the policy includes `token`.
+    pub fn contains(&self, token: GpuToken) -> bool {
+        self.tokens.contains(&token)
+    }
+
+    /// How cards are visited for one container under this policy.
+    pub fn visit_plan(&self, numa_bind: bool) -> VisitPlan {
+        let mutex = self.contains(GpuToken::Mutex);
+        let topology = self.contains(GpuToken::TopologyAware);
+        let keys: Vec<SortKey> = match self.tokens.as_slice() {
+            [GpuToken::Binpack] if numa_bind => vec![SortKey::NumaAsc, SortKey::ScoreDesc],
+            [GpuToken::Binpack] => vec![SortKey::ScoreDesc, SortKey::NumaDesc],
+            [GpuToken::Spread | GpuToken::TopologyAware] if numa_bind => {
+                vec![SortKey::NumaDesc, SortKey::ScoreAsc]
+            }
+            [GpuToken::Spread | GpuToken::TopologyAware] => vec![SortKey::ScoreAsc, SortKey::NumaDesc],
+            [GpuToken::Mutex] if numa_bind => vec![SortKey::NumaDesc, SortKey::IdleFirst],
+            [GpuToken::Mutex] => vec![SortKey::IdleFirst, SortKey::NumaDesc],
+            chain => {
+                let mut keys: Vec<SortKey> = chain
+                    .iter()
+                    .filter_map(|t| match t {
+                        GpuToken::Binpack => Some(SortKey::ScoreDesc),
+                        GpuToken::Spread => Some(SortKey::ScoreAsc),
+                        GpuToken::Numa => Some(SortKey::NumaDesc),
+                        GpuToken::Mutex | GpuToken::TopologyAware => None,
+                    })
+                    .collect();
+                if keys.is_empty() {
+                    keys.push(SortKey::ScoreAsc);
+                }
+                if numa_bind && keys.first() != Some(&SortKey::NumaDesc) {
+                    keys.retain(|k| *k != SortKey::NumaDesc);
+                    keys.insert(0, SortKey::NumaDesc);
+                }
+                keys
+            }
+        };
+        VisitPlan { keys, mutex, topology, numa_bind }
+    }
+}
+
+impl fmt::Display for GpuPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, t) in self.tokens.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(t.as_str())?;
+        }
+        Ok(())
+    }
+}
+
+/// One key of the card visiting order; the last tie-breaks (lower index, then id) are implicit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SortKey {
+    /// Higher device score first.
+    ScoreDesc,
+    /// Lower device score first.
+    ScoreAsc,
+    /// Higher NUMA id first.
+    NumaDesc,
+    /// Lower NUMA id first.
+    NumaAsc,
+    /// Idle cards (no slot used) first.
+    IdleFirst,
+}
+
+/// The resolved card visiting rules for a container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VisitPlan {
+    /// Sort keys, most significant first.
+    pub keys: Vec<SortKey>,
+    /// Only idle cards are eligible.
+    pub mutex: bool,
+    /// Choose among all fitting cards by pair scores.
+    pub topology: bool,
+    /// Cards of a container must share a NUMA node.
+    pub numa_bind: bool,
+}
+
+impl VisitPlan {
+    /// Whether any key uses the device score.
+    pub fn uses_score(&self) -> bool {
+        self.keys.iter().any(|k| matches!(k, SortKey::ScoreAsc | SortKey::ScoreDesc))
+    }
+}
+
+/// Parses `nvidia.com/numa-bind`: `1 t T TRUE true True` / `0 f F FALSE false False`.
+pub fn parse_bool(value: &str) -> Result<bool, String> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        other => Err(format!(
+            "invalid boolean {other:?}; accepted: 1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chains_dedupe_and_keep_order() {
+        let p = GpuPolicy::parse(" numa , binpack,numa").unwrap();
+        assert_eq!(p.tokens(), &[GpuToken::Numa, GpuToken::Binpack]);
+        assert_eq!(p.to_string(), "numa,binpack");
+        assert_eq!(GpuPolicy::parse("binpack,binpack").unwrap(), GpuPolicy::single(GpuToken::Binpack));
+    }
+
+    #[test]
+    fn invalid_policies_are_rejected() {
+        for bad in ["", " ", "Spread", "pack", "binpack,,numa", "binpack,", ",binpack", "BINPACK"] {
+            assert!(GpuPolicy::parse(bad).is_err(), "{bad:?} must be rejected");
+        }
+        for bad in ["", "Binpack", "mutex", "binpack,spread"] {
+            assert!(NodePolicy::parse(bad).is_err(), "{bad:?} must be rejected");
+        }
+    }
+
+    #[test]
+    fn visit_plans() {
+        let plan = |s: &str, nb: bool| GpuPolicy::parse(s).unwrap().visit_plan(nb).keys;
+        assert_eq!(plan("binpack", false), vec![SortKey::ScoreDesc, SortKey::NumaDesc]);
+        assert_eq!(plan("binpack", true), vec![SortKey::NumaAsc, SortKey::ScoreDesc]);
+        assert_eq!(plan("spread", true), vec![SortKey::NumaDesc, SortKey::ScoreAsc]);
+        assert_eq!(plan("numa", false), vec![SortKey::NumaDesc]);
+        assert_eq!(plan("binpack,numa", false), vec![SortKey::ScoreDesc, SortKey::NumaDesc]);
+        assert_eq!(plan("binpack,numa", true), vec![SortKey::NumaDesc, SortKey::ScoreDesc]);
+        assert_eq!(plan("mutex,topology-aware", false), vec![SortKey::ScoreAsc]);
+        let p = GpuPolicy::parse("mutex,spread").unwrap().visit_plan(false);
+        assert!(p.mutex && !p.topology);
+        assert_eq!(p.keys, vec![SortKey::ScoreAsc]);
+    }
+}

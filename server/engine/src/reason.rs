@@ -1,0 +1,186 @@
+//! Why a card or node does not fit: typed reasons, counts and HAMi's reason text.
+
+use std::fmt;
+
+/// A reason a card (or the whole node) cannot take a container.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reason {
+    /// The container wants more cards than the node has.
+    NodeInsufficientDevice,
+    /// Check 1: card unhealthy.
+    CardNotHealth,
+    /// Check 2: card cordoned.
+    CardCordoned,
+    /// Check 3: type filter or vgpu-mode refuses the card.
+    CardTypeMismatch,
+    /// Check 4: collected in a NUMA group that could not supply the whole container.
+    NumaNotFit,
+    /// Check 5: id filter refuses the card.
+    CardUuidMismatch,
+    /// Check 6: every slot in use.
+    CardTimeSlicingExhausted,
+    /// Checks 7 and 10: mutex wants an idle card, or an exclusive request meets a used card.
+    ExclusiveDeviceAllocateConflict,
+    /// Check 8: not enough free memory.
+    CardInsufficientMemory,
+    /// Check 9: not enough free cores.
+    CardInsufficientCore,
+    /// Check 11: all cores booked and the container asks for none.
+    CardComputeUnitsExhausted,
+    /// The container collected fewer cards than it asked for.
+    AllocatedCardsInsufficientRequest,
+}
+
+impl Reason {
+    /// Every reason.
+    pub const ALL: [Reason; 12] = [
+        Reason::NodeInsufficientDevice,
+        Reason::CardNotHealth,
+        Reason::CardCordoned,
+        Reason::CardTypeMismatch,
+        Reason::NumaNotFit,
+        Reason::CardUuidMismatch,
+        Reason::CardTimeSlicingExhausted,
+        Reason::ExclusiveDeviceAllocateConflict,
+        Reason::CardInsufficientMemory,
+        Reason::CardInsufficientCore,
+        Reason::CardComputeUnitsExhausted,
+        Reason::AllocatedCardsInsufficientRequest,
+    ];
+
+    /// HAMi's name of the reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::NodeInsufficientDevice => "NodeInsufficientDevice",
+            Reason::CardNotHealth => "CardNotHealth",
+            Reason::CardCordoned => "CardCordoned",
+            Reason::CardTypeMismatch => "CardTypeMismatch",
+            Reason::NumaNotFit => "NumaNotFit",
+            Reason::CardUuidMismatch => "CardUuidMismatch",
+            Reason::CardTimeSlicingExhausted => "CardTimeSlicingExhausted",
+            Reason::ExclusiveDeviceAllocateConflict => "ExclusiveDeviceAllocateConflict",
+            Reason::CardInsufficientMemory => "CardInsufficientMemory",
+            Reason::CardInsufficientCore => "CardInsufficientCore",
+            Reason::CardComputeUnitsExhausted => "CardComputeUnitsExhausted",
+            Reason::AllocatedCardsInsufficientRequest => "AllocatedCardsInsufficientRequest",
+        }
+    }
+
+    fn slot(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How many cards each reason applied to (fixed size: no allocation on the hot path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub struct ReasonCounts {
+    counts: [u32; 12],
+}
+
+impl ReasonCounts {
+    /// Adds `n` to `reason`.
+    pub fn add(&mut self, reason: Reason, n: u32) {
+        if let Some(c) = self.counts.get_mut(reason.slot()) {
+            *c = c.saturating_add(n);
+        }
+    }
+
+    /// Sets `reason` to `n`.
+    pub fn set(&mut self, reason: Reason, n: u32) {
+        if let Some(c) = self.counts.get_mut(reason.slot()) {
+            *c = n;
+        }
+    }
+
+    /// The count of `reason`.
+    pub fn get(&self, reason: Reason) -> u32 {
+        self.counts.get(reason.slot()).copied().unwrap_or(0)
+    }
+
+    /// Reasons with a non-zero count, in HAMi text order (sorted by their text item).
+    pub fn entries(&self, cards_on_node: u32) -> Vec<(Reason, u32)> {
+        let mut v: Vec<(Reason, u32, String)> = Reason::ALL
+            .into_iter()
+            .filter_map(|r| {
+                let n = self.get(r);
+                (n > 0).then(|| (r, n, item(r, n, cards_on_node)))
+            })
+            .collect();
+        v.sort_by(|a, b| a.2.cmp(&b.2));
+        v.into_iter().map(|(r, n, _)| (r, n)).collect()
+    }
+
+    /// HAMi's text: `"<count>/<cards> <Reason>"` items sorted as strings, joined with `", "`
+    /// (`NodeInsufficientDevice` stands alone, as HAMi writes it).
+    pub fn hami_text(&self, cards_on_node: u32) -> String {
+        let mut items: Vec<String> = Reason::ALL
+            .into_iter()
+            .filter(|r| self.get(*r) > 0)
+            .map(|r| item(r, self.get(r), cards_on_node))
+            .collect();
+        items.sort();
+        items.join(", ")
+    }
+}
+
+fn item(reason: Reason, count: u32, cards: u32) -> String {
+    match reason {
+        Reason::NodeInsufficientDevice => reason.as_str().to_owned(),
+        _ => format!("{count}/{cards} {}", reason.as_str()),
+    }
+}
+
+/// Why a node cannot host a workload: the first container that could not be placed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeFailure {
+    /// Position of the container in pod order (init containers first).
+    pub container_position: usize,
+    /// Reasons with card counts.
+    pub reasons: ReasonCounts,
+    /// Number of cards on the node (the denominator of HAMi's text).
+    pub cards_on_node: u32,
+    /// The node fails even with every card idle: no change of usage can help.
+    pub unresolvable: bool,
+}
+
+impl NodeFailure {
+    /// HAMi's reason text.
+    pub fn hami_text(&self) -> String {
+        self.reasons.hami_text(self.cards_on_node)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hami_text_sorts_items_as_strings() {
+        let mut r = ReasonCounts::default();
+        r.add(Reason::CardInsufficientMemory, 3);
+        r.add(Reason::CardNotHealth, 1);
+        r.add(Reason::AllocatedCardsInsufficientRequest, 1);
+        assert_eq!(
+            r.hami_text(4),
+            "1/4 AllocatedCardsInsufficientRequest, 1/4 CardNotHealth, 3/4 CardInsufficientMemory"
+        );
+        let mut n = ReasonCounts::default();
+        n.add(Reason::NodeInsufficientDevice, 1);
+        assert_eq!(n.hami_text(2), "NodeInsufficientDevice");
+        // "10/12 ..." sorts before "2/12 ..." as strings.
+        let mut s = ReasonCounts::default();
+        s.add(Reason::CardTimeSlicingExhausted, 10);
+        s.add(Reason::CardCordoned, 2);
+        assert_eq!(s.hami_text(12), "10/12 CardTimeSlicingExhausted, 2/12 CardCordoned");
+        assert_eq!(
+            s.entries(12),
+            vec![(Reason::CardTimeSlicingExhausted, 10), (Reason::CardCordoned, 2)]
+        );
+    }
+}

@@ -1,0 +1,128 @@
+//! Device and node scores.
+//!
+//! Arithmetic: each ratio is an `f64` division of two integers (exact inputs below 2^53), summed
+//! in a fixed order, so the same input gives the same bits on every platform. Scores are
+//! *compared* through a key: the score (computed with the weights normalised to sum 1, which
+//! does not change the order) multiplied by 10^9 and rounded to an integer. Two scores closer
+//! than [`SCORE_RESOLUTION`] are therefore a tie, and ties go to the explicit tie-breaks
+//! (NUMA, index, id for cards; name for nodes). Integer keys make every comparison a total
+//! order.
+
+use crate::model::{Card, CardUsage};
+use crate::weights::ScoringWeights;
+use crate::workload::ContainerRequest;
+
+/// Scores closer than this are equal.
+pub const SCORE_RESOLUTION: f64 = 1e-9;
+
+/// Integer comparison key of a score.
+pub(crate) fn quantize(score: f64) -> i64 {
+    // `as` saturates at the i64 range; scores are never NaN (denominators are checked).
+    (score / SCORE_RESOLUTION).round() as i64
+}
+
+/// The three terms of a device score, weights and the factor 10 applied.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct ScoreTerms {
+    /// `10 * w_slot * (used + 1) / count`.
+    pub slot: f64,
+    /// `10 * w_core * (used_cores + cores) / total_cores`.
+    pub core: f64,
+    /// `10 * w_mem * (used_mem + mem) / total_mem`.
+    pub memory: f64,
+}
+
+impl ScoreTerms {
+    /// The device score.
+    pub fn total(&self) -> f64 {
+        self.slot + self.core + self.memory
+    }
+}
+
+/// Predicted utilisations of a card after placing one container on it: slot, core, memory.
+/// All zero when the card has no slots, cores or memory (such a card scores 0).
+fn ratios(card: &Card, usage: CardUsage, req: &ContainerRequest) -> [f64; 3] {
+    if card.count == 0 || card.total_cores == 0 || card.total_mem_mib == 0 {
+        return [0.0; 3];
+    }
+    let slot = (f64::from(usage.used) + 1.0) / f64::from(card.count);
+    let core = (f64::from(usage.used_cores) + f64::from(req.cores)) / f64::from(card.total_cores);
+    let mem = (usage.used_mem_mib as f64 + req.score_mem(card) as f64) / card.total_mem_mib as f64;
+    [slot, core, mem]
+}
+
+/// The device score of `card` for `req` against `usage` (PLACEMENT-SEMANTICS section 4).
+pub fn device_score(card: &Card, usage: CardUsage, req: &ContainerRequest, w: ScoringWeights) -> ScoreTerms {
+    let [s, c, m] = ratios(card, usage, req);
+    ScoreTerms {
+        slot: 10.0 * w.slot as f64 * s,
+        core: 10.0 * w.core as f64 * c,
+        memory: 10.0 * w.memory as f64 * m,
+    }
+}
+
+/// Comparison key of the device score, from weights normalised to sum 1.
+pub(crate) fn device_key(card: &Card, usage: CardUsage, req: &ContainerRequest, norm: [f64; 3]) -> i64 {
+    let [s, c, m] = ratios(card, usage, req);
+    quantize(10.0 * (norm[0] * s + norm[1] * c + norm[2] * m))
+}
+
+/// A node score with its comparison key.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NodeScore {
+    /// `10 * (Σused/Σcount + Σused_cores/Σtotal_cores + Σused_mem/Σtotal_mem)`.
+    pub raw: f64,
+    pub(crate) key: i64,
+}
+
+/// The node score over all cards of a node (unhealthy included) with `usage` (section 6).
+/// 0 when the node has no slots, cores or memory at all.
+pub fn node_score(cards: &[Card], usage: &[CardUsage]) -> NodeScore {
+    let (mut used, mut count, mut cores, mut total_cores, mut mem, mut total_mem) =
+        (0u64, 0u64, 0u64, 0u64, 0u128, 0u128);
+    for (card, u) in cards.iter().zip(usage) {
+        used += u64::from(u.used);
+        count += u64::from(card.count);
+        cores += u64::from(u.used_cores);
+        total_cores += u64::from(card.total_cores);
+        mem += u128::from(u.used_mem_mib);
+        total_mem += u128::from(card.total_mem_mib);
+    }
+    if count == 0 || total_cores == 0 || total_mem == 0 {
+        return NodeScore { raw: 0.0, key: 0 };
+    }
+    let raw = 10.0
+        * (used as f64 / count as f64 + cores as f64 / total_cores as f64 + mem as f64 / total_mem as f64);
+    NodeScore { raw, key: quantize(raw) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Card;
+
+    fn req(cores: u32, mem_mib: Option<u64>, pct: Option<u32>) -> ContainerRequest {
+        ContainerRequest { name: "c".into(), init: false, gpus: 1, mem_mib, mem_percent: pct, cores }
+    }
+
+    #[test]
+    fn seed_example_english() {
+        // 10 slots, none used; GPU1 10 cores + 2000 MiB used, GPU2 70 + 6000; request 20 cores, 1000 MiB.
+        let card = Card::new("GPU1", 0, "NVIDIA", 8000);
+        let r = req(20, Some(1000), None);
+        let u1 = CardUsage { used: 0, used_mem_mib: 2000, used_cores: 10 };
+        let u2 = CardUsage { used: 0, used_mem_mib: 6000, used_cores: 70 };
+        let s1 = device_score(&card, u1, &r, ScoringWeights::default()).total();
+        let s2 = device_score(&card, u2, &r, ScoringWeights::default()).total();
+        assert!((s1 - 7.75).abs() < 1e-12, "{s1}");
+        assert!((s2 - 18.75).abs() < 1e-12, "{s2}");
+    }
+
+    #[test]
+    fn zero_capacity_scores_zero() {
+        let mut card = Card::new("G", 0, "NVIDIA", 8000);
+        card.count = 0;
+        let t = device_score(&card, CardUsage::default(), &req(0, None, Some(100)), ScoringWeights::default());
+        assert_eq!(t.total(), 0.0);
+    }
+}

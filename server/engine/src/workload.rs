@@ -1,0 +1,540 @@
+//! Workloads: the two input forms (typed, Kubernetes), their validation and the resolved
+//! request every decision works from. One parser for the server, the admission webhook and
+//! every client-side check.
+
+use std::collections::BTreeMap;
+
+use crate::error::{InvalidInput, Violation};
+use crate::model::Card;
+use crate::names::{self, ResourceNames};
+use crate::policy::{GpuPolicy, GpuToken, NodePolicy, parse_bool};
+use crate::quantity;
+use crate::weights::ScoringWeights;
+
+/// Cluster-wide defaults (server config, optionally replaced per request).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Defaults {
+    /// Node policy when the workload sets none.
+    pub node_policy: NodePolicy,
+    /// GPU policy when the workload sets none.
+    pub gpu_policy: GpuPolicy,
+    /// Memory per card when a container sets none, MiB; 0 = the whole card.
+    pub memory_mib: u64,
+    /// Cores per card when a container sets none, percent.
+    pub cores: u32,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            node_policy: NodePolicy::Binpack,
+            gpu_policy: GpuPolicy::single(GpuToken::Spread),
+            memory_mib: 0,
+            cores: 0,
+        }
+    }
+}
+
+impl Defaults {
+    /// Checks the defaults themselves (cores at most 100).
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        if self.cores > 100 {
+            return Err(InvalidInput::single(
+                "default_cores",
+                format!("{} is out of range 0..=100", self.cores),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A container's GPU request in typed form.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct TypedContainer {
+    /// Container name.
+    pub name: String,
+    /// Cards wanted; 0 = no GPU.
+    pub gpus: u32,
+    /// Memory per card, MiB; 0 = not set.
+    pub gpumem_mib: u64,
+    /// Memory per card, percent; 0 = not set.
+    pub gpumem_percent: u32,
+    /// Cores per card, percent; `None` = default.
+    pub gpucores: Option<u32>,
+}
+
+/// A workload in typed form.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct TypedSpec {
+    /// Node policy; `None` = default.
+    pub node_policy: Option<NodePolicy>,
+    /// GPU policy tokens; empty = default.
+    pub gpu_policy: Vec<GpuToken>,
+    /// Weights; `None` = 1,1,1.
+    pub weights: Option<ScoringWeights>,
+    /// Cards of a container on one NUMA node.
+    pub numa_bind: bool,
+    /// Allowed card types.
+    pub use_types: Vec<String>,
+    /// Refused card types.
+    pub nouse_types: Vec<String>,
+    /// Allowed card ids.
+    pub use_uuids: Vec<String>,
+    /// Refused card ids.
+    pub nouse_uuids: Vec<String>,
+    /// Allowed card modes (substring test), when set.
+    pub vgpu_mode: Option<String>,
+    /// Init containers.
+    pub init_containers: Vec<TypedContainer>,
+    /// App containers.
+    pub containers: Vec<TypedContainer>,
+}
+
+/// One container in Kubernetes form.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct KubeContainer {
+    /// Container name.
+    pub name: String,
+    /// `resources.limits`.
+    pub limits: BTreeMap<String, String>,
+    /// `resources.requests`.
+    pub requests: BTreeMap<String, String>,
+}
+
+/// A workload in Kubernetes form.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct KubeSpec {
+    /// Pod annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// Init containers.
+    pub init_containers: Vec<KubeContainer>,
+    /// App containers.
+    pub containers: Vec<KubeContainer>,
+}
+
+/// Either input form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkloadSpec {
+    /// Typed fields.
+    Typed(TypedSpec),
+    /// Annotations and resource quantities.
+    Kubernetes(KubeSpec),
+}
+
+/// Identity of a workload (informational only).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct WorkloadMeta {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Unique id.
+    pub uid: String,
+}
+
+/// A container's request after defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerRequest {
+    /// Container name.
+    pub name: String,
+    /// Init container.
+    pub init: bool,
+    /// Cards wanted (0 = none).
+    pub gpus: u32,
+    /// Memory per card in MiB, when fixed.
+    pub mem_mib: Option<u64>,
+    /// Memory per card in percent, when given (or defaulted to 100).
+    pub mem_percent: Option<u32>,
+    /// Cores per card.
+    pub cores: u32,
+}
+
+impl ContainerRequest {
+    /// Memory booked on `card`: the fixed MiB, else the percentage of the card (floored).
+    pub fn booked_mem(&self, card: &Card) -> u64 {
+        match (self.mem_mib, self.mem_percent) {
+            (Some(mib), _) => mib,
+            (None, Some(pct)) => percent_of(card.total_mem_mib, pct),
+            (None, None) => 0,
+        }
+    }
+
+    /// Memory used in the device score: the percentage when given, else the fixed MiB.
+    pub fn score_mem(&self, card: &Card) -> u64 {
+        match (self.mem_percent, self.mem_mib) {
+            (Some(pct), _) => percent_of(card.total_mem_mib, pct),
+            (None, Some(mib)) => mib,
+            (None, None) => 0,
+        }
+    }
+}
+
+fn percent_of(total: u64, pct: u32) -> u64 {
+    let v = u128::from(total) * u128::from(pct) / 100;
+    u64::try_from(v).unwrap_or(u64::MAX)
+}
+
+/// Card filters of a workload (use/nouse types and ids, vgpu mode).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct CardFilters {
+    /// Allowed type substrings (as given).
+    pub use_types: Vec<String>,
+    /// Refused type substrings.
+    pub nouse_types: Vec<String>,
+    /// Allowed ids.
+    pub use_uuids: Vec<String>,
+    /// Refused ids.
+    pub nouse_uuids: Vec<String>,
+    /// Allowed modes (a card's mode name must be contained in this value).
+    pub vgpu_mode: Option<String>,
+    use_types_upper: Vec<String>,
+    nouse_types_upper: Vec<String>,
+}
+
+impl CardFilters {
+    /// Filters from trimmed, non-blank lists.
+    pub fn new(
+        use_types: Vec<String>,
+        nouse_types: Vec<String>,
+        use_uuids: Vec<String>,
+        nouse_uuids: Vec<String>,
+        vgpu_mode: Option<String>,
+    ) -> Self {
+        let clean = |v: Vec<String>| -> Vec<String> {
+            v.into_iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect()
+        };
+        let use_types = clean(use_types);
+        let nouse_types = clean(nouse_types);
+        CardFilters {
+            use_types_upper: use_types.iter().map(|s| s.to_uppercase()).collect(),
+            nouse_types_upper: nouse_types.iter().map(|s| s.to_uppercase()).collect(),
+            use_types,
+            nouse_types,
+            use_uuids: clean(use_uuids),
+            nouse_uuids: clean(nouse_uuids),
+            vgpu_mode,
+        }
+    }
+
+    /// Check 3: the type lists and the vgpu mode accept the card.
+    pub fn type_allows(&self, card: &Card) -> bool {
+        if !self.use_types_upper.is_empty()
+            && !self.use_types_upper.iter().any(|t| contains_ignore_case(&card.card_type, t))
+        {
+            return false;
+        }
+        if self.nouse_types_upper.iter().any(|t| contains_ignore_case(&card.card_type, t)) {
+            return false;
+        }
+        if let Some(mode) = &self.vgpu_mode {
+            if !mode.contains(card.mode.as_str()) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Check 5: the id lists accept the card.
+    pub fn uuid_allows(&self, card: &Card) -> bool {
+        if !self.use_uuids.is_empty() && !self.use_uuids.contains(&card.id) {
+            return false;
+        }
+        !self.nouse_uuids.contains(&card.id)
+    }
+}
+
+/// Case-insensitive substring test; `needle_upper` is already upper case.
+fn contains_ignore_case(hay: &str, needle_upper: &str) -> bool {
+    if hay.is_ascii() && needle_upper.is_ascii() {
+        let (h, n) = (hay.as_bytes(), needle_upper.as_bytes());
+        if n.is_empty() {
+            return true;
+        }
+        return h.windows(n.len()).any(|w| w.iter().zip(n).all(|(a, b)| a.to_ascii_uppercase() == *b));
+    }
+    hay.to_uppercase().contains(needle_upper)
+}
+
+/// A validated workload: policies, weights, filters and resolved containers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workload {
+    /// Identity.
+    pub meta: WorkloadMeta,
+    /// Node policy in force.
+    pub node_policy: NodePolicy,
+    /// GPU policy in force.
+    pub gpu_policy: GpuPolicy,
+    /// Weights in force.
+    pub weights: ScoringWeights,
+    /// numa-bind in force.
+    pub numa_bind: bool,
+    /// Card filters.
+    pub filters: CardFilters,
+    /// All containers in pod order: init containers first.
+    pub containers: Vec<ContainerRequest>,
+}
+
+impl Workload {
+    /// Whether any container asks for a GPU.
+    pub fn requests_gpu(&self) -> bool {
+        self.containers.iter().any(|c| c.gpus > 0)
+    }
+
+    /// Parses and validates `spec`. A workload whose containers request no GPU is not
+    /// validated further (its annotations are ignored). Every violation is reported.
+    pub fn parse(
+        meta: WorkloadMeta,
+        spec: &WorkloadSpec,
+        defaults: &Defaults,
+        resources: &ResourceNames,
+    ) -> Result<Workload, InvalidInput> {
+        match spec {
+            WorkloadSpec::Typed(t) => parse_typed(meta, t, defaults),
+            WorkloadSpec::Kubernetes(k) => parse_kube(meta, k, defaults, resources),
+        }
+    }
+}
+
+/// Raw numbers of one container before defaults, with the field names to blame.
+struct RawContainer<'a> {
+    name: &'a str,
+    init: bool,
+    gpus: u32,
+    mem_mib: u64,
+    mem_percent: u64,
+    cores: Option<u64>,
+    percent_field: String,
+    cores_field: String,
+}
+
+fn resolve(raw: RawContainer<'_>, defaults: &Defaults, violations: &mut Vec<Violation>) -> ContainerRequest {
+    let mut req = ContainerRequest {
+        name: raw.name.to_owned(),
+        init: raw.init,
+        gpus: raw.gpus,
+        mem_mib: None,
+        mem_percent: None,
+        cores: 0,
+    };
+    if raw.gpus == 0 {
+        return req;
+    }
+    if raw.mem_mib > 0 {
+        req.mem_mib = Some(raw.mem_mib);
+    }
+    if raw.mem_percent > 100 {
+        violations.push(Violation::new(
+            raw.percent_field,
+            format!("memory percentage {} is out of range 1..=100 (0 = not set)", raw.mem_percent),
+        ));
+    } else if raw.mem_percent > 0 {
+        req.mem_percent = u32::try_from(raw.mem_percent).ok();
+    }
+    if req.mem_mib.is_none() && req.mem_percent.is_none() {
+        if defaults.memory_mib > 0 {
+            req.mem_mib = Some(defaults.memory_mib);
+        } else {
+            req.mem_percent = Some(100);
+        }
+    }
+    match raw.cores {
+        Some(c) if c > 100 => violations.push(Violation::new(
+            raw.cores_field,
+            format!("cores {c} is out of range 0..=100"),
+        )),
+        Some(c) => req.cores = u32::try_from(c).unwrap_or(0),
+        None => req.cores = defaults.cores,
+    }
+    req
+}
+
+fn parse_typed(meta: WorkloadMeta, t: &TypedSpec, defaults: &Defaults) -> Result<Workload, InvalidInput> {
+    let mut violations = Vec::new();
+    let mut containers = Vec::new();
+    for (list, init, field) in [(&t.init_containers, true, "init_containers"), (&t.containers, false, "containers")] {
+        for (i, c) in list.iter().enumerate() {
+            let raw = RawContainer {
+                name: &c.name,
+                init,
+                gpus: c.gpus,
+                mem_mib: c.gpumem_mib,
+                mem_percent: u64::from(c.gpumem_percent),
+                cores: c.gpucores.map(u64::from),
+                percent_field: format!("{field}[{i}].gpumem_percent"),
+                cores_field: format!("{field}[{i}].gpucores_percent"),
+            };
+            containers.push(resolve(raw, defaults, &mut violations));
+        }
+    }
+    let weights = match t.weights {
+        None => ScoringWeights::default(),
+        Some(w) => w.validate().unwrap_or_else(|e| {
+            violations.push(Violation::new("scoring_weights", e));
+            ScoringWeights::default()
+        }),
+    };
+    let gpu_policy = GpuPolicy::from_tokens(&t.gpu_policy).unwrap_or_else(|| defaults.gpu_policy.clone());
+    let workload = Workload {
+        meta,
+        node_policy: t.node_policy.unwrap_or(defaults.node_policy),
+        gpu_policy,
+        weights,
+        numa_bind: t.numa_bind,
+        filters: CardFilters::new(
+            t.use_types.clone(),
+            t.nouse_types.clone(),
+            t.use_uuids.clone(),
+            t.nouse_uuids.clone(),
+            t.vgpu_mode.clone(),
+        ),
+        containers,
+    };
+    if !workload.requests_gpu() {
+        return Ok(Workload { weights: ScoringWeights::default(), ..workload });
+    }
+    if violations.is_empty() { Ok(workload) } else { Err(InvalidInput { violations }) }
+}
+
+fn annotation_field(key: &str) -> String {
+    format!("annotations[{key:?}]")
+}
+
+fn parse_kube(
+    meta: WorkloadMeta,
+    k: &KubeSpec,
+    defaults: &Defaults,
+    resources: &ResourceNames,
+) -> Result<Workload, InvalidInput> {
+    let mut violations = Vec::new();
+    let mut containers = Vec::new();
+    for (list, init, field) in [(&k.init_containers, true, "init_containers"), (&k.containers, false, "containers")] {
+        for (i, c) in list.iter().enumerate() {
+            let lookup = |name: &str| -> Option<(String, &str)> {
+                if let Some(v) = c.limits.get(name) {
+                    return Some((format!("{field}[{i}].limits[{name:?}]"), v.as_str()));
+                }
+                c.requests
+                    .get(name)
+                    .map(|v| (format!("{field}[{i}].requests[{name:?}]"), v.as_str()))
+            };
+            let quantity = |name: &str, violations: &mut Vec<Violation>| -> (Option<u64>, String) {
+                match lookup(name) {
+                    None => (None, format!("{field}[{i}].limits[{name:?}]")),
+                    Some((f, v)) => match quantity::parse_whole(v) {
+                        Ok(n) => (Some(n), f),
+                        Err(e) => {
+                            violations.push(Violation::new(f.clone(), format!("{name}: {e}")));
+                            (None, f)
+                        }
+                    },
+                }
+            };
+            let (gpus, gpus_field) = quantity(&resources.count, &mut violations);
+            let gpus = match gpus.map(u32::try_from) {
+                None => 0,
+                Some(Ok(n)) => n,
+                Some(Err(_)) => {
+                    violations.push(Violation::new(
+                        gpus_field,
+                        format!("{}: at most {} cards", resources.count, u32::MAX),
+                    ));
+                    0
+                }
+            };
+            if gpus == 0 {
+                containers.push(resolve(
+                    RawContainer {
+                        name: &c.name,
+                        init,
+                        gpus: 0,
+                        mem_mib: 0,
+                        mem_percent: 0,
+                        cores: None,
+                        percent_field: String::new(),
+                        cores_field: String::new(),
+                    },
+                    defaults,
+                    &mut violations,
+                ));
+                continue;
+            }
+            let (mem, _) = quantity(&resources.memory, &mut violations);
+            let (pct, percent_field) = quantity(&resources.memory_percentage, &mut violations);
+            let (cores, cores_field) = quantity(&resources.cores, &mut violations);
+            let raw = RawContainer {
+                name: &c.name,
+                init,
+                gpus,
+                mem_mib: mem.unwrap_or(0),
+                mem_percent: pct.unwrap_or(0),
+                cores,
+                percent_field,
+                cores_field,
+            };
+            containers.push(resolve(raw, defaults, &mut violations));
+        }
+    }
+    let requests_gpu = containers.iter().any(|c| c.gpus > 0);
+    let ann = &k.annotations;
+    let get = |key: &str| ann.get(key).map(String::as_str);
+    let mut node_policy = defaults.node_policy;
+    let mut gpu_policy = defaults.gpu_policy.clone();
+    let mut weights = ScoringWeights::default();
+    let mut numa_bind = false;
+    if requests_gpu {
+        if let Some(v) = get(names::NODE_SCHEDULER_POLICY) {
+            match NodePolicy::parse(v) {
+                Ok(p) => node_policy = p,
+                Err(e) => violations.push(Violation::new(
+                    annotation_field(names::NODE_SCHEDULER_POLICY),
+                    format!("invalid {} {v:?}: {e}", names::NODE_SCHEDULER_POLICY),
+                )),
+            }
+        }
+        if let Some(v) = get(names::GPU_SCHEDULER_POLICY) {
+            match GpuPolicy::parse(v) {
+                Ok(p) => gpu_policy = p,
+                Err(e) => violations.push(Violation::new(
+                    annotation_field(names::GPU_SCHEDULER_POLICY),
+                    format!("invalid {} {v:?}: {e}", names::GPU_SCHEDULER_POLICY),
+                )),
+            }
+        }
+        if let Some(v) = get(names::DEVICE_SCORING_WEIGHTS) {
+            match ScoringWeights::parse(v) {
+                Ok(w) => weights = w,
+                Err(e) => violations.push(Violation::new(
+                    annotation_field(names::DEVICE_SCORING_WEIGHTS),
+                    format!("invalid {} {v:?}: {e}", names::DEVICE_SCORING_WEIGHTS),
+                )),
+            }
+        }
+        if let Some(v) = get(names::NUMA_BIND) {
+            match parse_bool(v) {
+                Ok(b) => numa_bind = b,
+                Err(e) => violations.push(Violation::new(
+                    annotation_field(names::NUMA_BIND),
+                    format!("invalid {}: {e}", names::NUMA_BIND),
+                )),
+            }
+        }
+    }
+    let list = |key: &str| get(key).map(names::split_list).unwrap_or_default();
+    let workload = Workload {
+        meta,
+        node_policy,
+        gpu_policy,
+        weights,
+        numa_bind,
+        filters: CardFilters::new(
+            list(names::USE_GPU_TYPE),
+            list(names::NOUSE_GPU_TYPE),
+            list(names::USE_GPU_UUID),
+            list(names::NOUSE_GPU_UUID),
+            get(names::VGPU_MODE).map(str::to_owned),
+        ),
+        containers,
+    };
+    // A workload without GPU containers is validated only as far as its GPU counts.
+    if violations.is_empty() { Ok(workload) } else { Err(InvalidInput { violations }) }
+}
