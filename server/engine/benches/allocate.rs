@@ -1,1 +1,98 @@
-fn main(){}
+//! `cargo bench -p gpusched-engine`: Allocate of a 1-card and a 4-card workload over
+//! 100, 1,000 and 5,000 nodes x 8 cards with random (seeded) usage.
+
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use gpusched_engine::{
+    Card, CardUsage, Defaults, NodeSpec, ResourceNames, Snapshot, TypedContainer, TypedSpec,
+    Workload, WorkloadMeta, WorkloadSpec, allocate, evaluate,
+};
+
+/// xorshift64*: a tiny seeded generator so the cluster is the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn cluster(nodes: usize, seed: u64) -> Snapshot {
+    let mut rng = Rng(seed);
+    let specs = (0..nodes)
+        .map(|n| {
+            let cards = (0..8u32)
+                .map(|i| {
+                    let mut c =
+                        Card::new(format!("GPU-{n:05}-{i}"), i, "NVIDIA-A100-SXM4-80GB", 81920);
+                    c.numa = i / 4;
+                    let used = rng.below(6) as u32;
+                    if used > 0 {
+                        c.usage = CardUsage {
+                            used,
+                            used_mem_mib: rng.below(60000),
+                            used_cores: rng.below(80) as u32,
+                        };
+                    }
+                    c
+                })
+                .collect();
+            NodeSpec::new(format!("node-{n:05}"), cards)
+        })
+        .collect();
+    Snapshot::new(specs).expect("valid cluster")
+}
+
+fn workload(gpus: u32) -> Workload {
+    let spec = TypedSpec {
+        containers: vec![TypedContainer {
+            name: "main".into(),
+            gpus,
+            gpumem_mib: 8192,
+            gpucores: Some(10),
+            ..TypedContainer::default()
+        }],
+        ..TypedSpec::default()
+    };
+    Workload::parse(
+        WorkloadMeta::default(),
+        &WorkloadSpec::Typed(spec),
+        &Defaults::default(),
+        &ResourceNames::default(),
+    )
+    .expect("valid workload")
+}
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("allocate");
+    for nodes in [100usize, 1_000, 5_000] {
+        let snapshot = cluster(nodes, 42);
+        group.throughput(Throughput::Elements(nodes as u64));
+        for gpus in [1u32, 4] {
+            let w = workload(gpus);
+            group.bench_with_input(
+                BenchmarkId::new(format!("{gpus}-card"), nodes),
+                &snapshot,
+                |b, s| b.iter(|| black_box(allocate(black_box(s), black_box(&w), false))),
+            );
+        }
+    }
+    group.finish();
+    let mut group = c.benchmark_group("score");
+    let snapshot = cluster(1_000, 42);
+    let w = workload(1);
+    group.bench_function("1-card/1000", |b| {
+        b.iter(|| black_box(evaluate(black_box(&snapshot), &w, false)))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -104,12 +104,23 @@ pub fn evaluate(snapshot: &Snapshot, workload: &Workload, explain: bool) -> Eval
     for (i, node) in snapshot.nodes.iter().enumerate() {
         if !requests_gpu {
             let usage: Vec<CardUsage> = node.cards.iter().map(|c| c.usage).collect();
-            feasible.push(FeasibleNode { node: i, score: node_score(&node.cards, &usage), normalized: 100 });
+            feasible.push(FeasibleNode {
+                node: i,
+                score: node_score(&node.cards, &usage),
+                normalized: 100,
+            });
             continue;
         }
-        let mut ex = explain.then(|| NodeExplanation { node: i, containers: Vec::new() });
+        let mut ex = explain.then(|| NodeExplanation {
+            node: i,
+            containers: Vec::new(),
+        });
         match evaluate_node(node, &prep, &mut scratch, false, ex.as_mut()) {
-            NodeOutcome::Fit(score) => feasible.push(FeasibleNode { node: i, score, normalized: 0 }),
+            NodeOutcome::Fit(score) => feasible.push(FeasibleNode {
+                node: i,
+                score,
+                normalized: 0,
+            }),
             NodeOutcome::Fail(failure) => failed.push(FailedNode { node: i, failure }),
         }
         explanations.extend(ex);
@@ -118,7 +129,12 @@ pub fn evaluate(snapshot: &Snapshot, workload: &Workload, explain: bool) -> Eval
         normalize(&mut feasible, workload.node_policy);
         sort_by_preference(&mut feasible, workload.node_policy);
     }
-    Evaluation { requests_gpu, feasible, failed, explanations }
+    Evaluation {
+        requests_gpu,
+        feasible,
+        failed,
+        explanations,
+    }
 }
 
 /// Sets `normalized` of every feasible node (see [`preference`]).
@@ -167,7 +183,12 @@ pub fn allocate(snapshot: &Snapshot, workload: &Workload, explain: bool) -> Allo
     allocate_with(snapshot, workload, explain, &mut scratch)
 }
 
-fn allocate_with(snapshot: &Snapshot, workload: &Workload, explain: bool, scratch: &mut Scratch) -> Allocation {
+fn allocate_with(
+    snapshot: &Snapshot,
+    workload: &Workload,
+    explain: bool,
+    scratch: &mut Scratch,
+) -> Allocation {
     let requests_gpu = workload.requests_gpu();
     if !requests_gpu {
         return Allocation {
@@ -197,16 +218,28 @@ fn allocate_with(snapshot: &Snapshot, workload: &Workload, explain: bool, scratc
     let mut explanations = Vec::new();
     let placement = best.and_then(|(i, score)| {
         let node = snapshot.nodes.get(i)?;
-        let mut ex = explain.then(|| NodeExplanation { node: i, containers: Vec::new() });
+        let mut ex = explain.then(|| NodeExplanation {
+            node: i,
+            containers: Vec::new(),
+        });
         // Deterministic: the same evaluation again, this time recording the cards.
-        let NodeOutcome::Fit(_) = evaluate_node(node, &prep, scratch, true, ex.as_mut()) else { return None };
+        let NodeOutcome::Fit(_) = evaluate_node(node, &prep, scratch, true, ex.as_mut()) else {
+            return None;
+        };
         explanations.extend(ex);
         let mut containers: Vec<ContainerAssignment> = (0..workload.containers.len())
-            .map(|position| ContainerAssignment { position, cards: Vec::new() })
+            .map(|position| ContainerAssignment {
+                position,
+                cards: Vec::new(),
+            })
             .collect();
         for pick in &scratch.picks {
             if let Some(c) = containers.get_mut(pick.container) {
-                c.cards.push(AssignedCard { card: pick.card, mem_mib: pick.mem_mib, cores: pick.cores });
+                c.cards.push(AssignedCard {
+                    card: pick.card,
+                    mem_mib: pick.mem_mib,
+                    cores: pick.cores,
+                });
             }
         }
         let min = keys.iter().min().copied().unwrap_or(score.key);
@@ -221,12 +254,21 @@ fn allocate_with(snapshot: &Snapshot, workload: &Workload, explain: bool, scratc
     });
     if placement.is_none() && explain {
         for (i, node) in snapshot.nodes.iter().enumerate() {
-            let mut ex = NodeExplanation { node: i, containers: Vec::new() };
+            let mut ex = NodeExplanation {
+                node: i,
+                containers: Vec::new(),
+            };
             evaluate_node(node, &prep, scratch, false, Some(&mut ex));
             explanations.push(ex);
         }
     }
-    Allocation { requests_gpu, placement, failed, feasible_count: keys.len(), explanations }
+    Allocation {
+        requests_gpu,
+        placement,
+        failed,
+        feasible_count: keys.len(),
+        explanations,
+    }
 }
 
 /// One workload's result in a batch.
@@ -258,7 +300,12 @@ pub struct BatchOutcome {
 
 /// Places `workloads` one after another on `snapshot`; each sees the placements before it.
 /// With `all_or_nothing`, if any GPU workload cannot be placed, every placement is rolled back.
-pub fn allocate_batch(snapshot: Snapshot, workloads: &[Workload], all_or_nothing: bool, explain: bool) -> BatchOutcome {
+pub fn allocate_batch(
+    snapshot: Snapshot,
+    workloads: &[Workload],
+    all_or_nothing: bool,
+    explain: bool,
+) -> BatchOutcome {
     let original = all_or_nothing.then(|| snapshot.clone());
     let mut current = snapshot;
     let mut scratch = Scratch::default();
@@ -271,7 +318,10 @@ pub fn allocate_batch(snapshot: Snapshot, workloads: &[Workload], all_or_nothing
         } else if allocation.requests_gpu {
             all_placed = false;
         }
-        items.push(BatchItem { allocation, rolled_back: false });
+        items.push(BatchItem {
+            allocation,
+            rolled_back: false,
+        });
     }
     if let (false, Some(original)) = (all_placed, original) {
         for item in &mut items {
@@ -279,14 +329,16 @@ pub fn allocate_batch(snapshot: Snapshot, workloads: &[Workload], all_or_nothing
         }
         current = original;
     }
-    BatchOutcome { items, all_placed, snapshot: current }
+    BatchOutcome {
+        items,
+        all_placed,
+        snapshot: current,
+    }
 }
 
 /// Applies a placement: the node's cards take the final usage.
 pub fn apply(snapshot: &mut Snapshot, placement: &Placement) {
     if let Some(node) = snapshot.nodes.get_mut(placement.node) {
-        for (card, u) in node.cards.iter_mut().zip(&placement.final_usage) {
-            card.usage = *u;
-        }
+        node.set_usage(&placement.final_usage);
     }
 }

@@ -18,7 +18,10 @@ pub struct Violation {
 impl Violation {
     /// A violation of `field`.
     pub fn new(field: impl Into<String>, description: impl Into<String>) -> Self {
-        Violation { field: field.into(), description: description.into() }
+        Violation {
+            field: field.into(),
+            description: description.into(),
+        }
     }
 
     /// The same violation with `prefix.` put in front of its field.
@@ -51,17 +54,27 @@ pub struct InvalidInput {
 impl InvalidInput {
     /// An error with a single violation.
     pub fn single(field: impl Into<String>, description: impl Into<String>) -> Self {
-        InvalidInput { violations: vec![Violation::new(field, description)] }
+        InvalidInput {
+            violations: vec![Violation::new(field, description)],
+        }
     }
 
     /// The same error with every field prefixed.
     pub fn prefixed(self, prefix: &str) -> Self {
         InvalidInput {
-            violations: self.violations.into_iter().map(|v| v.prefixed(prefix)).collect(),
+            violations: self
+                .violations
+                .into_iter()
+                .map(|v| v.prefixed(prefix))
+                .collect(),
         }
     }
 }
 
 fn join(violations: &[Violation]) -> String {
-    violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    violations
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }

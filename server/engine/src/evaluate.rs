@@ -2,10 +2,10 @@
 //! containers, the node score after placement (PLACEMENT-SEMANTICS sections 6 and 7).
 
 use crate::explain::{ContainerExplanation, NodeExplanation};
-use crate::fit::{FitScratch, Pick, Prepared, place_container};
+use crate::fit::{FitScratch, LoneFit, Pick, Prepared, lone_fit, place_container};
 use crate::model::{CardUsage, Node};
 use crate::reason::NodeFailure;
-use crate::score::{NodeScore, node_score};
+use crate::score::{NodeScore, node_score, score_from_sums};
 
 /// Reusable buffers for evaluating many nodes.
 #[derive(Debug, Default)]
@@ -46,9 +46,24 @@ pub(crate) fn evaluate_node(
     picks: bool,
     explain: Option<&mut NodeExplanation>,
 ) -> NodeOutcome {
-    match evaluate_once(node, prep, scratch, EvalMode { picks, idle: false }, explain) {
+    match evaluate_once(
+        node,
+        prep,
+        scratch,
+        EvalMode { picks, idle: false },
+        explain,
+    ) {
         NodeOutcome::Fail(mut failure) => {
-            let idle = evaluate_once(node, prep, scratch, EvalMode { picks: false, idle: true }, None);
+            let idle = evaluate_once(
+                node,
+                prep,
+                scratch,
+                EvalMode {
+                    picks: false,
+                    idle: true,
+                },
+                None,
+            );
             failure.unresolvable = matches!(idle, NodeOutcome::Fail(_));
             NodeOutcome::Fail(failure)
         }
@@ -63,15 +78,48 @@ fn evaluate_once(
     mode: EvalMode,
     mut explain: Option<&mut NodeExplanation>,
 ) -> NodeOutcome {
+    if let (Some(position), false, None) = (prep.lone, mode.picks, explain.as_ref())
+        && let Some(req) = prep.workload.containers.get(position)
+    {
+        match lone_fit(node, mode.idle, req, prep) {
+            Err(reasons) => {
+                return NodeOutcome::Fail(NodeFailure {
+                    container_position: position,
+                    reasons,
+                    cards_on_node: u32::try_from(node.cards.len()).unwrap_or(u32::MAX),
+                    unresolvable: false,
+                });
+            }
+            Ok(LoneFit::Uniform { booked_mem }) => {
+                let k = u64::from(req.gpus);
+                let mut sums = node.sums;
+                if mode.idle {
+                    (sums.used, sums.used_cores, sums.used_mem) = (0, 0, 0);
+                }
+                sums.used += k;
+                sums.used_cores += k * u64::from(req.cores);
+                sums.used_mem = sums.used_mem.saturating_add(booked_mem.saturating_mul(k));
+                return NodeOutcome::Fit(score_from_sums(&sums));
+            }
+            Ok(LoneFit::Varying) => {}
+        }
+    }
     let cards_on_node = u32::try_from(node.cards.len()).unwrap_or(u32::MAX);
-    scratch.base.clear();
-    scratch
-        .base
-        .extend(node.cards.iter().map(|c| if mode.idle { CardUsage::default() } else { c.usage }));
+    let fill = |v: &mut Vec<CardUsage>| {
+        v.clear();
+        v.extend(node.cards.iter().map(|c| {
+            if mode.idle {
+                CardUsage::default()
+            } else {
+                c.usage
+            }
+        }));
+    };
     scratch.picks.clear();
     let containers = &prep.workload.containers;
     let has_init = containers.iter().any(|c| c.init && c.gpus > 0);
     if has_init {
+        fill(&mut scratch.base);
         scratch.peak.clone_from(&scratch.base);
     }
     // Init containers one at a time against the node without anything else of this workload,
@@ -81,14 +129,28 @@ fn evaluate_once(
         if req.gpus == 0 {
             continue;
         }
-        if req.init || !app_started {
+        if req.init {
             scratch.work.clone_from(&scratch.base);
-            app_started = !req.init;
+        } else if !app_started {
+            fill(&mut scratch.work);
+            app_started = true;
         }
         let mut card_ex = explain.as_ref().map(|_| Vec::new());
-        let sink = if mode.picks { &mut scratch.picks } else { &mut scratch.discard };
-        let placed =
-            place_container(node, &mut scratch.work, position, req, prep, &mut scratch.fit, sink, card_ex.as_mut());
+        let sink = if mode.picks {
+            &mut scratch.picks
+        } else {
+            &mut scratch.discard
+        };
+        let placed = place_container(
+            node,
+            &mut scratch.work,
+            position,
+            req,
+            prep,
+            &mut scratch.fit,
+            sink,
+            card_ex.as_mut(),
+        );
         scratch.discard.clear();
         if let (Some(ex), Some(cards)) = (explain.as_deref_mut(), card_ex) {
             ex.containers.push(ContainerExplanation { position, cards });
@@ -108,13 +170,19 @@ fn evaluate_once(
         }
     }
     if !app_started {
-        scratch.work.clone_from(&scratch.base);
+        fill(&mut scratch.work);
     }
     scratch.final_usage.clear();
     if has_init {
-        scratch.final_usage.extend(scratch.work.iter().zip(&scratch.peak).map(|(w, p)| w.max(*p)));
-    } else {
-        scratch.final_usage.extend_from_slice(&scratch.work);
+        scratch.final_usage.extend(
+            scratch
+                .work
+                .iter()
+                .zip(&scratch.peak)
+                .map(|(w, p)| w.max(*p)),
+        );
+        return NodeOutcome::Fit(node_score(&node.cards, &scratch.final_usage));
     }
+    std::mem::swap(&mut scratch.final_usage, &mut scratch.work);
     NodeOutcome::Fit(node_score(&node.cards, &scratch.final_usage))
 }

@@ -3,7 +3,7 @@
 use std::cmp::Ordering;
 
 use crate::explain::CardExplanation;
-use crate::model::{CardUsage, Node};
+use crate::model::{Card, CardUsage, Node};
 use crate::policy::{SortKey, VisitPlan};
 use crate::reason::{Reason, ReasonCounts};
 use crate::score::{device_key, device_score};
@@ -21,6 +21,11 @@ pub(crate) struct Prepared<'w> {
     pub(crate) plan: VisitPlan,
     pub(crate) norm: [f64; 3],
     pub(crate) weights: ScoringWeights,
+    type_filter: bool,
+    uuid_filter: bool,
+    /// Position of the only GPU container when the workload is one app container without
+    /// numa-bind or topology: its node feasibility and score need no device scores.
+    pub(crate) lone: Option<usize>,
 }
 
 impl<'w> Prepared<'w> {
@@ -30,6 +35,85 @@ impl<'w> Prepared<'w> {
             plan: workload.gpu_policy.visit_plan(workload.numa_bind),
             norm: workload.weights.normalized(),
             weights: workload.weights,
+            type_filter: workload.filters.has_type_filter(),
+            uuid_filter: workload.filters.has_uuid_filter(),
+            lone: lone_container(workload),
+        }
+    }
+}
+
+fn lone_container(w: &Workload) -> Option<usize> {
+    let mut gpu = w.containers.iter().enumerate().filter(|(_, c)| c.gpus > 0);
+    let (position, c) = gpu.next()?;
+    let plan = w.gpu_policy.visit_plan(w.numa_bind);
+    (gpu.next().is_none() && !c.init && !plan.numa_bind && !plan.topology).then_some(position)
+}
+
+/// Outcome of [`lone_fit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LoneFit {
+    /// The container fits; every fitting card books the same memory, so the node's usage
+    /// after placement does not depend on which cards are chosen.
+    Uniform { booked_mem: u64 },
+    /// The container fits but fitting cards book different memory: choose the cards.
+    Varying,
+}
+
+/// Feasibility of a lone container (see [`Prepared::lone`]) without choosing cards: without
+/// numa-bind or topology, the container gets the first `gpus` cards in visiting order that
+/// pass the checks, so it fits exactly when that many cards pass. Reasons are those of the
+/// full visit.
+pub(crate) fn lone_fit(
+    node: &Node,
+    idle: bool,
+    req: &ContainerRequest,
+    prep: &Prepared<'_>,
+) -> Result<LoneFit, ReasonCounts> {
+    let need = req.gpus as usize;
+    let mut reasons = ReasonCounts::default();
+    if need > node.cards.len() {
+        reasons.add(Reason::NodeInsufficientDevice, 1);
+        return Err(reasons);
+    }
+    let mut passing = 0usize;
+    let mut booked: Option<u64> = None;
+    let mut varying = false;
+    // Every card books the same memory: stop as soon as enough cards pass.
+    let uniform = req.mem_mib.is_some() || node.sums.uniform_mem;
+    for (pos, card) in node.cards.iter().enumerate() {
+        if uniform && passing >= need {
+            break;
+        }
+        let u = if idle {
+            CardUsage::default()
+        } else {
+            card.usage
+        };
+        if let Some(r) = pre_checks(card, node.is_cordoned(pos), prep)
+            .or_else(|| post_checks(card, u, req, prep))
+        {
+            reasons.add(r, 1);
+            continue;
+        }
+        passing += 1;
+        let b = req.booked_mem(card);
+        match booked {
+            None => booked = Some(b),
+            Some(x) if x != b => varying = true,
+            Some(_) => {}
+        }
+    }
+    match booked {
+        Some(_) if passing >= need && varying => Ok(LoneFit::Varying),
+        Some(booked_mem) if passing >= need => Ok(LoneFit::Uniform { booked_mem }),
+        _ => {
+            if passing > 0 {
+                reasons.set(
+                    Reason::AllocatedCardsInsufficientRequest,
+                    u32::try_from(passing).unwrap_or(u32::MAX),
+                );
+            }
+            Err(reasons)
         }
     }
 }
@@ -58,14 +142,23 @@ pub(crate) struct FitScratch {
     chosen: Vec<usize>,
 }
 
-fn card_keys(plan: &VisitPlan, node: &Node, pos: usize, usage: CardUsage, req: &ContainerRequest, norm: [f64; 3]) -> [i64; 4] {
+fn card_keys(
+    plan: &VisitPlan,
+    card: &Card,
+    usage: CardUsage,
+    req: &ContainerRequest,
+    norm: [f64; 3],
+) -> [i64; 4] {
+    let score = if plan.uses_score() {
+        device_key(card, usage, req, norm)
+    } else {
+        0
+    };
     let mut keys = [0i64; 4];
-    let Some(card) = node.cards.get(pos) else { return keys };
-    let mut score: Option<i64> = None;
     for (slot, key) in keys.iter_mut().zip(&plan.keys) {
         *slot = match key {
-            SortKey::ScoreDesc => -*score.get_or_insert_with(|| device_key(card, usage, req, norm)),
-            SortKey::ScoreAsc => *score.get_or_insert_with(|| device_key(card, usage, req, norm)),
+            SortKey::ScoreDesc => -score,
+            SortKey::ScoreAsc => score,
             SortKey::NumaDesc => -i64::from(card.numa),
             SortKey::NumaAsc => i64::from(card.numa),
             SortKey::IdleFirst => i64::from(usage.used > 0),
@@ -86,24 +179,29 @@ fn cmp_entries(node: &Node, a: &OrderEntry, b: &OrderEntry) -> Ordering {
 }
 
 /// Checks 1-3: health, cordon, type/mode filter.
-fn pre_checks(node: &Node, pos: usize, prep: &Prepared<'_>) -> Option<Reason> {
-    let card = node.cards.get(pos)?;
+#[inline]
+pub(crate) fn pre_checks(card: &Card, cordoned: bool, prep: &Prepared<'_>) -> Option<Reason> {
     if !card.healthy {
         return Some(Reason::CardNotHealth);
     }
-    if node.is_cordoned(pos) {
+    if cordoned {
         return Some(Reason::CardCordoned);
     }
-    if !prep.workload.filters.type_allows(card) {
+    if prep.type_filter && !prep.workload.filters.type_allows(card) {
         return Some(Reason::CardTypeMismatch);
     }
     None
 }
 
 /// Checks 5-11: id filter, slots, mutex, memory, cores, exclusivity, compute exhausted.
-fn post_checks(node: &Node, pos: usize, u: CardUsage, req: &ContainerRequest, prep: &Prepared<'_>) -> Option<Reason> {
-    let card = node.cards.get(pos)?;
-    if !prep.workload.filters.uuid_allows(card) {
+#[inline]
+pub(crate) fn post_checks(
+    card: &Card,
+    u: CardUsage,
+    req: &ContainerRequest,
+    prep: &Prepared<'_>,
+) -> Option<Reason> {
+    if prep.uuid_filter && !prep.workload.filters.uuid_allows(card) {
         return Some(Reason::CardUuidMismatch);
     }
     if u.used >= card.count {
@@ -157,35 +255,54 @@ pub(crate) fn place_container(
     if need == 1 && !plan.numa_bind && !plan.topology && explain.is_none() {
         // Fast path: the first card in visiting order that passes is the best passing card.
         let mut best: Option<OrderEntry> = None;
-        for pos in 0..n {
-            let u = usage.get(pos).copied().unwrap_or_default();
-            if let Some(r) = pre_checks(node, pos, prep).or_else(|| post_checks(node, pos, u, req, prep)) {
+        for (pos, (card, &u)) in node.cards.iter().zip(usage.iter()).enumerate() {
+            if let Some(r) = pre_checks(card, node.is_cordoned(pos), prep)
+                .or_else(|| post_checks(card, u, req, prep))
+            {
                 reasons.add(r, 1);
                 continue;
             }
-            let index = node.cards.get(pos).map_or(0, |c| c.index);
-            let entry = OrderEntry { keys: card_keys(plan, node, pos, u, req, prep.norm), index, pos };
+            let entry = OrderEntry {
+                keys: card_keys(plan, card, u, req, prep.norm),
+                index: card.index,
+                pos,
+            };
             if best.is_none_or(|b| cmp_entries(node, &entry, &b) == Ordering::Less) {
                 best = Some(entry);
             }
         }
-        let Some(best) = best else { return Err(reasons) };
+        let Some(best) = best else {
+            return Err(reasons);
+        };
         scratch.chosen.push(best.pos);
     } else {
         visit_in_order(node, usage, req, prep, scratch, &mut reasons, explain)?;
     }
     for &pos in &scratch.chosen {
-        let (Some(card), Some(u)) = (node.cards.get(pos), usage.get_mut(pos)) else { continue };
+        let (Some(card), Some(u)) = (node.cards.get(pos), usage.get_mut(pos)) else {
+            continue;
+        };
         let mem = req.booked_mem(card);
         u.used = u.used.saturating_add(1);
         u.used_mem_mib = u.used_mem_mib.saturating_add(mem);
         u.used_cores = u.used_cores.saturating_add(req.cores);
-        picks.push(Pick { container: position, card: pos, mem_mib: mem, cores: req.cores });
+        picks.push(Pick {
+            container: position,
+            card: pos,
+            mem_mib: mem,
+            cores: req.cores,
+        });
     }
     Ok(())
 }
 
-fn explain_unvisited(node: &Node, usage: &[CardUsage], req: &ContainerRequest, prep: &Prepared<'_>, ex: &mut Vec<CardExplanation>) {
+fn explain_unvisited(
+    node: &Node,
+    usage: &[CardUsage],
+    req: &ContainerRequest,
+    prep: &Prepared<'_>,
+    ex: &mut Vec<CardExplanation>,
+) {
     for (pos, card) in node.cards.iter().enumerate() {
         let u = usage.get(pos).copied().unwrap_or_default();
         ex.push(CardExplanation {
@@ -210,21 +327,39 @@ fn visit_in_order(
     let plan = &prep.plan;
     let need = req.gpus as usize;
     scratch.order.clear();
-    for (pos, card) in node.cards.iter().enumerate() {
-        let u = usage.get(pos).copied().unwrap_or_default();
-        scratch.order.push(OrderEntry { keys: card_keys(plan, node, pos, u, req, prep.norm), index: card.index, pos });
+    for (pos, (card, &u)) in node.cards.iter().zip(usage.iter()).enumerate() {
+        scratch.order.push(OrderEntry {
+            keys: card_keys(plan, card, u, req, prep.norm),
+            index: card.index,
+            pos,
+        });
     }
     scratch.order.sort_by(|a, b| cmp_entries(node, a, b));
     let first_explained = explain.as_ref().map_or(0, |e| e.len());
     if let Some(ex) = explain.as_deref_mut() {
         for entry in &scratch.order {
             let u = usage.get(entry.pos).copied().unwrap_or_default();
-            let terms = node.cards.get(entry.pos).map(|c| device_score(c, u, req, prep.weights)).unwrap_or_default();
-            ex.push(CardExplanation { card: entry.pos, terms, visit_position: None, rejected: None, chosen: false });
+            let terms = node
+                .cards
+                .get(entry.pos)
+                .map(|c| device_score(c, u, req, prep.weights))
+                .unwrap_or_default();
+            ex.push(CardExplanation {
+                card: entry.pos,
+                terms,
+                visit_position: None,
+                rejected: None,
+                chosen: false,
+            });
         }
     }
-    let mark = |explain: &mut Option<&mut Vec<CardExplanation>>, visit: usize, rejected: Option<Reason>| {
-        if let Some(e) = explain.as_deref_mut().and_then(|ex| ex.get_mut(first_explained + visit)) {
+    let mark = |explain: &mut Option<&mut Vec<CardExplanation>>,
+                visit: usize,
+                rejected: Option<Reason>| {
+        if let Some(e) = explain
+            .as_deref_mut()
+            .and_then(|ex| ex.get_mut(first_explained + visit))
+        {
             e.visit_position = Some(u32::try_from(visit).unwrap_or(u32::MAX));
             if rejected.is_some() {
                 e.rejected = rejected;
@@ -236,10 +371,14 @@ fn visit_in_order(
     let mut prev_numa: Option<u32> = None;
     let mut done = false;
     for visit in 0..scratch.order.len() {
-        let Some(entry) = scratch.order.get(visit).copied() else { break };
+        let Some(entry) = scratch.order.get(visit).copied() else {
+            break;
+        };
         let pos = entry.pos;
-        let Some(card) = node.cards.get(pos) else { continue };
-        if let Some(r) = pre_checks(node, pos, prep) {
+        let Some(card) = node.cards.get(pos) else {
+            continue;
+        };
+        if let Some(r) = pre_checks(card, node.is_cordoned(pos), prep) {
             reasons.add(r, 1);
             mark(&mut explain, visit, Some(r));
             continue;
@@ -249,7 +388,10 @@ fn visit_in_order(
                 break;
             }
             if !scratch.collected.is_empty() {
-                reasons.add(Reason::NumaNotFit, u32::try_from(scratch.collected.len()).unwrap_or(u32::MAX));
+                reasons.add(
+                    Reason::NumaNotFit,
+                    u32::try_from(scratch.collected.len()).unwrap_or(u32::MAX),
+                );
                 for &v in &collected_visits {
                     mark(&mut explain, v, Some(Reason::NumaNotFit));
                 }
@@ -259,7 +401,7 @@ fn visit_in_order(
             prev_numa = Some(card.numa);
         }
         let u = usage.get(pos).copied().unwrap_or_default();
-        if let Some(r) = post_checks(node, pos, u, req, prep) {
+        if let Some(r) = post_checks(card, u, req, prep) {
             reasons.add(r, 1);
             mark(&mut explain, visit, Some(r));
             continue;
@@ -306,7 +448,11 @@ pub(crate) fn choose_by_topology(node: &Node, candidates: &[usize], need: usize)
     if need == 1 {
         let mut best: Option<(i128, usize)> = None;
         for &c in candidates {
-            let sum: i128 = candidates.iter().filter(|&&o| o != c).map(|&o| i128::from(node.pair(c, o))).sum();
+            let sum: i128 = candidates
+                .iter()
+                .filter(|&&o| o != c)
+                .map(|&o| i128::from(node.pair(c, o)))
+                .sum();
             if best.is_none_or(|(s, _)| sum < s) {
                 best = Some((sum, c));
             }
@@ -317,7 +463,10 @@ pub(crate) fn choose_by_topology(node: &Node, candidates: &[usize], need: usize)
         let mut best: Option<(i128, Vec<usize>)> = None;
         let mut idx: Vec<usize> = (0..need).collect();
         loop {
-            let combo: Vec<usize> = idx.iter().filter_map(|&i| candidates.get(i).copied()).collect();
+            let combo: Vec<usize> = idx
+                .iter()
+                .filter_map(|&i| candidates.get(i).copied())
+                .collect();
             let sum = pair_sum(node, &combo);
             if best.as_ref().is_none_or(|(s, _)| sum > *s) {
                 best = Some((sum, combo));
@@ -381,7 +530,9 @@ fn greedy_topology(node: &Node, candidates: &[usize], need: usize) -> Vec<usize>
             }
         }
     }
-    let Some((_, a, b)) = best_pair else { return candidates.iter().take(need).copied().collect() };
+    let Some((_, a, b)) = best_pair else {
+        return candidates.iter().take(need).copied().collect();
+    };
     let mut chosen = vec![a, b];
     while chosen.len() < need {
         let mut best: Option<(i128, usize)> = None;
@@ -400,7 +551,11 @@ fn greedy_topology(node: &Node, candidates: &[usize], need: usize) -> Vec<usize>
         }
     }
     // Report in visiting order.
-    candidates.iter().copied().filter(|c| chosen.contains(c)).collect()
+    candidates
+        .iter()
+        .copied()
+        .filter(|c| chosen.contains(c))
+        .collect()
 }
 
 #[cfg(test)]
@@ -414,7 +569,17 @@ mod tests {
         while next_combination(&mut idx, 4) {
             all.push(idx.clone());
         }
-        assert_eq!(all, vec![vec![0, 1], vec![0, 2], vec![0, 3], vec![1, 2], vec![1, 3], vec![2, 3]]);
+        assert_eq!(
+            all,
+            vec![
+                vec![0, 1],
+                vec![0, 2],
+                vec![0, 3],
+                vec![1, 2],
+                vec![1, 3],
+                vec![2, 3]
+            ]
+        );
         assert_eq!(combinations(16, 8), 12870);
         assert_eq!(combinations(4, 4), 1);
         assert!(combinations(64, 32) > TOPOLOGY_EXACT_LIMIT);

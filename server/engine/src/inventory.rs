@@ -107,7 +107,12 @@ pub struct NormalizationConfig {
 
 impl Default for NormalizationConfig {
     fn default() -> Self {
-        NormalizationConfig { split_count: 10, memory_scaling: 1.0, core_scaling: 1.0, overrides: Vec::new() }
+        NormalizationConfig {
+            split_count: 10,
+            memory_scaling: 1.0,
+            core_scaling: 1.0,
+            overrides: Vec::new(),
+        }
     }
 }
 
@@ -119,7 +124,10 @@ fn check_split(field: String, v: u32, out: &mut Vec<Violation>) {
 
 fn check_scaling(field: String, v: f64, out: &mut Vec<Violation>) {
     if !(v.is_finite() && v > 0.0 && v <= 1000.0) {
-        out.push(Violation::new(field, format!("scaling {v} must be a number in (0, 1000]")));
+        out.push(Violation::new(
+            field,
+            format!("scaling {v} must be a number in (0, 1000]"),
+        ));
     }
 }
 
@@ -141,16 +149,22 @@ impl NormalizationConfig {
                 check_scaling(format!("overrides[{i}].core_scaling"), s, &mut v);
             }
         }
-        if v.is_empty() { Ok(()) } else { Err(InvalidInput { violations: v }) }
+        if v.is_empty() {
+            Ok(())
+        } else {
+            Err(InvalidInput { violations: v })
+        }
     }
 
     /// The settings in force for one card of `node_name` with model `model`.
     pub fn resolve(&self, node_name: &str, model: &str) -> (u32, f64, f64) {
-        let (mut split, mut mem, mut core) = (self.split_count, self.memory_scaling, self.core_scaling);
+        let (mut split, mut mem, mut core) =
+            (self.split_count, self.memory_scaling, self.core_scaling);
         let model_upper = model.to_uppercase();
         for o in &self.overrides {
             let node_ok = o.node_name.is_empty() || o.node_name == node_name;
-            let model_ok = o.model_contains.is_empty() || model_upper.contains(&o.model_contains.to_uppercase());
+            let model_ok = o.model_contains.is_empty()
+                || model_upper.contains(&o.model_contains.to_uppercase());
             if node_ok && model_ok {
                 split = o.split_count.unwrap_or(split);
                 mem = o.memory_scaling.unwrap_or(mem);
@@ -175,7 +189,11 @@ pub struct NormalizedInventory {
 /// HAMi's registered type: the model name, prefixed with `NVIDIA-` unless it starts with
 /// `NVIDIA`.
 pub fn card_type(model_name: &str) -> String {
-    if model_name.starts_with("NVIDIA") { model_name.to_owned() } else { format!("NVIDIA-{model_name}") }
+    if model_name.starts_with("NVIDIA") {
+        model_name.to_owned()
+    } else {
+        format!("NVIDIA-{model_name}")
+    }
 }
 
 /// Normalises `raw` cards of `node_name` with `config` (validated here).
@@ -189,7 +207,10 @@ pub fn normalize_inventory(
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, c) in raw.iter().enumerate() {
         if c.uuid.trim().is_empty() {
-            violations.push(Violation::new(format!("cards[{i}].uuid"), "uuid must not be empty"));
+            violations.push(Violation::new(
+                format!("cards[{i}].uuid"),
+                "uuid must not be empty",
+            ));
         } else if let Some(first) = seen.insert(&c.uuid, i) {
             violations.push(Violation::new(
                 format!("cards[{i}].uuid"),
@@ -205,7 +226,10 @@ pub fn normalize_inventory(
     for c in raw {
         let mib = c.total_memory_bytes / (1024 * 1024);
         if mib == 0 {
-            skipped.push((c.uuid.clone(), "total memory unknown or below 1 MiB".to_owned()));
+            skipped.push((
+                c.uuid.clone(),
+                "total memory unknown or below 1 MiB".to_owned(),
+            ));
             continue;
         }
         let (split, mem_scaling, core_scaling) = config.resolve(node_name, &c.model_name);
@@ -213,7 +237,11 @@ pub fn normalize_inventory(
             // HAMi applies no scaling to MIG cards.
             (CardMode::Mig, mib, 100)
         } else {
-            let mem = if mem_scaling == 1.0 { mib } else { (mib as f64 * mem_scaling) as u64 };
+            let mem = if mem_scaling == 1.0 {
+                mib
+            } else {
+                (mib as f64 * mem_scaling) as u64
+            };
             (CardMode::HamiCore, mem, (core_scaling * 100.0) as u32)
         };
         cards.push(Card {
@@ -239,14 +267,24 @@ pub fn normalize_inventory(
             if link.peer_uuid == c.uuid || !cards.iter().any(|k| k.id == link.peer_uuid) {
                 continue;
             }
-            *pairs.entry((c.uuid.clone(), link.peer_uuid.clone())).or_insert(0) += link.kind.score(link.lanes);
+            *pairs
+                .entry((c.uuid.clone(), link.peer_uuid.clone()))
+                .or_insert(0) += link.kind.score(link.lanes);
         }
     }
     let pair_scores = pairs
         .into_iter()
-        .map(|((card_id, peer_card_id), score)| PairScore { card_id, peer_card_id, score })
+        .map(|((card_id, peer_card_id), score)| PairScore {
+            card_id,
+            peer_card_id,
+            score,
+        })
         .collect();
-    Ok(NormalizedInventory { cards, pair_scores, skipped })
+    Ok(NormalizedInventory {
+        cards,
+        pair_scores,
+        skipped,
+    })
 }
 
 #[cfg(test)]
@@ -268,9 +306,26 @@ mod tests {
 
     #[test]
     fn scaling_split_and_type() {
-        let mut cfg = NormalizationConfig { split_count: 4, memory_scaling: 1.5, core_scaling: 2.0, ..Default::default() };
-        cfg.overrides.push(NormalizationOverride { model_contains: "h200".into(), split_count: Some(7), ..Default::default() });
-        let inv = normalize_inventory("n1", &[raw("GPU-b", 1, "NVIDIA H200", 141), raw("GPU-a", 0, "Tesla T4", 16)], &cfg).unwrap();
+        let mut cfg = NormalizationConfig {
+            split_count: 4,
+            memory_scaling: 1.5,
+            core_scaling: 2.0,
+            ..Default::default()
+        };
+        cfg.overrides.push(NormalizationOverride {
+            model_contains: "h200".into(),
+            split_count: Some(7),
+            ..Default::default()
+        });
+        let inv = normalize_inventory(
+            "n1",
+            &[
+                raw("GPU-b", 1, "NVIDIA H200", 141),
+                raw("GPU-a", 0, "Tesla T4", 16),
+            ],
+            &cfg,
+        )
+        .unwrap();
         assert_eq!(inv.cards[0].id, "GPU-a");
         assert_eq!(inv.cards[0].card_type, "NVIDIA-Tesla T4");
         assert_eq!(inv.cards[0].count, 4);
@@ -283,11 +338,20 @@ mod tests {
 
     #[test]
     fn bad_config_and_duplicates_are_rejected() {
-        let cfg = NormalizationConfig { split_count: 0, memory_scaling: f64::NAN, ..Default::default() };
+        let cfg = NormalizationConfig {
+            split_count: 0,
+            memory_scaling: f64::NAN,
+            ..Default::default()
+        };
         let err = normalize_inventory("n", &[], &cfg).unwrap_err();
         assert_eq!(err.violations.len(), 2);
         assert_eq!(err.violations[0].field, "config.split_count");
-        let err = normalize_inventory("n", &[raw("A", 0, "x", 1), raw("A", 1, "x", 1)], &NormalizationConfig::default()).unwrap_err();
+        let err = normalize_inventory(
+            "n",
+            &[raw("A", 0, "x", 1), raw("A", 1, "x", 1)],
+            &NormalizationConfig::default(),
+        )
+        .unwrap_err();
         assert_eq!(err.violations[0].field, "cards[1].uuid");
     }
 }

@@ -93,7 +93,12 @@ pub struct Card {
 
 impl Card {
     /// A healthy idle card with HAMi's defaults: 10 slots, 100 cores, NUMA 0.
-    pub fn new(id: impl Into<String>, index: u32, card_type: impl Into<String>, total_mem_mib: u64) -> Self {
+    pub fn new(
+        id: impl Into<String>,
+        index: u32,
+        card_type: impl Into<String>,
+        total_mem_mib: u64,
+    ) -> Self {
         Card {
             id: id.into(),
             index,
@@ -136,7 +141,11 @@ pub struct NodeSpec {
 impl NodeSpec {
     /// A node with these cards and nothing else.
     pub fn new(name: impl Into<String>, cards: Vec<Card>) -> Self {
-        NodeSpec { name: name.into(), cards, ..NodeSpec::default() }
+        NodeSpec {
+            name: name.into(),
+            cards,
+            ..NodeSpec::default()
+        }
     }
 }
 
@@ -151,6 +160,41 @@ pub struct Node {
     /// Pair scores as given (kept for round-tripping updated nodes).
     pub(crate) pair_scores: Vec<PairScore>,
     pub(crate) cordoned_ids: Vec<String>,
+    /// Capacity and usage sums over all cards (kept in step with `cards`).
+    pub(crate) sums: NodeSums,
+}
+
+/// Sums over a node's cards, for the node score. Memory sums saturate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub(crate) struct NodeSums {
+    pub(crate) count: u64,
+    pub(crate) total_cores: u64,
+    pub(crate) total_mem: u64,
+    pub(crate) used: u64,
+    pub(crate) used_cores: u64,
+    pub(crate) used_mem: u64,
+    /// Every card has the same total memory.
+    pub(crate) uniform_mem: bool,
+}
+
+impl NodeSums {
+    pub(crate) fn of<'a>(cards: &[Card], usage: impl Iterator<Item = &'a CardUsage>) -> NodeSums {
+        let mut s = NodeSums {
+            uniform_mem: cards
+                .windows(2)
+                .all(|w| w[0].total_mem_mib == w[1].total_mem_mib),
+            ..NodeSums::default()
+        };
+        for (card, u) in cards.iter().zip(usage) {
+            s.count += u64::from(card.count);
+            s.total_cores += u64::from(card.total_cores);
+            s.total_mem = s.total_mem.saturating_add(card.total_mem_mib);
+            s.used += u64::from(u.used);
+            s.used_cores += u64::from(u.used_cores);
+            s.used_mem = s.used_mem.saturating_add(u.used_mem_mib);
+        }
+        s
+    }
 }
 
 impl Node {
@@ -179,11 +223,22 @@ impl Node {
         }
     }
 
+    /// Sets the usage of the cards (in card order) and the sums.
+    pub(crate) fn set_usage(&mut self, usage: &[CardUsage]) {
+        for (card, u) in self.cards.iter_mut().zip(usage) {
+            card.usage = *u;
+        }
+        self.sums = NodeSums::of(&self.cards, self.cards.iter().map(|c| &c.usage));
+    }
+
     pub(crate) fn pair(&self, from: usize, to: usize) -> i64 {
         if self.pairs.is_empty() {
             return 0;
         }
-        self.pairs.get(from * self.cards.len() + to).copied().unwrap_or(0)
+        self.pairs
+            .get(from * self.cards.len() + to)
+            .copied()
+            .unwrap_or(0)
     }
 }
 
@@ -202,7 +257,10 @@ impl Snapshot {
         let mut seen_names: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, spec) in specs.iter().enumerate() {
             if spec.name.is_empty() {
-                violations.push(Violation::new(format!("nodes[{i}].name"), "node name must not be empty"));
+                violations.push(Violation::new(
+                    format!("nodes[{i}].name"),
+                    "node name must not be empty",
+                ));
             } else if let Some(first) = seen_names.insert(&spec.name, i) {
                 violations.push(Violation::new(
                     format!("nodes[{i}].name"),
@@ -227,7 +285,10 @@ impl Snapshot {
                 }
             }
             for (k, pair) in spec.pair_scores.iter().enumerate() {
-                for (field, id) in [("card_id", &pair.card_id), ("peer_card_id", &pair.peer_card_id)] {
+                for (field, id) in [
+                    ("card_id", &pair.card_id),
+                    ("peer_card_id", &pair.peer_card_id),
+                ] {
                     if !seen_cards.contains_key(id.as_str()) {
                         violations.push(Violation::new(
                             format!("nodes[{i}].pair_scores[{k}].{field}"),
@@ -259,10 +320,14 @@ impl Snapshot {
     pub fn retain_names(&mut self, names: &[String]) -> Vec<String> {
         let missing: Vec<String> = names
             .iter()
-            .filter(|n| self.nodes.binary_search_by(|node| node.name.as_str().cmp(n)).is_err())
+            .filter(|n| {
+                self.nodes
+                    .binary_search_by(|node| node.name.as_str().cmp(n))
+                    .is_err()
+            })
             .cloned()
             .collect();
-        self.nodes.retain(|node| names.iter().any(|n| *n == node.name));
+        self.nodes.retain(|node| names.contains(&node.name));
         missing
     }
 
@@ -277,7 +342,11 @@ impl Snapshot {
 
 impl Node {
     fn from_spec(spec: NodeSpec) -> Node {
-        let cordoned = spec.cards.iter().map(|c| spec.cordoned.iter().any(|id| *id == c.id)).collect();
+        let cordoned = spec
+            .cards
+            .iter()
+            .map(|c| spec.cordoned.contains(&c.id))
+            .collect();
         let n = spec.cards.len();
         let mut pairs = Vec::new();
         if !spec.pair_scores.is_empty() {
@@ -285,14 +354,16 @@ impl Node {
             for p in &spec.pair_scores {
                 let from = spec.cards.iter().position(|c| c.id == p.card_id);
                 let to = spec.cards.iter().position(|c| c.id == p.peer_card_id);
-                if let (Some(from), Some(to)) = (from, to) {
-                    if let Some(slot) = pairs.get_mut(from * n + to) {
-                        *slot = p.score;
-                    }
+                if let (Some(from), Some(to)) = (from, to)
+                    && let Some(slot) = pairs.get_mut(from * n + to)
+                {
+                    *slot = p.score;
                 }
             }
         }
+        let sums = NodeSums::of(&spec.cards, spec.cards.iter().map(|c| &c.usage));
         Node {
+            sums,
             name: spec.name,
             cards: spec.cards,
             cordoned,

@@ -26,7 +26,9 @@ impl NodePolicy {
             "binpack" => Ok(NodePolicy::Binpack),
             "spread" => Ok(NodePolicy::Spread),
             "" => Err("must not be empty; accepted: binpack, spread".to_owned()),
-            other => Err(format!("unknown node policy {other:?}; accepted: binpack, spread")),
+            other => Err(format!(
+                "unknown node policy {other:?}; accepted: binpack, spread"
+            )),
         }
     }
 }
@@ -54,8 +56,13 @@ pub enum GpuToken {
 
 impl GpuToken {
     /// All tokens, in the order of the accepted-values message.
-    pub const ALL: [GpuToken; 5] =
-        [GpuToken::Binpack, GpuToken::Spread, GpuToken::Mutex, GpuToken::TopologyAware, GpuToken::Numa];
+    pub const ALL: [GpuToken; 5] = [
+        GpuToken::Binpack,
+        GpuToken::Spread,
+        GpuToken::Mutex,
+        GpuToken::TopologyAware,
+        GpuToken::Numa,
+    ];
 
     /// The token's annotation value.
     pub fn as_str(self) -> &'static str {
@@ -88,7 +95,9 @@ pub struct GpuPolicy {
 impl GpuPolicy {
     /// A plain policy.
     pub fn single(token: GpuToken) -> Self {
-        GpuPolicy { tokens: vec![token] }
+        GpuPolicy {
+            tokens: vec![token],
+        }
     }
 
     /// A policy from tokens; repeats count once, where they first appear. `None` when empty.
@@ -99,13 +108,18 @@ impl GpuPolicy {
                 out.push(*t);
             }
         }
-        if out.is_empty() { None } else { Some(GpuPolicy { tokens: out }) }
+        if out.is_empty() {
+            None
+        } else {
+            Some(GpuPolicy { tokens: out })
+        }
     }
 
     /// Parses an annotation or config value such as `binpack` or `binpack, numa`: each entry
     /// trimmed and compared case-sensitively; blank entries are errors.
     pub fn parse(value: &str) -> Result<Self, String> {
-        const ACCEPTED: &str = "accepted: binpack, spread, mutex, topology-aware, numa, or a comma chain of them";
+        const ACCEPTED: &str =
+            "accepted: binpack, spread, mutex, topology-aware, numa, or a comma chain of them";
         if value.trim().is_empty() {
             return Err(format!("must not be empty; {ACCEPTED}"));
         }
@@ -143,7 +157,9 @@ impl GpuPolicy {
             [GpuToken::Spread | GpuToken::TopologyAware] if numa_bind => {
                 vec![SortKey::NumaDesc, SortKey::ScoreAsc]
             }
-            [GpuToken::Spread | GpuToken::TopologyAware] => vec![SortKey::ScoreAsc, SortKey::NumaDesc],
+            [GpuToken::Spread | GpuToken::TopologyAware] => {
+                vec![SortKey::ScoreAsc, SortKey::NumaDesc]
+            }
             [GpuToken::Mutex] if numa_bind => vec![SortKey::NumaDesc, SortKey::IdleFirst],
             [GpuToken::Mutex] => vec![SortKey::IdleFirst, SortKey::NumaDesc],
             chain => {
@@ -166,7 +182,12 @@ impl GpuPolicy {
                 keys
             }
         };
-        VisitPlan { keys, mutex, topology, numa_bind }
+        VisitPlan {
+            keys,
+            mutex,
+            topology,
+            numa_bind,
+        }
     }
 }
 
@@ -212,8 +233,11 @@ pub struct VisitPlan {
 
 impl VisitPlan {
     /// Whether any key uses the device score.
+    #[inline]
     pub fn uses_score(&self) -> bool {
-        self.keys.iter().any(|k| matches!(k, SortKey::ScoreAsc | SortKey::ScoreDesc))
+        self.keys
+            .iter()
+            .any(|k| matches!(k, SortKey::ScoreAsc | SortKey::ScoreDesc))
     }
 }
 
@@ -237,12 +261,24 @@ mod tests {
         let p = GpuPolicy::parse(" numa , binpack,numa").unwrap();
         assert_eq!(p.tokens(), &[GpuToken::Numa, GpuToken::Binpack]);
         assert_eq!(p.to_string(), "numa,binpack");
-        assert_eq!(GpuPolicy::parse("binpack,binpack").unwrap(), GpuPolicy::single(GpuToken::Binpack));
+        assert_eq!(
+            GpuPolicy::parse("binpack,binpack").unwrap(),
+            GpuPolicy::single(GpuToken::Binpack)
+        );
     }
 
     #[test]
     fn invalid_policies_are_rejected() {
-        for bad in ["", " ", "Spread", "pack", "binpack,,numa", "binpack,", ",binpack", "BINPACK"] {
+        for bad in [
+            "",
+            " ",
+            "Spread",
+            "pack",
+            "binpack,,numa",
+            "binpack,",
+            ",binpack",
+            "BINPACK",
+        ] {
             assert!(GpuPolicy::parse(bad).is_err(), "{bad:?} must be rejected");
         }
         for bad in ["", "Binpack", "mutex", "binpack,spread"] {
@@ -253,12 +289,27 @@ mod tests {
     #[test]
     fn visit_plans() {
         let plan = |s: &str, nb: bool| GpuPolicy::parse(s).unwrap().visit_plan(nb).keys;
-        assert_eq!(plan("binpack", false), vec![SortKey::ScoreDesc, SortKey::NumaDesc]);
-        assert_eq!(plan("binpack", true), vec![SortKey::NumaAsc, SortKey::ScoreDesc]);
-        assert_eq!(plan("spread", true), vec![SortKey::NumaDesc, SortKey::ScoreAsc]);
+        assert_eq!(
+            plan("binpack", false),
+            vec![SortKey::ScoreDesc, SortKey::NumaDesc]
+        );
+        assert_eq!(
+            plan("binpack", true),
+            vec![SortKey::NumaAsc, SortKey::ScoreDesc]
+        );
+        assert_eq!(
+            plan("spread", true),
+            vec![SortKey::NumaDesc, SortKey::ScoreAsc]
+        );
         assert_eq!(plan("numa", false), vec![SortKey::NumaDesc]);
-        assert_eq!(plan("binpack,numa", false), vec![SortKey::ScoreDesc, SortKey::NumaDesc]);
-        assert_eq!(plan("binpack,numa", true), vec![SortKey::NumaDesc, SortKey::ScoreDesc]);
+        assert_eq!(
+            plan("binpack,numa", false),
+            vec![SortKey::ScoreDesc, SortKey::NumaDesc]
+        );
+        assert_eq!(
+            plan("binpack,numa", true),
+            vec![SortKey::NumaDesc, SortKey::ScoreDesc]
+        );
         assert_eq!(plan("mutex,topology-aware", false), vec![SortKey::ScoreAsc]);
         let p = GpuPolicy::parse("mutex,spread").unwrap().visit_plan(false);
         assert!(p.mutex && !p.topology);

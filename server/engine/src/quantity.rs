@@ -10,11 +10,11 @@ pub fn parse_whole(value: &str) -> Result<u64, String> {
     let bytes = s.as_bytes();
     let mut pos = 0;
     let mut negative = false;
-    if let Some(&c) = bytes.first() {
-        if c == b'+' || c == b'-' {
-            negative = c == b'-';
-            pos = 1;
-        }
+    if let Some(&c) = bytes.first()
+        && (c == b'+' || c == b'-')
+    {
+        negative = c == b'-';
+        pos = 1;
     }
     let digits_start = pos;
     while bytes.get(pos).is_some_and(u8::is_ascii_digit) {
@@ -31,7 +31,9 @@ pub fn parse_whole(value: &str) -> Result<u64, String> {
         frac_digits = &s[fs..pos];
     }
     if int_digits.is_empty() && frac_digits.is_empty() {
-        return Err(format!("{s:?} is not a quantity (expected a number such as 1, 2k, 1Gi)"));
+        return Err(format!(
+            "{s:?} is not a quantity (expected a number such as 1, 2k, 1Gi)"
+        ));
     }
     let suffix = &s[pos..];
     let (exp10, exp2): (i32, u32) = match suffix {
@@ -83,9 +85,13 @@ pub fn parse_whole(value: &str) -> Result<u64, String> {
     if negative {
         return Err(format!("{s:?} must not be negative"));
     }
-    let frac_len = i32::try_from(frac_digits.len()).map_err(|_| format!("{s:?} is out of range"))?;
+    let frac_len =
+        i32::try_from(frac_digits.len()).map_err(|_| format!("{s:?} is out of range"))?;
     let out_of_range = || format!("{s:?} is out of range");
-    let mut n = mantissa.checked_shl(exp2).filter(|v| v >> exp2 == mantissa).ok_or_else(out_of_range)?;
+    let mut n = mantissa
+        .checked_shl(exp2)
+        .filter(|v| v >> exp2 == mantissa)
+        .ok_or_else(out_of_range)?;
     let e = exp10 - frac_len;
     if e >= 0 {
         for _ in 0..e {
@@ -131,7 +137,20 @@ mod tests {
 
     #[test]
     fn rejected_quantities() {
-        for s in ["", "abc", "1.5", "500m", "-1", "1x", "1e", "1Ki2", "99999999999999999999", "8Ei", ".", "1e99"] {
+        for s in [
+            "",
+            "abc",
+            "1.5",
+            "500m",
+            "-1",
+            "1x",
+            "1e",
+            "1Ki2",
+            "99999999999999999999",
+            "8Ei",
+            ".",
+            "1e99",
+        ] {
             assert!(parse_whole(s).is_err(), "{s:?} must be rejected");
         }
     }

@@ -177,10 +177,16 @@ mod tests {
         let mut s = ReasonCounts::default();
         s.add(Reason::CardTimeSlicingExhausted, 10);
         s.add(Reason::CardCordoned, 2);
-        assert_eq!(s.hami_text(12), "10/12 CardTimeSlicingExhausted, 2/12 CardCordoned");
+        assert_eq!(
+            s.hami_text(12),
+            "10/12 CardTimeSlicingExhausted, 2/12 CardCordoned"
+        );
         assert_eq!(
             s.entries(12),
-            vec![(Reason::CardTimeSlicingExhausted, 10), (Reason::CardCordoned, 2)]
+            vec![
+                (Reason::CardTimeSlicingExhausted, 10),
+                (Reason::CardCordoned, 2)
+            ]
         );
     }
 }

@@ -8,7 +8,7 @@
 //! (NUMA, index, id for cards; name for nodes). Integer keys make every comparison a total
 //! order.
 
-use crate::model::{Card, CardUsage};
+use crate::model::{Card, CardUsage, NodeSums};
 use crate::weights::ScoringWeights;
 use crate::workload::ContainerRequest;
 
@@ -17,8 +17,9 @@ pub const SCORE_RESOLUTION: f64 = 1e-9;
 
 /// Integer comparison key of a score.
 pub(crate) fn quantize(score: f64) -> i64 {
-    // `as` saturates at the i64 range; scores are never NaN (denominators are checked).
-    (score / SCORE_RESOLUTION).round() as i64
+    // Scores are never negative or NaN (denominators are checked): adding one half and
+    // truncating rounds half up; `as` saturates at the i64 range.
+    (score / SCORE_RESOLUTION + 0.5) as i64
 }
 
 /// The three terms of a device score, weights and the factor 10 applied.
@@ -52,7 +53,12 @@ fn ratios(card: &Card, usage: CardUsage, req: &ContainerRequest) -> [f64; 3] {
 }
 
 /// The device score of `card` for `req` against `usage` (PLACEMENT-SEMANTICS section 4).
-pub fn device_score(card: &Card, usage: CardUsage, req: &ContainerRequest, w: ScoringWeights) -> ScoreTerms {
+pub fn device_score(
+    card: &Card,
+    usage: CardUsage,
+    req: &ContainerRequest,
+    w: ScoringWeights,
+) -> ScoreTerms {
     let [s, c, m] = ratios(card, usage, req);
     ScoreTerms {
         slot: 10.0 * w.slot as f64 * s,
@@ -62,7 +68,12 @@ pub fn device_score(card: &Card, usage: CardUsage, req: &ContainerRequest, w: Sc
 }
 
 /// Comparison key of the device score, from weights normalised to sum 1.
-pub(crate) fn device_key(card: &Card, usage: CardUsage, req: &ContainerRequest, norm: [f64; 3]) -> i64 {
+pub(crate) fn device_key(
+    card: &Card,
+    usage: CardUsage,
+    req: &ContainerRequest,
+    norm: [f64; 3],
+) -> i64 {
     let [s, c, m] = ratios(card, usage, req);
     quantize(10.0 * (norm[0] * s + norm[1] * c + norm[2] * m))
 }
@@ -78,22 +89,22 @@ pub struct NodeScore {
 /// The node score over all cards of a node (unhealthy included) with `usage` (section 6).
 /// 0 when the node has no slots, cores or memory at all.
 pub fn node_score(cards: &[Card], usage: &[CardUsage]) -> NodeScore {
-    let (mut used, mut count, mut cores, mut total_cores, mut mem, mut total_mem) =
-        (0u64, 0u64, 0u64, 0u64, 0u128, 0u128);
-    for (card, u) in cards.iter().zip(usage) {
-        used += u64::from(u.used);
-        count += u64::from(card.count);
-        cores += u64::from(u.used_cores);
-        total_cores += u64::from(card.total_cores);
-        mem += u128::from(u.used_mem_mib);
-        total_mem += u128::from(card.total_mem_mib);
-    }
-    if count == 0 || total_cores == 0 || total_mem == 0 {
+    score_from_sums(&NodeSums::of(cards, usage.iter()))
+}
+
+/// The node score from capacity and usage sums.
+pub(crate) fn score_from_sums(s: &NodeSums) -> NodeScore {
+    if s.count == 0 || s.total_cores == 0 || s.total_mem == 0 {
         return NodeScore { raw: 0.0, key: 0 };
     }
     let raw = 10.0
-        * (used as f64 / count as f64 + cores as f64 / total_cores as f64 + mem as f64 / total_mem as f64);
-    NodeScore { raw, key: quantize(raw) }
+        * (s.used as f64 / s.count as f64
+            + s.used_cores as f64 / s.total_cores as f64
+            + s.used_mem as f64 / s.total_mem as f64);
+    NodeScore {
+        raw,
+        key: quantize(raw),
+    }
 }
 
 #[cfg(test)]
@@ -102,7 +113,14 @@ mod tests {
     use crate::model::Card;
 
     fn req(cores: u32, mem_mib: Option<u64>, pct: Option<u32>) -> ContainerRequest {
-        ContainerRequest { name: "c".into(), init: false, gpus: 1, mem_mib, mem_percent: pct, cores }
+        ContainerRequest {
+            name: "c".into(),
+            init: false,
+            gpus: 1,
+            mem_mib,
+            mem_percent: pct,
+            cores,
+        }
     }
 
     #[test]
@@ -110,8 +128,16 @@ mod tests {
         // 10 slots, none used; GPU1 10 cores + 2000 MiB used, GPU2 70 + 6000; request 20 cores, 1000 MiB.
         let card = Card::new("GPU1", 0, "NVIDIA", 8000);
         let r = req(20, Some(1000), None);
-        let u1 = CardUsage { used: 0, used_mem_mib: 2000, used_cores: 10 };
-        let u2 = CardUsage { used: 0, used_mem_mib: 6000, used_cores: 70 };
+        let u1 = CardUsage {
+            used: 0,
+            used_mem_mib: 2000,
+            used_cores: 10,
+        };
+        let u2 = CardUsage {
+            used: 0,
+            used_mem_mib: 6000,
+            used_cores: 70,
+        };
         let s1 = device_score(&card, u1, &r, ScoringWeights::default()).total();
         let s2 = device_score(&card, u2, &r, ScoringWeights::default()).total();
         assert!((s1 - 7.75).abs() < 1e-12, "{s1}");
@@ -122,7 +148,12 @@ mod tests {
     fn zero_capacity_scores_zero() {
         let mut card = Card::new("G", 0, "NVIDIA", 8000);
         card.count = 0;
-        let t = device_score(&card, CardUsage::default(), &req(0, None, Some(100)), ScoringWeights::default());
+        let t = device_score(
+            &card,
+            CardUsage::default(),
+            &req(0, None, Some(100)),
+            ScoringWeights::default(),
+        );
         assert_eq!(t.total(), 0.0);
     }
 }

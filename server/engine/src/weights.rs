@@ -18,22 +18,36 @@ pub const MAX_WEIGHT: u64 = i64::MAX as u64;
 
 impl Default for ScoringWeights {
     fn default() -> Self {
-        ScoringWeights { slot: 1, core: 1, memory: 1 }
+        ScoringWeights {
+            slot: 1,
+            core: 1,
+            memory: 1,
+        }
     }
 }
 
 impl fmt::Display for ScoringWeights {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "slot={},core={},memory={}", self.slot, self.core, self.memory)
+        write!(
+            f,
+            "slot={},core={},memory={}",
+            self.slot, self.core, self.memory
+        )
     }
 }
 
 impl ScoringWeights {
     /// Checks the typed form: each weight at most [`MAX_WEIGHT`], at least one positive.
     pub fn validate(self) -> Result<Self, String> {
-        for (name, w) in [("slot", self.slot), ("core", self.core), ("memory", self.memory)] {
+        for (name, w) in [
+            ("slot", self.slot),
+            ("core", self.core),
+            ("memory", self.memory),
+        ] {
             if w > MAX_WEIGHT {
-                return Err(format!("{name} weight {w} is out of range (at most {MAX_WEIGHT})"));
+                return Err(format!(
+                    "{name} weight {w} is out of range (at most {MAX_WEIGHT})"
+                ));
             }
         }
         if self.slot == 0 && self.core == 0 && self.memory == 0 {
@@ -79,9 +93,9 @@ impl ScoringWeights {
             if val.is_empty() {
                 return Err(format!("{FORM}: {key} has an empty value"));
             }
-            let parsed: i64 = val
-                .parse()
-                .map_err(|_| format!("{FORM}: {key} weight {val:?} is not a base-10 integer in range"))?;
+            let parsed: i64 = val.parse().map_err(|_| {
+                format!("{FORM}: {key} weight {val:?} is not a base-10 integer in range")
+            })?;
             if parsed < 0 {
                 return Err(format!("{FORM}: {key} weight {val:?} must not be negative"));
             }
@@ -101,7 +115,11 @@ impl ScoringWeights {
         if sum <= 0.0 {
             return [0.0; 3];
         }
-        [self.slot as f64 / sum, self.core as f64 / sum, self.memory as f64 / sum]
+        [
+            self.slot as f64 / sum,
+            self.core as f64 / sum,
+            self.memory as f64 / sum,
+        ]
     }
 }
 
@@ -112,10 +130,38 @@ mod tests {
     #[test]
     fn accepted_forms() {
         let w = |s: &str| ScoringWeights::parse(s).unwrap();
-        assert_eq!(w("slot=1,core=1,memory=3"), ScoringWeights { slot: 1, core: 1, memory: 3 });
-        assert_eq!(w(" memory = 3 , slot=1,core= 1 "), ScoringWeights { slot: 1, core: 1, memory: 3 });
-        assert_eq!(w("slot=+2,core=0,memory=0"), ScoringWeights { slot: 2, core: 0, memory: 0 });
-        assert_eq!(w("slot=0,core=0,memory=007"), ScoringWeights { slot: 0, core: 0, memory: 7 });
+        assert_eq!(
+            w("slot=1,core=1,memory=3"),
+            ScoringWeights {
+                slot: 1,
+                core: 1,
+                memory: 3
+            }
+        );
+        assert_eq!(
+            w(" memory = 3 , slot=1,core= 1 "),
+            ScoringWeights {
+                slot: 1,
+                core: 1,
+                memory: 3
+            }
+        );
+        assert_eq!(
+            w("slot=+2,core=0,memory=0"),
+            ScoringWeights {
+                slot: 2,
+                core: 0,
+                memory: 0
+            }
+        );
+        assert_eq!(
+            w("slot=0,core=0,memory=007"),
+            ScoringWeights {
+                slot: 0,
+                core: 0,
+                memory: 7
+            }
+        );
     }
 
     #[test]
@@ -137,7 +183,10 @@ mod tests {
             "slot=99999999999999999999,core=1,memory=1",
             "slot=1 2,core=1,memory=1",
         ] {
-            assert!(ScoringWeights::parse(bad).is_err(), "{bad:?} must be rejected");
+            assert!(
+                ScoringWeights::parse(bad).is_err(),
+                "{bad:?} must be rejected"
+            );
         }
     }
 }

@@ -201,7 +201,10 @@ impl CardFilters {
         vgpu_mode: Option<String>,
     ) -> Self {
         let clean = |v: Vec<String>| -> Vec<String> {
-            v.into_iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect()
+            v.into_iter()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect()
         };
         let use_types = clean(use_types);
         let nouse_types = clean(nouse_types);
@@ -216,20 +219,39 @@ impl CardFilters {
         }
     }
 
+    /// Whether check 3 can refuse any card.
+    pub fn has_type_filter(&self) -> bool {
+        !self.use_types_upper.is_empty()
+            || !self.nouse_types_upper.is_empty()
+            || self.vgpu_mode.is_some()
+    }
+
+    /// Whether check 5 can refuse any card.
+    pub fn has_uuid_filter(&self) -> bool {
+        !self.use_uuids.is_empty() || !self.nouse_uuids.is_empty()
+    }
+
     /// Check 3: the type lists and the vgpu mode accept the card.
     pub fn type_allows(&self, card: &Card) -> bool {
         if !self.use_types_upper.is_empty()
-            && !self.use_types_upper.iter().any(|t| contains_ignore_case(&card.card_type, t))
+            && !self
+                .use_types_upper
+                .iter()
+                .any(|t| contains_ignore_case(&card.card_type, t))
         {
             return false;
         }
-        if self.nouse_types_upper.iter().any(|t| contains_ignore_case(&card.card_type, t)) {
+        if self
+            .nouse_types_upper
+            .iter()
+            .any(|t| contains_ignore_case(&card.card_type, t))
+        {
             return false;
         }
-        if let Some(mode) = &self.vgpu_mode {
-            if !mode.contains(card.mode.as_str()) {
-                return false;
-            }
+        if let Some(mode) = &self.vgpu_mode
+            && !mode.contains(card.mode.as_str())
+        {
+            return false;
         }
         true
     }
@@ -250,7 +272,9 @@ fn contains_ignore_case(hay: &str, needle_upper: &str) -> bool {
         if n.is_empty() {
             return true;
         }
-        return h.windows(n.len()).any(|w| w.iter().zip(n).all(|(a, b)| a.to_ascii_uppercase() == *b));
+        return h
+            .windows(n.len())
+            .any(|w| w.iter().zip(n).all(|(a, b)| a.to_ascii_uppercase() == *b));
     }
     hay.to_uppercase().contains(needle_upper)
 }
@@ -307,7 +331,11 @@ struct RawContainer<'a> {
     cores_field: String,
 }
 
-fn resolve(raw: RawContainer<'_>, defaults: &Defaults, violations: &mut Vec<Violation>) -> ContainerRequest {
+fn resolve(
+    raw: RawContainer<'_>,
+    defaults: &Defaults,
+    violations: &mut Vec<Violation>,
+) -> ContainerRequest {
     let mut req = ContainerRequest {
         name: raw.name.to_owned(),
         init: raw.init,
@@ -325,7 +353,10 @@ fn resolve(raw: RawContainer<'_>, defaults: &Defaults, violations: &mut Vec<Viol
     if raw.mem_percent > 100 {
         violations.push(Violation::new(
             raw.percent_field,
-            format!("memory percentage {} is out of range 1..=100 (0 = not set)", raw.mem_percent),
+            format!(
+                "memory percentage {} is out of range 1..=100 (0 = not set)",
+                raw.mem_percent
+            ),
         ));
     } else if raw.mem_percent > 0 {
         req.mem_percent = u32::try_from(raw.mem_percent).ok();
@@ -348,10 +379,17 @@ fn resolve(raw: RawContainer<'_>, defaults: &Defaults, violations: &mut Vec<Viol
     req
 }
 
-fn parse_typed(meta: WorkloadMeta, t: &TypedSpec, defaults: &Defaults) -> Result<Workload, InvalidInput> {
+fn parse_typed(
+    meta: WorkloadMeta,
+    t: &TypedSpec,
+    defaults: &Defaults,
+) -> Result<Workload, InvalidInput> {
     let mut violations = Vec::new();
     let mut containers = Vec::new();
-    for (list, init, field) in [(&t.init_containers, true, "init_containers"), (&t.containers, false, "containers")] {
+    for (list, init, field) in [
+        (&t.init_containers, true, "init_containers"),
+        (&t.containers, false, "containers"),
+    ] {
         for (i, c) in list.iter().enumerate() {
             let raw = RawContainer {
                 name: &c.name,
@@ -373,7 +411,8 @@ fn parse_typed(meta: WorkloadMeta, t: &TypedSpec, defaults: &Defaults) -> Result
             ScoringWeights::default()
         }),
     };
-    let gpu_policy = GpuPolicy::from_tokens(&t.gpu_policy).unwrap_or_else(|| defaults.gpu_policy.clone());
+    let gpu_policy =
+        GpuPolicy::from_tokens(&t.gpu_policy).unwrap_or_else(|| defaults.gpu_policy.clone());
     let workload = Workload {
         meta,
         node_policy: t.node_policy.unwrap_or(defaults.node_policy),
@@ -390,9 +429,16 @@ fn parse_typed(meta: WorkloadMeta, t: &TypedSpec, defaults: &Defaults) -> Result
         containers,
     };
     if !workload.requests_gpu() {
-        return Ok(Workload { weights: ScoringWeights::default(), ..workload });
+        return Ok(Workload {
+            weights: ScoringWeights::default(),
+            ..workload
+        });
     }
-    if violations.is_empty() { Ok(workload) } else { Err(InvalidInput { violations }) }
+    if violations.is_empty() {
+        Ok(workload)
+    } else {
+        Err(InvalidInput { violations })
+    }
 }
 
 fn annotation_field(key: &str) -> String {
@@ -407,7 +453,10 @@ fn parse_kube(
 ) -> Result<Workload, InvalidInput> {
     let mut violations = Vec::new();
     let mut containers = Vec::new();
-    for (list, init, field) in [(&k.init_containers, true, "init_containers"), (&k.containers, false, "containers")] {
+    for (list, init, field) in [
+        (&k.init_containers, true, "init_containers"),
+        (&k.containers, false, "containers"),
+    ] {
         for (i, c) in list.iter().enumerate() {
             let lookup = |name: &str| -> Option<(String, &str)> {
                 if let Some(v) = c.limits.get(name) {
@@ -536,5 +585,9 @@ fn parse_kube(
         containers,
     };
     // A workload without GPU containers is validated only as far as its GPU counts.
-    if violations.is_empty() { Ok(workload) } else { Err(InvalidInput { violations }) }
+    if violations.is_empty() {
+        Ok(workload)
+    } else {
+        Err(InvalidInput { violations })
+    }
 }

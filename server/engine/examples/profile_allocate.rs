@@ -1,0 +1,87 @@
+//! Runs Allocate K times over N nodes x 8 cards, for instruction-level profiling:
+//! `valgrind --tool=callgrind target/release/examples/profile_allocate N K GPUS`.
+
+use std::hint::black_box;
+
+use gpusched_engine::{
+    Card, CardUsage, Defaults, NodeSpec, ResourceNames, Snapshot, TypedContainer, TypedSpec,
+    Workload, WorkloadMeta, WorkloadSpec, allocate,
+};
+
+/// xorshift64*: a tiny seeded generator so the cluster is the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn cluster(nodes: usize, seed: u64) -> Snapshot {
+    let mut rng = Rng(seed);
+    let specs = (0..nodes)
+        .map(|n| {
+            let cards = (0..8u32)
+                .map(|i| {
+                    let mut c =
+                        Card::new(format!("GPU-{n:05}-{i}"), i, "NVIDIA-A100-SXM4-80GB", 81920);
+                    c.numa = i / 4;
+                    let used = rng.below(6) as u32;
+                    if used > 0 {
+                        c.usage = CardUsage {
+                            used,
+                            used_mem_mib: rng.below(60000),
+                            used_cores: rng.below(80) as u32,
+                        };
+                    }
+                    c
+                })
+                .collect();
+            NodeSpec::new(format!("node-{n:05}"), cards)
+        })
+        .collect();
+    Snapshot::new(specs).expect("valid cluster")
+}
+
+fn workload(gpus: u32) -> Workload {
+    let spec = TypedSpec {
+        containers: vec![TypedContainer {
+            name: "main".into(),
+            gpus,
+            gpumem_mib: 8192,
+            gpucores: Some(10),
+            ..TypedContainer::default()
+        }],
+        ..TypedSpec::default()
+    };
+    Workload::parse(
+        WorkloadMeta::default(),
+        &WorkloadSpec::Typed(spec),
+        &Defaults::default(),
+        &ResourceNames::default(),
+    )
+    .expect("valid workload")
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let (nodes, runs, gpus) = (
+        args.first().copied().unwrap_or(1000),
+        args.get(1).copied().unwrap_or(100),
+        args.get(2).copied().unwrap_or(1),
+    );
+    let s = cluster(nodes, 42);
+    let w = workload(u32::try_from(gpus).unwrap_or(1));
+    for _ in 0..runs {
+        black_box(allocate(black_box(&s), black_box(&w), false));
+    }
+}
