@@ -28,7 +28,13 @@ fi
 
 mkdir -p "$BIN"
 
-have_bin() { [[ -x "$BIN/$1" ]] && "$BIN/$1" --version 2>/dev/null | grep -q "$KUBE_VERSION"; }
+have_bin() { [[ -x "$BIN/$1" ]] && [[ "$("$BIN/$1" --version 2>/dev/null)" == "Kubernetes $KUBE_VERSION" ]]; }
+
+# One build at a time per version (parallel cluster-up.sh calls on a cold cache wait here).
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"$ROOT/.lock"
+  flock 9
+fi
 
 # ---- kube-apiserver / kube-scheduler -------------------------------------------------------------
 if have_bin kube-apiserver && have_bin kube-scheduler; then
@@ -36,7 +42,7 @@ if have_bin kube-apiserver && have_bin kube-scheduler; then
 else
   [[ -x "$GO" ]] || { log "go not found (set GO=...)"; exit 1; }
   minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
-  patch="${KUBE_VERSION#v1.$minor.}"
+  patch="${KUBE_VERSION#v1."$minor".}"
   staging_version="v0.$minor.$patch"
   log "building kube-apiserver, kube-scheduler $KUBE_VERSION (staging modules $staging_version) in $SRC"
   mkdir -p "$SRC"
@@ -77,8 +83,10 @@ else
   ( cd "$SRC" && CGO_ENABLED=0 GOFLAGS="-trimpath -mod=mod" GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" \
       nice -n "$NICE" "$GO" build -ldflags="$ldflags" -o "$SRC/out/" "${cmds[@]}" )
   for b in "$SRC"/out/*; do mv -f "$b" "$BIN/"; done
-  log "built in $(( $(date +%s) - start ))s: $(ls "$BIN" | tr '\n' ' ')"
-  have_bin kube-apiserver && have_bin kube-scheduler || { log "built binaries do not report $KUBE_VERSION"; exit 1; }
+  log "built in $(( $(date +%s) - start ))s into $BIN"
+  if ! { have_bin kube-apiserver && have_bin kube-scheduler; }; then
+    log "built binaries do not report $KUBE_VERSION"; exit 1
+  fi
 fi
 
 # ---- kubectl ---------------------------------------------------------------------------------------

@@ -279,6 +279,7 @@ log "etcd ($("$ETCD_BIN" --version 2>/dev/null | head -n1)) pid $ETCD_PID on $ET
 etcd_healthy() { curl -sS --max-time 3 "$ETCD_URL/health" 2>/dev/null | grep -q '"health":"true"'; }
 wait_for etcd 60 "$ETCD_PID" etcd etcd_healthy
 
+# shellcheck disable=SC2054 # commas inside flag values
 apiserver_args=(
   --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT"
   --etcd-servers="$ETCD_URL"

@@ -16,3 +16,5 @@ pub mod v1 {
 /// Encoded `FileDescriptorSet` of the v1 API, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/gpusched_descriptor.bin"));
+
+pub mod json;

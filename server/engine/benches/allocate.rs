@@ -5,7 +5,7 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use gpusched_engine::{
-    Card, CardUsage, Defaults, NodeSpec, ResourceNames, Snapshot, TypedContainer, TypedSpec,
+    Card, CardUsage, Defaults, NodeSpec, KubeNames, Snapshot, TypedContainer, TypedSpec,
     Workload, WorkloadMeta, WorkloadSpec, allocate, evaluate,
 };
 
@@ -65,7 +65,7 @@ fn workload(gpus: u32) -> Workload {
         WorkloadMeta::default(),
         &WorkloadSpec::Typed(spec),
         &Defaults::default(),
-        &ResourceNames::default(),
+        &KubeNames::default(),
     )
     .expect("valid workload")
 }

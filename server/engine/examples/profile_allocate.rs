@@ -4,7 +4,7 @@
 use std::hint::black_box;
 
 use gpusched_engine::{
-    Card, CardUsage, Defaults, NodeSpec, ResourceNames, Snapshot, TypedContainer, TypedSpec,
+    Card, CardUsage, Defaults, NodeSpec, KubeNames, Snapshot, TypedContainer, TypedSpec,
     Workload, WorkloadMeta, WorkloadSpec, allocate,
 };
 
@@ -64,7 +64,7 @@ fn workload(gpus: u32) -> Workload {
         WorkloadMeta::default(),
         &WorkloadSpec::Typed(spec),
         &Defaults::default(),
-        &ResourceNames::default(),
+        &KubeNames::default(),
     )
     .expect("valid workload")
 }

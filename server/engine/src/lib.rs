@@ -10,7 +10,7 @@
 //!
 //! ```
 //! use gpusched_engine::{Card, NodeSpec, Snapshot, Workload, WorkloadMeta, WorkloadSpec,
-//!     TypedSpec, TypedContainer, Defaults, ResourceNames, allocate};
+//!     TypedSpec, TypedContainer, Defaults, KubeNames, allocate};
 //!
 //! let snapshot = Snapshot::new(vec![
 //!     NodeSpec::new("node1", vec![Card::new("GPU-1", 0, "NVIDIA-A100", 40960)]),
@@ -19,7 +19,7 @@
 //!     containers: vec![TypedContainer { name: "main".into(), gpus: 1, gpumem_mib: 1024, ..Default::default() }],
 //!     ..Default::default()
 //! });
-//! let workload = Workload::parse(WorkloadMeta::default(), &spec, &Defaults::default(), &ResourceNames::default()).unwrap();
+//! let workload = Workload::parse(WorkloadMeta::default(), &spec, &Defaults::default(), &KubeNames::default()).unwrap();
 //! let allocation = allocate(&snapshot, &workload, false);
 //! let placement = allocation.placement.unwrap();
 //! assert_eq!(snapshot.nodes()[placement.node].name(), "node1");
@@ -52,7 +52,7 @@ pub use inventory::{
     normalize_inventory,
 };
 pub use model::{Card, CardMode, CardUsage, Node, NodeSpec, PairScore, Snapshot};
-pub use names::ResourceNames;
+pub use names::{AnnotationNames, KubeNames, ResourceNames};
 pub use policy::{GpuPolicy, GpuToken, NodePolicy, SortKey, VisitPlan};
 pub use reason::{NodeFailure, Reason, ReasonCounts};
 pub use score::{NodeScore, ScoreTerms};

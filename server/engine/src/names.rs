@@ -45,6 +45,57 @@ impl Default for ResourceNames {
     }
 }
 
+/// Annotation keys (HAMi's by default).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnnotationNames {
+    /// Node policy override.
+    pub node_scheduler_policy: String,
+    /// GPU policy override or chain.
+    pub gpu_scheduler_policy: String,
+    /// Device scoring weights.
+    pub device_scoring_weights: String,
+    /// Allowed card types.
+    pub use_gpu_type: String,
+    /// Refused card types.
+    pub nouse_gpu_type: String,
+    /// Allowed card ids.
+    pub use_gpu_uuid: String,
+    /// Refused card ids.
+    pub nouse_gpu_uuid: String,
+    /// numa-bind.
+    pub numa_bind: String,
+    /// Allowed card modes.
+    pub vgpu_mode: String,
+    /// Node annotation: cordoned card ids.
+    pub device_cordon: String,
+}
+
+impl Default for AnnotationNames {
+    fn default() -> Self {
+        AnnotationNames {
+            node_scheduler_policy: NODE_SCHEDULER_POLICY.to_owned(),
+            gpu_scheduler_policy: GPU_SCHEDULER_POLICY.to_owned(),
+            device_scoring_weights: DEVICE_SCORING_WEIGHTS.to_owned(),
+            use_gpu_type: USE_GPU_TYPE.to_owned(),
+            nouse_gpu_type: NOUSE_GPU_TYPE.to_owned(),
+            use_gpu_uuid: USE_GPU_UUID.to_owned(),
+            nouse_gpu_uuid: NOUSE_GPU_UUID.to_owned(),
+            numa_bind: NUMA_BIND.to_owned(),
+            vgpu_mode: VGPU_MODE.to_owned(),
+            device_cordon: DEVICE_CORDON.to_owned(),
+        }
+    }
+}
+
+/// Every Kubernetes name the engine reads: resource names and annotation keys.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct KubeNames {
+    /// Resource names.
+    pub resources: ResourceNames,
+    /// Annotation keys.
+    pub annotations: AnnotationNames,
+}
+
 /// Splits a comma list, trimming entries and dropping blank ones.
 pub fn split_list(value: &str) -> Vec<String> {
     value

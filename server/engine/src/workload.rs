@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::error::{InvalidInput, Violation};
 use crate::model::Card;
-use crate::names::{self, ResourceNames};
+use crate::names::{self, KubeNames};
 use crate::policy::{GpuPolicy, GpuToken, NodePolicy, parse_bool};
 use crate::quantity;
 use crate::weights::ScoringWeights;
@@ -310,11 +310,11 @@ impl Workload {
         meta: WorkloadMeta,
         spec: &WorkloadSpec,
         defaults: &Defaults,
-        resources: &ResourceNames,
+        names: &KubeNames,
     ) -> Result<Workload, InvalidInput> {
         match spec {
             WorkloadSpec::Typed(t) => parse_typed(meta, t, defaults),
-            WorkloadSpec::Kubernetes(k) => parse_kube(meta, k, defaults, resources),
+            WorkloadSpec::Kubernetes(k) => parse_kube(meta, k, defaults, names),
         }
     }
 }
@@ -449,8 +449,10 @@ fn parse_kube(
     meta: WorkloadMeta,
     k: &KubeSpec,
     defaults: &Defaults,
-    resources: &ResourceNames,
+    names: &KubeNames,
 ) -> Result<Workload, InvalidInput> {
+    let resources = &names.resources;
+    let keys = &names.annotations;
     let mut violations = Vec::new();
     let mut containers = Vec::new();
     for (list, init, field) in [
@@ -531,39 +533,39 @@ fn parse_kube(
     let mut weights = ScoringWeights::default();
     let mut numa_bind = false;
     if requests_gpu {
-        if let Some(v) = get(names::NODE_SCHEDULER_POLICY) {
+        if let Some(v) = get(&keys.node_scheduler_policy) {
             match NodePolicy::parse(v) {
                 Ok(p) => node_policy = p,
                 Err(e) => violations.push(Violation::new(
-                    annotation_field(names::NODE_SCHEDULER_POLICY),
-                    format!("invalid {} {v:?}: {e}", names::NODE_SCHEDULER_POLICY),
+                    annotation_field(&keys.node_scheduler_policy),
+                    format!("invalid {} {v:?}: {e}", keys.node_scheduler_policy),
                 )),
             }
         }
-        if let Some(v) = get(names::GPU_SCHEDULER_POLICY) {
+        if let Some(v) = get(&keys.gpu_scheduler_policy) {
             match GpuPolicy::parse(v) {
                 Ok(p) => gpu_policy = p,
                 Err(e) => violations.push(Violation::new(
-                    annotation_field(names::GPU_SCHEDULER_POLICY),
-                    format!("invalid {} {v:?}: {e}", names::GPU_SCHEDULER_POLICY),
+                    annotation_field(&keys.gpu_scheduler_policy),
+                    format!("invalid {} {v:?}: {e}", keys.gpu_scheduler_policy),
                 )),
             }
         }
-        if let Some(v) = get(names::DEVICE_SCORING_WEIGHTS) {
+        if let Some(v) = get(&keys.device_scoring_weights) {
             match ScoringWeights::parse(v) {
                 Ok(w) => weights = w,
                 Err(e) => violations.push(Violation::new(
-                    annotation_field(names::DEVICE_SCORING_WEIGHTS),
-                    format!("invalid {} {v:?}: {e}", names::DEVICE_SCORING_WEIGHTS),
+                    annotation_field(&keys.device_scoring_weights),
+                    format!("invalid {} {v:?}: {e}", keys.device_scoring_weights),
                 )),
             }
         }
-        if let Some(v) = get(names::NUMA_BIND) {
+        if let Some(v) = get(&keys.numa_bind) {
             match parse_bool(v) {
                 Ok(b) => numa_bind = b,
                 Err(e) => violations.push(Violation::new(
-                    annotation_field(names::NUMA_BIND),
-                    format!("invalid {}: {e}", names::NUMA_BIND),
+                    annotation_field(&keys.numa_bind),
+                    format!("invalid {}: {e}", keys.numa_bind),
                 )),
             }
         }
@@ -576,11 +578,11 @@ fn parse_kube(
         weights,
         numa_bind,
         filters: CardFilters::new(
-            list(names::USE_GPU_TYPE),
-            list(names::NOUSE_GPU_TYPE),
-            list(names::USE_GPU_UUID),
-            list(names::NOUSE_GPU_UUID),
-            get(names::VGPU_MODE).map(str::to_owned),
+            list(&keys.use_gpu_type),
+            list(&keys.nouse_gpu_type),
+            list(&keys.use_gpu_uuid),
+            list(&keys.nouse_gpu_uuid),
+            get(&keys.vgpu_mode).map(str::to_owned),
         ),
         containers,
     };

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use gpusched_engine::{
-    Card, CardMode, CardUsage, Defaults, GpuToken, NodePolicy, NodeSpec, PairScore, ResourceNames,
+    Card, CardMode, CardUsage, Defaults, GpuToken, NodePolicy, NodeSpec, PairScore, KubeNames,
     ScoringWeights, Snapshot, TypedContainer, TypedSpec, Workload, WorkloadMeta, WorkloadSpec,
     allocate, allocate_batch, evaluate,
 };
@@ -122,7 +122,7 @@ fn arb_workload() -> impl Strategy<Value = Workload> {
                     WorkloadMeta::default(),
                     &WorkloadSpec::Typed(spec),
                     &Defaults::default(),
-                    &ResourceNames::default(),
+                    &KubeNames::default(),
                 )
                 .expect("generated workloads are valid")
             },

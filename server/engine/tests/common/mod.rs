@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use gpusched_engine::{
-    Allocation, Card, CardUsage, Defaults, KubeContainer, KubeSpec, NodeSpec, ResourceNames,
+    Allocation, Card, CardUsage, Defaults, KubeContainer, KubeSpec, NodeSpec, KubeNames,
     Snapshot, Workload, WorkloadMeta, WorkloadSpec, allocate,
 };
 
@@ -129,7 +129,7 @@ impl Pod {
             },
             &WorkloadSpec::Kubernetes(self.spec.clone()),
             defaults,
-            &ResourceNames::default(),
+            &KubeNames::default(),
         )
     }
     pub fn workload(&self) -> Workload {

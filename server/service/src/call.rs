@@ -1,0 +1,211 @@
+//! What every RPC shares: the span (with the caller's trace context), the deadline, the
+//! concurrency limit, running the CPU-bound decision inline or on the blocking pool, metrics
+//! and the one log line per decision.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpusched_engine::Reason;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tokio::sync::Semaphore;
+use tonic::metadata::MetadataMap;
+use tracing::Instrument;
+use tracing::field::Empty;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::config::Settings;
+use crate::error::ServiceError;
+use crate::metrics::Metrics;
+
+/// Shared, read-only state of the service (plus the metrics and the decision permits).
+#[derive(Debug)]
+pub struct State {
+    /// Validated settings.
+    pub settings: Settings,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    permits: Semaphore,
+    propagator: TraceContextPropagator,
+}
+
+impl State {
+    /// State for these settings and metrics.
+    pub fn new(settings: Settings, metrics: Arc<Metrics>) -> Self {
+        let permits = Semaphore::new(settings.limits.max_concurrent_requests);
+        State { settings, metrics, permits, propagator: TraceContextPropagator::new() }
+    }
+}
+
+/// Facts about a decision, recorded by the handler for the span, metrics and log.
+#[derive(Debug, Default)]
+pub struct Record {
+    /// `namespace/name` of the workload(s).
+    pub workload: String,
+    /// Candidate nodes.
+    pub nodes: usize,
+    /// Candidate cards.
+    pub cards: usize,
+    /// Chosen node (Allocate).
+    pub chosen: Option<String>,
+    /// Decision result: `placed`, `unschedulable`, `feasible`, `no_gpu`, `valid`, `invalid`...
+    pub result: &'static str,
+    /// Node policy used.
+    pub node_policy: &'static str,
+    /// GPU policy used.
+    pub gpu_policy: String,
+    /// Nodes rejected per reason (summed over the request).
+    pub rejections: Vec<(Reason, u64)>,
+    /// Whether this call is a placement decision (logged at INFO).
+    pub decision: bool,
+}
+
+impl Record {
+    /// Sums reasons over failed nodes.
+    pub fn add_rejections<'a>(&mut self, failures: impl Iterator<Item = &'a gpusched_engine::NodeFailure>) {
+        let mut sums = [0u64; 12];
+        for f in failures {
+            for (i, r) in Reason::ALL.iter().enumerate() {
+                if f.reasons.get(*r) > 0
+                    && let Some(s) = sums.get_mut(i)
+                {
+                    *s += 1;
+                }
+            }
+        }
+        self.rejections = Reason::ALL.iter().copied().zip(sums).filter(|(_, n)| *n > 0).collect();
+    }
+
+    fn summary(&self) -> String {
+        self.rejections.iter().map(|(r, n)| format!("{r}={n}")).collect::<Vec<_>>().join(",")
+    }
+}
+
+/// Parses a `grpc-timeout` header value (`<digits><H|M|S|m|u|n>`).
+pub fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
+    let v = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// Runs one call: `work` is the synchronous decision (it fills the record). `cards` is the
+/// request's size, deciding inline or on the blocking pool.
+pub async fn run<T, F>(
+    state: Arc<State>,
+    service: &'static str,
+    rpc: &'static str,
+    metadata: &MetadataMap,
+    cards: usize,
+    work: F,
+) -> Result<tonic::Response<T>, tonic::Status>
+where
+    T: Send + 'static,
+    F: FnOnce(&State, &mut Record) -> Result<T, ServiceError> + Send + 'static,
+{
+    let started = Instant::now();
+    let span = tracing::info_span!(
+        "rpc",
+        otel.name = format!("{service}/{rpc}"),
+        otel.kind = "server",
+        otel.status_code = Empty,
+        rpc.system = "grpc",
+        rpc.service = service,
+        rpc.method = rpc,
+        gpusched.workload = Empty,
+        gpusched.node_count = Empty,
+        gpusched.card_count = Empty,
+        gpusched.chosen_node = Empty,
+        gpusched.outcome = Empty,
+        gpusched.reason_summary = Empty,
+    );
+    let _ = span.set_parent(crate::telemetry::remote_context(&state.propagator, metadata));
+    let limits = &state.settings.limits;
+    let deadline = grpc_timeout(metadata).map_or(limits.request_timeout, |t| t.min(limits.request_timeout));
+    let blocking = cards >= limits.blocking_threshold_cards;
+    let st = Arc::clone(&state);
+    let outcome = async move {
+        let permit = match tokio::time::timeout(deadline, st.permits.acquire()).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(_)) => return Err(ServiceError::ShuttingDown),
+            Err(_) => return Err(ServiceError::Busy(st.settings.limits.max_concurrent_requests)),
+        };
+        let remaining = deadline.saturating_sub(started.elapsed());
+        let task = {
+            let st = Arc::clone(&st);
+            move || {
+                let mut record = Record::default();
+                let out = work(&st, &mut record);
+                (out, record)
+            }
+        };
+        let result = if blocking {
+            let handle = tokio::task::spawn_blocking(task);
+            match tokio::time::timeout(remaining, handle).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => (Err(ServiceError::Internal(format!("decision task failed: {e}"))), Record::default()),
+                Err(_) => (Err(ServiceError::DeadlineExceeded(deadline)), Record::default()),
+            }
+        } else {
+            let r = task();
+            if started.elapsed() > deadline {
+                (Err(ServiceError::DeadlineExceeded(deadline)), r.1)
+            } else {
+                r
+            }
+        };
+        drop(permit);
+        Ok(result)
+    }
+    .instrument(span.clone())
+    .await;
+    let (result, record) = match outcome {
+        Ok(r) => r,
+        Err(e) => (Err(e), Record::default()),
+    };
+    let outcome_label = match &result {
+        Ok(_) => "ok",
+        Err(e) => e.outcome(),
+    };
+    span.record("gpusched.workload", record.workload.as_str());
+    span.record("gpusched.node_count", record.nodes as u64);
+    span.record("gpusched.card_count", record.cards as u64);
+    if let Some(c) = &record.chosen {
+        span.record("gpusched.chosen_node", c.as_str());
+    }
+    let decision_outcome = if result.is_ok() { record.result } else { outcome_label };
+    span.record("gpusched.outcome", decision_outcome);
+    span.record("gpusched.reason_summary", record.summary().as_str());
+    span.record("otel.status_code", if result.is_ok() { "ok" } else { "error" });
+    let metrics = &state.metrics;
+    metrics.observe_call(rpc, outcome_label, started.elapsed().as_secs_f64());
+    if record.nodes > 0 {
+        metrics.observe_nodes(rpc, record.nodes);
+    }
+    if result.is_ok() && record.decision {
+        metrics.decision(rpc, record.node_policy, &record.gpu_policy, record.result);
+        metrics.rejections(&record.rejections);
+    }
+    span.in_scope(|| match &result {
+        Ok(_) if record.decision => tracing::info!(
+            rpc,
+            workload = %record.workload,
+            nodes = record.nodes,
+            chosen = record.chosen.as_deref().unwrap_or(""),
+            result = record.result,
+            reasons = %record.summary(),
+            micros = started.elapsed().as_micros() as u64,
+            "decision"
+        ),
+        Ok(_) => tracing::debug!(rpc, workload = %record.workload, result = record.result, "call"),
+        Err(e) => tracing::debug!(rpc, error = %e, "call failed"),
+    });
+    result.map(tonic::Response::new).map_err(tonic::Status::from)
+}

@@ -1,0 +1,63 @@
+//! `gpusched.v1.InventoryService` over the engine's normalisation.
+
+use std::sync::Arc;
+
+use gpusched_api::v1;
+use gpusched_api::v1::inventory_service_server::InventoryService;
+use gpusched_engine as engine;
+use tonic::{Request, Response, Status};
+
+use crate::call::{Record, State, run};
+use crate::convert;
+use crate::error::ServiceError;
+
+const SERVICE: &str = "gpusched.v1.InventoryService";
+
+/// The inventory service.
+#[derive(Debug, Clone)]
+pub struct InventoryApi {
+    state: Arc<State>,
+}
+
+impl InventoryApi {
+    /// The service over shared state.
+    pub fn new(state: Arc<State>) -> Self {
+        InventoryApi { state }
+    }
+}
+
+fn normalize(state: &State, req: v1::NormalizeInventoryRequest, record: &mut Record) -> Result<v1::NormalizeInventoryResponse, ServiceError> {
+    let v1::NormalizeInventoryRequest { node_name, cards, config } = req;
+    let limits = &state.settings.limits;
+    if cards.len() > limits.max_cards_per_node {
+        return Err(ServiceError::TooLarge(vec![engine::Violation::new(
+            "cards",
+            format!("{} cards exceed the limit of {} per node (limits.max_cards_per_node)", cards.len(), limits.max_cards_per_node),
+        )]));
+    }
+    record.workload = node_name.clone();
+    record.cards = cards.len();
+    let config = convert::normalization_in(config, &state.settings.normalization);
+    let raw = convert::raw_cards_in(cards)?;
+    let inv = engine::normalize_inventory(&node_name, &raw, &config)?;
+    record.result = "normalized";
+    let engine::NormalizedInventory { cards, pair_scores, skipped } = inv;
+    Ok(v1::NormalizeInventoryResponse {
+        cards: cards.iter().map(convert::card_out).collect(),
+        pair_scores: convert::pairs_out(&pair_scores),
+        skipped: skipped.into_iter().map(|(uuid, reason)| v1::SkippedCard { uuid, reason }).collect(),
+        effective_config: Some(convert::normalization_out(&config)),
+    })
+}
+
+#[tonic::async_trait]
+impl InventoryService for InventoryApi {
+    async fn normalize_inventory(
+        &self,
+        request: Request<v1::NormalizeInventoryRequest>,
+    ) -> Result<Response<v1::NormalizeInventoryResponse>, Status> {
+        let (metadata, _, msg) = request.into_parts();
+        let cards = msg.cards.len();
+        run(Arc::clone(&self.state), SERVICE, "NormalizeInventory", &metadata, cards, move |st, r| normalize(st, msg, r)).await
+    }
+}

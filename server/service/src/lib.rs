@@ -1,0 +1,20 @@
+//! # gpusched-server
+//!
+//! The stateless gRPC placement service: `PlacementService` and `InventoryService` over
+//! [`gpusched_engine`], with health, reflection, limits, metrics, traces and TLS. This crate is
+//! the only Rust code that knows protobuf and the engine at once.
+
+pub mod call;
+pub mod config;
+pub mod convert;
+pub mod error;
+pub mod inventory;
+pub mod metrics;
+pub mod placement;
+pub mod server;
+pub mod telemetry;
+
+pub use config::{ConfigError, FileConfig, Overrides, Settings};
+pub use error::ServiceError;
+pub use metrics::Metrics;
+pub use server::{Running, ServeError, start};

@@ -1,0 +1,116 @@
+//! Prometheus metrics (prometheus-client; the registry is built in `main` and passed down).
+
+use std::sync::Mutex;
+
+use gpusched_engine::Reason;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RpcLabels {
+    rpc: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RpcOnly {
+    rpc: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    rpc: &'static str,
+    node_policy: &'static str,
+    gpu_policy: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+fn latency_histogram() -> Histogram {
+    // 10 µs .. ~5 s
+    Histogram::new(exponential_buckets(0.000_01, 2.0, 20))
+}
+
+fn nodes_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 16))
+}
+
+/// The service's metric families.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    requests: Family<RpcLabels, Counter>,
+    latency: Family<RpcLabels, Histogram, fn() -> Histogram>,
+    decisions: Family<DecisionLabels, Counter>,
+    rejections: Family<ReasonLabels, Counter>,
+    nodes: Family<RpcOnly, Histogram, fn() -> Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every family in a new registry.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("gpusched");
+        let requests = Family::<RpcLabels, Counter>::default();
+        let latency = Family::<RpcLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        let rejections = Family::<ReasonLabels, Counter>::default();
+        let nodes = Family::<RpcOnly, Histogram, fn() -> Histogram>::new_with_constructor(nodes_histogram);
+        registry.register("requests", "gRPC calls by RPC and outcome", requests.clone());
+        registry.register("request_duration_seconds", "gRPC call latency by RPC and outcome", latency.clone());
+        registry.register("decisions", "Placement decisions by policy and result", decisions.clone());
+        registry.register("node_rejections", "Nodes rejected, by reason (one per reason per node)", rejections.clone());
+        registry.register("request_nodes", "Candidate nodes per request", nodes.clone());
+        Metrics { registry: Mutex::new(registry), requests, latency, decisions, rejections, nodes }
+    }
+
+    /// One finished call.
+    pub fn observe_call(&self, rpc: &'static str, outcome: &'static str, seconds: f64) {
+        let labels = RpcLabels { rpc, outcome };
+        self.requests.get_or_create(&labels).inc();
+        self.latency.get_or_create(&labels).observe(seconds);
+    }
+
+    /// Candidate nodes of one call.
+    pub fn observe_nodes(&self, rpc: &'static str, nodes: usize) {
+        self.nodes.get_or_create(&RpcOnly { rpc }).observe(nodes as f64);
+    }
+
+    /// One placement decision.
+    pub fn decision(&self, rpc: &'static str, node_policy: &'static str, gpu_policy: &str, result: &'static str) {
+        self.decisions
+            .get_or_create(&DecisionLabels { rpc, node_policy, gpu_policy: gpu_policy.to_owned(), result })
+            .inc();
+    }
+
+    /// Rejected nodes per reason (already summed over a request).
+    pub fn rejections(&self, counts: &[(Reason, u64)]) {
+        for (reason, n) in counts {
+            if *n > 0 {
+                self.rejections.get_or_create(&ReasonLabels { reason: reason.as_str() }).inc_by(*n);
+            }
+        }
+    }
+
+    /// Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Ok(registry) = self.registry.lock() {
+            // Writing to a String cannot fail.
+            let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        }
+        out
+    }
+}

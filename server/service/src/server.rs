@@ -1,0 +1,208 @@
+//! Wiring: the gRPC server (placement, inventory, health, reflection v1 and v1alpha, TLS,
+//! message limits), the metrics endpoint, and graceful shutdown.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use gpusched_api::v1::inventory_service_server::InventoryServiceServer;
+use gpusched_api::v1::placement_service_server::PlacementServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+use crate::call::State;
+use crate::config::Settings;
+use crate::inventory::InventoryApi;
+use crate::metrics::Metrics;
+use crate::placement::PlacementApi;
+
+/// The server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// TLS files could not be read or used.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// Reflection could not be built.
+    #[error("reflection: {0}")]
+    Reflection(String),
+    /// The transport failed.
+    #[error("gRPC transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// A server task failed.
+    #[error("server task: {0}")]
+    Task(String),
+}
+
+/// Names the health service reports.
+pub const HEALTH_SERVICES: [&str; 3] = ["", "gpusched.v1.PlacementService", "gpusched.v1.InventoryService"];
+
+/// A running server.
+#[derive(Debug)]
+pub struct Running {
+    /// Where gRPC listens.
+    pub grpc_addr: SocketAddr,
+    /// Where metrics listen, when enabled.
+    pub metrics_addr: Option<SocketAddr>,
+    health: HealthReporter,
+    stop: watch::Sender<bool>,
+    grpc: JoinHandle<Result<(), tonic::transport::Error>>,
+    metrics: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Running {
+    /// Graceful stop: health turns NOT_SERVING first, then the listener closes and in-flight
+    /// calls drain.
+    pub async fn shutdown(self) -> Result<(), ServeError> {
+        for name in HEALTH_SERVICES {
+            self.health.set_service_status(name, ServingStatus::NotServing).await;
+        }
+        let _ = self.stop.send(true);
+        let grpc = self.grpc.await.map_err(|e| ServeError::Task(e.to_string()))?;
+        if let Some(m) = self.metrics {
+            let _ = m.await;
+        }
+        Ok(grpc?)
+    }
+
+    /// Sets the health of every service (tests and operators).
+    pub async fn set_serving(&self, serving: bool) {
+        let status = if serving { ServingStatus::Serving } else { ServingStatus::NotServing };
+        for name in HEALTH_SERVICES {
+            self.health.set_service_status(name, status).await;
+        }
+    }
+}
+
+fn read(path: &std::path::Path) -> Result<Vec<u8>, ServeError> {
+    std::fs::read(path).map_err(|e| ServeError::Tls(format!("{}: {e}", path.display())))
+}
+
+/// Binds and starts serving. Returns once both listeners are bound.
+pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running, ServeError> {
+    let listener = TcpListener::bind(settings.listen).await.map_err(|source| ServeError::Bind { addr: settings.listen, source })?;
+    let grpc_addr = listener.local_addr().map_err(|source| ServeError::Bind { addr: settings.listen, source })?;
+    let metrics_listener = match settings.metrics_listen {
+        Some(addr) => Some(TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?),
+        None => None,
+    };
+    let metrics_addr = match &metrics_listener {
+        Some(l) => Some(l.local_addr().map_err(|source| ServeError::Bind { addr: grpc_addr, source })?),
+        None => None,
+    };
+
+    let mut builder = Server::builder();
+    if let Some(tls) = &settings.tls {
+        let mut cfg = ServerTlsConfig::new().identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?));
+        if let Some(ca) = &tls.client_ca {
+            cfg = cfg.client_ca_root(Certificate::from_pem(read(ca)?));
+        }
+        builder = builder.tls_config(cfg).map_err(|e| ServeError::Tls(e.to_string()))?;
+    }
+    let max = settings.limits.max_message_bytes;
+    // A backstop well past the per-call deadline handling in `call::run`.
+    builder = builder.timeout(settings.limits.request_timeout * 2);
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    for name in HEALTH_SERVICES {
+        health.set_service_status(name, ServingStatus::Serving).await;
+    }
+    let reflection = |v1: bool| {
+        let b = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(gpusched_api::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
+        if v1 { b.build_v1().map(|s| (Some(s), None)) } else { b.build_v1alpha().map(|s| (None, Some(s))) }
+    };
+    let (Some(reflection_v1), _) = reflection(true).map_err(|e| ServeError::Reflection(e.to_string()))? else {
+        return Err(ServeError::Reflection("v1".into()));
+    };
+    let (_, Some(reflection_v1alpha)) = reflection(false).map_err(|e| ServeError::Reflection(e.to_string()))? else {
+        return Err(ServeError::Reflection("v1alpha".into()));
+    };
+
+    let state = Arc::new(State::new(settings, Arc::clone(&metrics)));
+    let placement = PlacementServiceServer::new(PlacementApi::new(Arc::clone(&state)))
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+    let inventory = InventoryServiceServer::new(InventoryApi::new(Arc::clone(&state)))
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+
+    let (stop, stop_rx) = watch::channel(false);
+    let wait_stop = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    let router = builder
+        .layer(tower::layer::layer_fn(OversizeIsResourceExhausted))
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(placement)
+        .add_service(inventory);
+    let grpc = tokio::spawn(router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), wait_stop(stop_rx.clone())));
+    let metrics_task = metrics_listener.map(|l| {
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let m = Arc::clone(&metrics);
+                async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                        m.encode(),
+                    )
+                }
+            }),
+        );
+        tokio::spawn(async move { axum::serve(l, app).with_graceful_shutdown(wait_stop(stop_rx)).await })
+    });
+    Ok(Running { grpc_addr, metrics_addr, health, stop, grpc, metrics: metrics_task })
+}
+
+/// gRPC says a message over the size limit is RESOURCE_EXHAUSTED; tonic's decoder answers
+/// OUT_OF_RANGE. This layer rewrites exactly that answer.
+#[derive(Clone, Debug)]
+struct OversizeIsResourceExhausted<S>(S);
+
+impl<S, B, R> tower::Service<http::Request<B>> for OversizeIsResourceExhausted<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<R>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let fut = self.0.call(req);
+        Box::pin(async move {
+            let mut resp = fut.await?;
+            let headers = resp.headers_mut();
+            let oversize = headers.get("grpc-status").is_some_and(|v| v == "11")
+                && headers
+                    .get("grpc-message")
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|m| m.contains("message%20length%20too%20large") || m.contains("message length too large"));
+            if oversize {
+                headers.insert("grpc-status", http::HeaderValue::from_static("8"));
+            }
+            Ok(resp)
+        })
+    }
+}
