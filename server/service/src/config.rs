@@ -89,6 +89,9 @@ pub struct LimitsConfig {
     pub max_concurrent_requests: usize,
     /// Requests with at least this many cards run on the blocking pool, off the async workers.
     pub blocking_threshold_cards: usize,
+    /// Graceful stop: how long in-flight calls and open streams may run before they are cut.
+    #[serde(with = "humantime_serde")]
+    pub drain_timeout: Duration,
 }
 
 /// `[policy]`.
@@ -253,6 +256,8 @@ pub struct Limits {
     pub max_concurrent_requests: usize,
     /// Cards from which a request runs on the blocking pool.
     pub blocking_threshold_cards: usize,
+    /// Graceful stop limit.
+    pub drain_timeout: Duration,
 }
 
 /// Telemetry settings.
@@ -420,6 +425,7 @@ impl FileConfig {
             },
             max_concurrent_requests: positive("limits.max_concurrent_requests", l.max_concurrent_requests)?,
             blocking_threshold_cards: l.blocking_threshold_cards,
+            drain_timeout: l.drain_timeout,
         };
         let p = &self.policy;
         let node_policy = NodePolicy::parse(&p.node_scheduler_policy)

@@ -58,6 +58,7 @@ pub struct Running {
     /// Where metrics listen, when enabled.
     pub metrics_addr: Option<SocketAddr>,
     health: HealthReporter,
+    drain_timeout: std::time::Duration,
     stop: watch::Sender<bool>,
     grpc: JoinHandle<Result<(), tonic::transport::Error>>,
     metrics: Option<JoinHandle<std::io::Result<()>>>,
@@ -71,11 +72,20 @@ impl Running {
             self.health.set_service_status(name, ServingStatus::NotServing).await;
         }
         let _ = self.stop.send(true);
-        let grpc = self.grpc.await.map_err(|e| ServeError::Task(e.to_string()))?;
+        let mut grpc = self.grpc;
+        let drained = tokio::time::timeout(self.drain_timeout, &mut grpc).await;
+        let result = match drained {
+            Ok(joined) => joined.map_err(|e| ServeError::Task(e.to_string()))?.map_err(ServeError::from),
+            Err(_) => {
+                tracing::warn!(after = ?self.drain_timeout, "drain timeout: cutting the remaining calls and streams");
+                grpc.abort();
+                Ok(())
+            }
+        };
         if let Some(m) = self.metrics {
-            let _ = m.await;
+            let _ = tokio::time::timeout(self.drain_timeout, m).await;
         }
-        Ok(grpc?)
+        result
     }
 
     /// Sets the health of every service (tests and operators).
@@ -133,6 +143,7 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
         return Err(ServeError::Reflection("v1alpha".into()));
     };
 
+    let drain_timeout = settings.limits.drain_timeout;
     let state = Arc::new(State::new(settings, Arc::clone(&metrics)));
     let placement = PlacementServiceServer::new(PlacementApi::new(Arc::clone(&state)))
         .max_decoding_message_size(max)
@@ -146,7 +157,7 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
         let _ = rx.wait_for(|v| *v).await;
     };
     let router = builder
-        .layer(tower::layer::layer_fn(OversizeIsResourceExhausted))
+        .layer(tower::layer::layer_fn(StatusCodeFixes))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -168,15 +179,16 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
         );
         tokio::spawn(async move { axum::serve(l, app).with_graceful_shutdown(wait_stop(stop_rx)).await })
     });
-    Ok(Running { grpc_addr, metrics_addr, health, stop, grpc, metrics: metrics_task })
+    Ok(Running { grpc_addr, metrics_addr, health, drain_timeout, stop, grpc, metrics: metrics_task })
 }
 
-/// gRPC says a message over the size limit is RESOURCE_EXHAUSTED; tonic's decoder answers
-/// OUT_OF_RANGE. This layer rewrites exactly that answer.
+/// Aligns two of tonic's answers with the gRPC status code spec: a message over the size limit
+/// is RESOURCE_EXHAUSTED (tonic's decoder says OUT_OF_RANGE), and a call whose deadline passed
+/// is DEADLINE_EXCEEDED (tonic's timeout layer says CANCELLED "Timeout expired").
 #[derive(Clone, Debug)]
-struct OversizeIsResourceExhausted<S>(S);
+struct StatusCodeFixes<S>(S);
 
-impl<S, B, R> tower::Service<http::Request<B>> for OversizeIsResourceExhausted<S>
+impl<S, B, R> tower::Service<http::Request<B>> for StatusCodeFixes<S>
 where
     S: tower::Service<http::Request<B>, Response = http::Response<R>>,
     S::Future: Send + 'static,
@@ -201,6 +213,14 @@ where
                     .is_some_and(|m| m.contains("message%20length%20too%20large") || m.contains("message length too large"));
             if oversize {
                 headers.insert("grpc-status", http::HeaderValue::from_static("8"));
+            }
+            let timed_out = headers.get("grpc-status").is_some_and(|v| v == "1")
+                && headers
+                    .get("grpc-message")
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|m| m == "Timeout%20expired" || m == "Timeout expired");
+            if timed_out {
+                headers.insert("grpc-status", http::HeaderValue::from_static("4"));
             }
             Ok(resp)
         })

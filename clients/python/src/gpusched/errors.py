@@ -15,11 +15,12 @@ its ``google.rpc.BadRequest`` field violations decoded::
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
-from google.protobuf import any_pb2
-from google.rpc import error_details_pb2, status_pb2
+from google.protobuf.any_pb2 import Any as AnyProto
+from google.rpc.error_details_pb2 import BadRequest, QuotaFailure, RetryInfo
+from google.rpc.status_pb2 import Status
 from grpc_status import rpc_status
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "NotFoundError",
     "OutOfRangeError",
     "PermissionDeniedError",
+    "QuotaViolation",
     "ResourceExhaustedError",
     "UnauthenticatedError",
     "UnavailableError",
@@ -46,7 +48,9 @@ __all__ = [
 
 #: ``google.rpc.BadRequest.FieldViolation``: ``field`` (e.g.
 #: ``annotations["hami.io/device-scoring-weights"]``) and ``description``.
-FieldViolation = error_details_pb2.BadRequest.FieldViolation
+FieldViolation: TypeAlias = BadRequest.FieldViolation
+#: ``google.rpc.QuotaFailure.Violation``: ``subject`` (the limited field) and ``description``.
+QuotaViolation: TypeAlias = QuotaFailure.Violation
 
 _DETAILS_KEY = "grpc-status-details-bin"
 
@@ -60,14 +64,20 @@ class GpuschedError(Exception):
         method: the full gRPC method path, e.g. ``/gpusched.v1.PlacementService/Allocate``.
         status: the ``google.rpc.Status`` from the status details trailer, or ``None``.
         field_violations: the field violations of every ``google.rpc.BadRequest`` detail
-            (empty when there is none).
+            (empty when there is none); INVALID_ARGUMENT carries them.
+        quota_violations: the violations of every ``google.rpc.QuotaFailure`` detail;
+            RESOURCE_EXHAUSTED for a request over a server limit carries them.
+        retry_delay: seconds to wait before retrying, from a ``google.rpc.RetryInfo`` detail
+            (a busy or shutting-down server sends one), else ``None``.
     """
 
     code: grpc.StatusCode
     details: str
     method: str | None
-    status: status_pb2.Status | None
+    status: Status | None
     field_violations: tuple[FieldViolation, ...]
+    quota_violations: tuple[QuotaViolation, ...]
+    retry_delay: float | None
 
     def __init__(
         self,
@@ -75,14 +85,18 @@ class GpuschedError(Exception):
         details: str,
         *,
         method: str | None = None,
-        status: status_pb2.Status | None = None,
+        status: Status | None = None,
         field_violations: Iterable[FieldViolation] = (),
+        quota_violations: Iterable[QuotaViolation] = (),
+        retry_delay: float | None = None,
     ) -> None:
         self.code = code
         self.details = details
         self.method = method
         self.status = status
         self.field_violations = tuple(field_violations)
+        self.quota_violations = tuple(quota_violations)
+        self.retry_delay = retry_delay
         super().__init__(self._describe())
 
     @property
@@ -91,7 +105,7 @@ class GpuschedError(Exception):
         return [v.field for v in self.field_violations]
 
     @property
-    def status_details(self) -> Sequence[any_pb2.Any]:
+    def status_details(self) -> Sequence[AnyProto]:
         """The packed details of :attr:`status` (empty without a status)."""
         return list(self.status.details) if self.status is not None else []
 
@@ -101,6 +115,8 @@ class GpuschedError(Exception):
             text = f"{self.method}: {text}"
         for v in self.field_violations:
             text += f"\n  {v.field}: {v.description}"
+        for q in self.quota_violations:
+            text += f"\n  {q.subject}: {q.description}"
         return text
 
 
@@ -191,10 +207,10 @@ _BY_CODE: dict[grpc.StatusCode, type[GpuschedError]] = {
 }
 
 
-def _rich_status(err: Any) -> status_pb2.Status | None:
+def _rich_status(err: Any) -> Status | None:
     """The google.rpc.Status of a failed call (sync ``grpc.RpcError`` or ``grpc.aio.AioRpcError``)."""
     try:
-        found: status_pb2.Status | None = rpc_status.from_call(err)
+        found: Status | None = rpc_status.from_call(err)
         return found
     except ValueError:
         # Code or message of the details differ from the call's: keep the details anyway.
@@ -203,20 +219,24 @@ def _rich_status(err: Any) -> status_pb2.Status | None:
         return None  # not a call object (an RpcError raised before any call existed)
     for key, value in err.trailing_metadata() or ():
         if key == _DETAILS_KEY and isinstance(value, bytes):
-            return status_pb2.Status.FromString(value)
+            return Status.FromString(value)
     return None
 
 
-def _field_violations(status: status_pb2.Status | None) -> list[FieldViolation]:
-    out: list[FieldViolation] = []
-    if status is None:
-        return out
-    for detail in status.details:
-        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            out.extend(bad.field_violations)
-    return out
+def _decoded(status: Status | None) -> tuple[list[FieldViolation], list[QuotaViolation], float | None]:
+    fields: list[FieldViolation] = []
+    quotas: list[QuotaViolation] = []
+    retry: float | None = None
+    for detail in status.details if status is not None else ():
+        bad, quota, info = BadRequest(), QuotaFailure(), RetryInfo()
+        # Unpack is False for other detail types
+        if detail.Unpack(bad):
+            fields.extend(bad.field_violations)
+        elif detail.Unpack(quota):
+            quotas.extend(quota.violations)
+        elif detail.Unpack(info):
+            retry = info.retry_delay.seconds + info.retry_delay.nanos / 1e9
+    return fields, quotas, retry
 
 
 def error_from_rpc_error(err: grpc.RpcError, method: str | None = None) -> GpuschedError:
@@ -228,11 +248,14 @@ def error_from_rpc_error(err: grpc.RpcError, method: str | None = None) -> Gpusc
         code = grpc.StatusCode.UNKNOWN
     details = details_fn() if callable(details_fn) else None
     status = _rich_status(err)
+    fields, quotas, retry = _decoded(status)
     cls = _BY_CODE.get(code, GpuschedError)
     return cls(
         code,
         details if isinstance(details, str) else str(err),
         method=method,
         status=status,
-        field_violations=_field_violations(status),
+        field_violations=fields,
+        quota_violations=quotas,
+        retry_delay=retry,
     )

@@ -1,0 +1,236 @@
+package gpusched
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// FieldViolation is one problem with the request: the field or annotation it concerns, e.g.
+// `workload.kubernetes.annotations["hami.io/device-scoring-weights"]` or `nodes[1].name`, and
+// what is wrong and what is accepted (a google.rpc.BadRequest field violation).
+type FieldViolation struct {
+	Field       string
+	Description string
+}
+
+func (v FieldViolation) String() string { return v.Field + ": " + v.Description }
+
+// QuotaViolation is one limit a request went over (a google.rpc.QuotaFailure violation, sent
+// with RESOURCE_EXHAUSTED), e.g. subject "limits.max_nodes".
+type QuotaViolation struct {
+	Subject     string
+	Description string
+}
+
+// Error is the error of every Client method: the gRPC status code and message, with the
+// structured details the server sends in the grpc-status-details-bin trailer.
+//
+//	var e *gpusched.Error
+//	if errors.As(err, &e) && e.Code == codes.InvalidArgument {
+//		for _, v := range e.FieldViolations { ... }
+//	}
+type Error struct {
+	// Code is the gRPC status code.
+	Code codes.Code
+	// Message is the status message.
+	Message string
+	// FieldViolations are the google.rpc.BadRequest violations (INVALID_ARGUMENT).
+	FieldViolations []FieldViolation
+	// QuotaViolations are the google.rpc.QuotaFailure violations (RESOURCE_EXHAUSTED for a
+	// request over a limit).
+	QuotaViolations []QuotaViolation
+	// RetryDelay is the google.rpc.RetryInfo delay (server busy or shutting down); 0 when absent.
+	RetryDelay time.Duration
+
+	status *status.Status
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "gpusched: %s: %s", codeName(e.Code), e.Message)
+	if len(e.FieldViolations) > 0 {
+		b.WriteString(" [")
+		for i, v := range e.FieldViolations {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			b.WriteString(v.String())
+		}
+		b.WriteString("]")
+	}
+	return b.String()
+}
+
+// GRPCStatus returns the original status, so status.FromError and status.Code work on an *Error.
+func (e *Error) GRPCStatus() *status.Status {
+	if e.status == nil {
+		return status.New(e.Code, e.Message)
+	}
+	return e.status
+}
+
+// Is reports whether the error is target: an *Error with the same code, or
+// context.DeadlineExceeded / context.Canceled for DEADLINE_EXCEEDED / CANCELLED.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case context.DeadlineExceeded:
+		return e.Code == codes.DeadlineExceeded
+	case context.Canceled:
+		return e.Code == codes.Canceled
+	}
+	if t, ok := target.(*Error); ok {
+		return t.Code == e.Code
+	}
+	return false
+}
+
+// Fields returns the fields named by the field violations, in order.
+func (e *Error) Fields() []string {
+	out := make([]string, 0, len(e.FieldViolations))
+	for _, v := range e.FieldViolations {
+		out = append(out, v.Field)
+	}
+	return out
+}
+
+// Violation returns the first field violation whose field contains s (for example an
+// annotation key such as AnnotationDeviceScoringWeights), and whether there is one.
+func (e *Error) Violation(s string) (FieldViolation, bool) {
+	for _, v := range e.FieldViolations {
+		if strings.Contains(v.Field, s) {
+			return v, true
+		}
+	}
+	return FieldViolation{}, false
+}
+
+// FromError converts a gRPC error into an *Error; nil stays nil, an *Error is returned as is,
+// and an error without a gRPC status becomes codes.Unknown.
+func FromError(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		// Not a status error: keep its text.
+		st = status.New(codes.Unknown, err.Error())
+	}
+	return fromStatus(st)
+}
+
+func fromStatus(st *status.Status) *Error {
+	e := &Error{Code: st.Code(), Message: st.Message(), status: st}
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.BadRequest:
+			for _, v := range d.GetFieldViolations() {
+				e.FieldViolations = append(e.FieldViolations, FieldViolation{Field: v.GetField(), Description: v.GetDescription()})
+			}
+		case *errdetails.QuotaFailure:
+			for _, v := range d.GetViolations() {
+				e.QuotaViolations = append(e.QuotaViolations, QuotaViolation{Subject: v.GetSubject(), Description: v.GetDescription()})
+			}
+		case *errdetails.RetryInfo:
+			if d.GetRetryDelay() != nil {
+				e.RetryDelay = d.GetRetryDelay().AsDuration()
+			}
+		}
+	}
+	return e
+}
+
+// wrap turns a call's error into an *Error (nil stays nil).
+func wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return FromError(err)
+}
+
+// Code returns the gRPC code of err: codes.OK for nil, codes.Unknown for an error that carries
+// no status.
+func Code(err error) codes.Code {
+	if err == nil {
+		return codes.OK
+	}
+	return FromError(err).Code
+}
+
+// FieldViolations returns the google.rpc.BadRequest field violations carried by err, if any.
+func FieldViolations(err error) []FieldViolation {
+	if err == nil {
+		return nil
+	}
+	return FromError(err).FieldViolations
+}
+
+// IsInvalidArgument reports whether err is INVALID_ARGUMENT: bad input, with field violations.
+func IsInvalidArgument(err error) bool { return Code(err) == codes.InvalidArgument }
+
+// IsResourceExhausted reports whether err is RESOURCE_EXHAUSTED: a request over a configured
+// limit, or the server busy.
+func IsResourceExhausted(err error) bool { return Code(err) == codes.ResourceExhausted }
+
+// IsDeadlineExceeded reports whether err is DEADLINE_EXCEEDED (the caller's deadline, or the
+// server's request timeout).
+func IsDeadlineExceeded(err error) bool { return Code(err) == codes.DeadlineExceeded }
+
+// IsUnavailable reports whether err is UNAVAILABLE: no connection, or the server shutting down.
+func IsUnavailable(err error) bool { return Code(err) == codes.Unavailable }
+
+// codeName is the canonical upper-case name of a code, e.g. INVALID_ARGUMENT.
+func codeName(c codes.Code) string {
+	switch c {
+	case codes.OK:
+		return "OK"
+	case codes.Canceled:
+		return "CANCELLED"
+	case codes.Unknown:
+		return "UNKNOWN"
+	case codes.InvalidArgument:
+		return "INVALID_ARGUMENT"
+	case codes.DeadlineExceeded:
+		return "DEADLINE_EXCEEDED"
+	case codes.NotFound:
+		return "NOT_FOUND"
+	case codes.AlreadyExists:
+		return "ALREADY_EXISTS"
+	case codes.PermissionDenied:
+		return "PERMISSION_DENIED"
+	case codes.ResourceExhausted:
+		return "RESOURCE_EXHAUSTED"
+	case codes.FailedPrecondition:
+		return "FAILED_PRECONDITION"
+	case codes.Aborted:
+		return "ABORTED"
+	case codes.OutOfRange:
+		return "OUT_OF_RANGE"
+	case codes.Unimplemented:
+		return "UNIMPLEMENTED"
+	case codes.Internal:
+		return "INTERNAL"
+	case codes.Unavailable:
+		return "UNAVAILABLE"
+	case codes.DataLoss:
+		return "DATA_LOSS"
+	case codes.Unauthenticated:
+		return "UNAUTHENTICATED"
+	}
+	return c.String()
+}
+
+// CodeName returns the canonical name of a gRPC code as the test vectors and other gRPC
+// implementations spell it (INVALID_ARGUMENT, CANCELLED, ...).
+func CodeName(c codes.Code) string { return codeName(c) }

@@ -1,0 +1,68 @@
+"""Python client of gpusched, the stateless gRPC GPU placement service.
+
+- :class:`Client` / :class:`AsyncClient`: the sync and asyncio clients.
+- :mod:`gpusched.v1`: the API messages, enums and service stubs (generated).
+- :mod:`gpusched.errors`: :class:`GpuschedError` and one subclass per gRPC status code.
+- :mod:`gpusched.workload`: build a Kubernetes-form workload from annotations and limits.
+"""
+
+from gpusched import v1, workload
+from gpusched.client import DEFAULT, DEFAULT_TIMEOUT, METHODS, AsyncClient, Client, Method
+from gpusched.errors import (
+    AbortedError,
+    AlreadyExistsError,
+    CallCancelledError,
+    DataLossError,
+    DeadlineExceededError,
+    FailedPreconditionError,
+    FieldViolation,
+    GpuschedError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    OutOfRangeError,
+    PermissionDeniedError,
+    QuotaViolation,
+    ResourceExhaustedError,
+    UnauthenticatedError,
+    UnavailableError,
+    UnimplementedError,
+    UnknownError,
+)
+from gpusched.workload import container, gpu_limits, kubernetes_workload, workload_from_pod
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT",
+    "DEFAULT_TIMEOUT",
+    "METHODS",
+    "AbortedError",
+    "AlreadyExistsError",
+    "AsyncClient",
+    "CallCancelledError",
+    "Client",
+    "DataLossError",
+    "DeadlineExceededError",
+    "FailedPreconditionError",
+    "FieldViolation",
+    "GpuschedError",
+    "InternalError",
+    "InvalidArgumentError",
+    "Method",
+    "NotFoundError",
+    "OutOfRangeError",
+    "PermissionDeniedError",
+    "QuotaViolation",
+    "ResourceExhaustedError",
+    "UnauthenticatedError",
+    "UnavailableError",
+    "UnimplementedError",
+    "UnknownError",
+    "container",
+    "gpu_limits",
+    "kubernetes_workload",
+    "v1",
+    "workload",
+    "workload_from_pod",
+]

@@ -1,0 +1,115 @@
+//! An in-process server on 127.0.0.1 port 0, and builders for requests.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use gpusched_api::v1;
+use gpusched_api::v1::inventory_service_client::InventoryServiceClient;
+use gpusched_api::v1::placement_service_client::PlacementServiceClient;
+use gpusched_server::{Metrics, Overrides, Running, Settings};
+use tonic::transport::Channel;
+
+/// Settings from the embedded defaults, ports 0, with `env`-style overrides
+/// (`("limits.max_nodes", "3")`).
+pub fn settings(overrides: &[(&str, &str)]) -> Settings {
+    let env: BTreeMap<String, String> = overrides
+        .iter()
+        .map(|(k, v)| (format!("GPUSCHED_{}", k.replace('.', "__").to_uppercase()), (*v).to_owned()))
+        .collect();
+    let flags = Overrides {
+        listen: Some("127.0.0.1:0".into()),
+        metrics_listen: Some("127.0.0.1:0".into()),
+        ..Overrides::default()
+    };
+    gpusched_server::config::load(None, &env, &flags).unwrap().validate(&BTreeMap::new()).unwrap()
+}
+
+pub struct TestServer {
+    pub running: Running,
+    pub channel: Channel,
+}
+
+impl TestServer {
+    pub async fn start(overrides: &[(&str, &str)]) -> TestServer {
+        Self::start_with(settings(overrides)).await
+    }
+
+    pub async fn start_with(settings: Settings) -> TestServer {
+        let running = gpusched_server::start(settings, Arc::new(Metrics::new())).await.unwrap();
+        let channel = Channel::from_shared(format!("http://{}", running.grpc_addr)).unwrap().connect().await.unwrap();
+        TestServer { running, channel }
+    }
+
+    pub fn placement(&self) -> PlacementServiceClient<Channel> {
+        PlacementServiceClient::new(self.channel.clone()).max_decoding_message_size(256 << 20).max_encoding_message_size(256 << 20)
+    }
+
+    pub fn inventory(&self) -> InventoryServiceClient<Channel> {
+        InventoryServiceClient::new(self.channel.clone())
+    }
+}
+
+pub fn card(id: &str, index: u32, mem: u64) -> v1::Card {
+    v1::Card {
+        id: id.into(),
+        index,
+        r#type: "NVIDIA-A100-SXM4-40GB".into(),
+        slots: 10,
+        total_mem_mib: mem,
+        total_cores: 100,
+        numa: 0,
+        health: v1::CardHealth::Healthy as i32,
+        mode: v1::CardMode::HamiCore as i32,
+        usage: None,
+    }
+}
+
+pub fn used(mut c: v1::Card, slots: u32, mem: u64, cores: u32) -> v1::Card {
+    c.usage = Some(v1::CardUsage { used_slots: slots, used_mem_mib: mem, used_cores: cores });
+    c
+}
+
+pub fn node(name: &str, n: u32, mem: u64) -> v1::Node {
+    v1::Node {
+        name: name.into(),
+        cards: (0..n).map(|i| card(&format!("{name}-gpu{i}"), i, mem)).collect(),
+        ..v1::Node::default()
+    }
+}
+
+pub fn node_with(name: &str, cards: Vec<v1::Card>) -> v1::Node {
+    v1::Node { name: name.into(), cards, ..v1::Node::default() }
+}
+
+/// A Kubernetes-form workload: annotations and one container's limits per entry.
+pub fn pod(annotations: &[(&str, &str)], containers: &[&[(&str, &str)]]) -> v1::Workload {
+    let map = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    v1::Workload {
+        namespace: "default".into(),
+        name: "pod".into(),
+        uid: "uid-1".into(),
+        spec: Some(v1::workload::Spec::Kubernetes(v1::KubernetesWorkloadSpec {
+            annotations: map(annotations),
+            init_containers: vec![],
+            containers: containers
+                .iter()
+                .enumerate()
+                .map(|(i, c)| v1::KubernetesContainer { name: format!("c{i}"), limits: map(c), requests: BTreeMap::new() })
+                .collect(),
+        })),
+    }
+}
+
+pub fn allocate_req(nodes: Vec<v1::Node>, w: v1::Workload) -> v1::AllocateRequest {
+    v1::AllocateRequest { nodes, workload: Some(w), options: None, restrict_to_node_names: vec![] }
+}
+
+/// The BadRequest field violations of a status.
+pub fn violations(s: &tonic::Status) -> Vec<(String, String)> {
+    use tonic_types::StatusExt;
+    s.get_error_details()
+        .bad_request()
+        .map(|b| b.field_violations.iter().map(|v| (v.field.clone(), v.description.clone())).collect())
+        .unwrap_or_default()
+}

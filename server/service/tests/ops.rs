@@ -1,0 +1,146 @@
+//! Health, reflection (v1 and v1alpha), metrics and graceful shutdown.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use gpusched_api::v1;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_stream::StreamExt;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
+
+async fn health(server: &TestServer, service: &str) -> i32 {
+    HealthClient::new(server.channel.clone())
+        .check(HealthCheckRequest { service: service.into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+}
+
+#[tokio::test]
+async fn health_per_service() {
+    let server = TestServer::start(&[]).await;
+    for s in ["", "gpusched.v1.PlacementService", "gpusched.v1.InventoryService"] {
+        assert_eq!(health(&server, s).await, ServingStatus::Serving as i32, "{s:?}");
+    }
+    let unknown = HealthClient::new(server.channel.clone()).check(HealthCheckRequest { service: "nope".into() }).await;
+    assert_eq!(unknown.unwrap_err().code(), tonic::Code::NotFound);
+    server.running.set_serving(false).await;
+    assert_eq!(health(&server, "gpusched.v1.PlacementService").await, ServingStatus::NotServing as i32);
+}
+
+#[tokio::test]
+async fn reflection_v1_and_v1alpha_list_every_service() {
+    use tonic_reflection::pb::v1 as r1;
+    use tonic_reflection::pb::v1alpha as ra;
+    let server = TestServer::start(&[]).await;
+    let want = ["gpusched.v1.PlacementService", "gpusched.v1.InventoryService", "grpc.health.v1.Health"];
+
+    let mut c = r1::server_reflection_client::ServerReflectionClient::new(server.channel.clone());
+    let req = r1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(r1::server_reflection_request::MessageRequest::ListServices(String::new())),
+    };
+    let mut stream = c.server_reflection_info(tokio_stream::iter(vec![req])).await.unwrap().into_inner();
+    let resp = stream.next().await.unwrap().unwrap();
+    let Some(r1::server_reflection_response::MessageResponse::ListServicesResponse(list)) = resp.message_response else {
+        panic!("unexpected {resp:?}")
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for w in want {
+        assert!(names.iter().any(|n| n == w), "{w} missing from {names:?}");
+    }
+    // describe: the file that defines the placement service.
+    let req = r1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(r1::server_reflection_request::MessageRequest::FileContainingSymbol(
+            "gpusched.v1.PlacementService".into(),
+        )),
+    };
+    let mut stream = c.server_reflection_info(tokio_stream::iter(vec![req])).await.unwrap().into_inner();
+    let resp = stream.next().await.unwrap().unwrap();
+    assert!(matches!(resp.message_response, Some(r1::server_reflection_response::MessageResponse::FileDescriptorResponse(f)) if !f.file_descriptor_proto.is_empty()));
+
+    let mut c = ra::server_reflection_client::ServerReflectionClient::new(server.channel.clone());
+    let req = ra::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(ra::server_reflection_request::MessageRequest::ListServices(String::new())),
+    };
+    let mut stream = c.server_reflection_info(tokio_stream::iter(vec![req])).await.unwrap().into_inner();
+    let resp = stream.next().await.unwrap().unwrap();
+    let Some(ra::server_reflection_response::MessageResponse::ListServicesResponse(list)) = resp.message_response else {
+        panic!("unexpected {resp:?}")
+    };
+    assert!(list.service.iter().any(|s| s.name == "grpc.health.v1.Health"));
+}
+
+async fn scrape(addr: std::net::SocketAddr) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+#[tokio::test]
+async fn metrics_count_calls_decisions_and_reasons() {
+    let server = TestServer::start(&[]).await;
+    let mut client = server.placement();
+    client.allocate(allocate_req(vec![node("a", 1, 8000)], pod(&[], &[&[("nvidia.com/gpu", "1")]]))).await.unwrap();
+    client
+        .allocate(allocate_req(vec![node("a", 1, 8000)], pod(&[], &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "9999")]])))
+        .await
+        .unwrap();
+    let _ = client.allocate(v1::AllocateRequest::default()).await.unwrap_err();
+    let text = scrape(server.running.metrics_addr.unwrap()).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    for needle in [
+        "gpusched_requests_total{rpc=\"Allocate\",outcome=\"ok\"} 2",
+        "gpusched_requests_total{rpc=\"Allocate\",outcome=\"invalid_argument\"} 1",
+        "gpusched_request_duration_seconds_count{rpc=\"Allocate\",outcome=\"ok\"} 2",
+        "gpusched_decisions_total{rpc=\"Allocate\",node_policy=\"binpack\",gpu_policy=\"spread\",result=\"placed\"} 1",
+        "gpusched_decisions_total{rpc=\"Allocate\",node_policy=\"binpack\",gpu_policy=\"spread\",result=\"unschedulable\"} 1",
+        "gpusched_node_rejections_total{reason=\"CardInsufficientMemory\"} 1",
+        "gpusched_request_nodes_count{rpc=\"Allocate\"} 2",
+    ] {
+        assert!(text.contains(needle), "missing {needle} in\n{text}");
+    }
+}
+
+fn big_cluster(nodes: usize) -> Vec<v1::Node> {
+    (0..nodes).map(|i| node(&format!("node-{i:05}"), 8, 81920)).collect()
+}
+
+#[tokio::test]
+async fn shutdown_turns_health_not_serving_and_drains_in_flight_calls() {
+    let server = TestServer::start(&[("limits.blocking_threshold_cards", "1"), ("limits.drain_timeout", "3s")]).await;
+    let mut watch = HealthClient::new(server.channel.clone())
+        .watch(HealthCheckRequest { service: "gpusched.v1.PlacementService".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    let first: HealthCheckResponse = watch.next().await.unwrap().unwrap();
+    assert_eq!(first.status, ServingStatus::Serving as i32);
+    // A large call in flight while the server stops.
+    let mut client = server.placement();
+    let req = v1::AllocateBatchRequest {
+        nodes: big_cluster(2000),
+        workloads: (0..20).map(|_| pod(&[], &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "1000")]])).collect(),
+        ..Default::default()
+    };
+    let call = tokio::spawn(async move { client.allocate_batch(req).await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let TestServer { running, channel: _ } = server;
+    let addr = running.grpc_addr;
+    let stop = tokio::spawn(running.shutdown());
+    let next: HealthCheckResponse = watch.next().await.unwrap().unwrap();
+    assert_eq!(next.status, ServingStatus::NotServing as i32);
+    let answer = call.await.unwrap().expect("the in-flight call completes");
+    assert!(answer.into_inner().all_placed);
+    stop.await.unwrap().unwrap();
+    // Nothing listens any more.
+    assert!(tonic::transport::Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.is_err());
+}

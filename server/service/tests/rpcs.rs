@@ -1,0 +1,411 @@
+//! Every RPC over real gRPC on 127.0.0.1: the seed stories end to end, answers, errors and
+//! their details, limits, deadlines.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use gpusched_api::v1;
+use tonic::Code;
+
+const WEIGHTS: &str = "hami.io/device-scoring-weights";
+
+fn one_gpu() -> v1::Workload {
+    pod(&[], &[&[("nvidia.com/gpu", "1")]])
+}
+
+#[tokio::test]
+async fn seed_stories_1_and_2_node_binpack_and_spread() {
+    let server = TestServer::start(&[]).await;
+    let mut client = server.placement();
+    for (annotations, expected) in [(vec![], ["node1", "node1"]), (vec![("hami.io/node-scheduler-policy", "spread")], ["node1", "node2"])] {
+        let w = pod(&annotations, &[&[("nvidia.com/gpu", "1")]]);
+        let out = client
+            .allocate_batch(v1::AllocateBatchRequest {
+                nodes: vec![node("node1", 4, 8000), node("node2", 4, 8000)],
+                workloads: vec![w.clone(), w],
+                options: None,
+                all_or_nothing: false,
+                return_updated_nodes: true,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let chosen: Vec<&str> = out.results.iter().map(|r| r.node_name.as_str()).collect();
+        assert_eq!(chosen, expected, "{annotations:?}");
+        assert!(out.all_placed);
+        let booked: u32 = out.updated_nodes.iter().flat_map(|n| &n.cards).filter_map(|c| c.usage.as_ref()).map(|u| u.used_slots).sum();
+        assert_eq!(booked, 2);
+    }
+}
+
+#[tokio::test]
+async fn seed_stories_3_and_4_gpu_binpack_and_spread() {
+    let server = TestServer::start(&[]).await;
+    let mut client = server.placement();
+    let gpus = || node_with("node1", (0..4).map(|i| card(&format!("GPU{}", i + 1), i, 8000)).collect());
+    for (policy, expected) in [("binpack", ["GPU1", "GPU1"]), ("spread", ["GPU1", "GPU2"])] {
+        let w = pod(
+            &[("hami.io/gpu-scheduler-policy", policy)],
+            &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpucores", "20"), ("nvidia.com/gpumem-percentage", "20")]],
+        );
+        let out = client
+            .allocate_batch(v1::AllocateBatchRequest {
+                nodes: vec![gpus()],
+                workloads: vec![w.clone(), w],
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let cards: Vec<&str> = out.results.iter().map(|r| r.containers[0].cards[0].card_id.as_str()).collect();
+        assert_eq!(cards, expected, "{policy}");
+        assert_eq!(out.results[0].containers[0].cards[0].mem_mib, 1600);
+        assert_eq!(out.results[0].containers[0].cards[0].cores_percent, 20);
+    }
+}
+
+#[tokio::test]
+async fn allocate_explains_the_seed_gpu_example() {
+    let server = TestServer::start(&[]).await;
+    let n = node_with("node1", vec![used(card("GPU1", 0, 8000), 0, 2000, 10), used(card("GPU2", 1, 8000), 0, 6000, 70)]);
+    let w = pod(
+        &[("hami.io/gpu-scheduler-policy", "binpack")],
+        &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpucores", "20"), ("nvidia.com/gpumem", "1000")]],
+    );
+    let mut req = allocate_req(vec![n], w);
+    req.options = Some(v1::PlacementOptions { explain: true, ..Default::default() });
+    let r = server.placement().allocate(req).await.unwrap().into_inner().result.unwrap();
+    assert!(r.placed && r.requests_gpu);
+    assert_eq!(r.containers[0].cards[0].card_id, "GPU2");
+    let cards = &r.explanations[0].containers[0].cards;
+    assert_eq!(cards[0].card_id, "GPU2");
+    assert!((cards[0].score - 18.75).abs() < 1e-9 && cards[0].chosen && cards[0].visited);
+    assert!((cards[0].slot_term - 1.0).abs() < 1e-9);
+    assert!((cards[0].core_term - 9.0).abs() < 1e-9);
+    assert!((cards[0].memory_term - 8.75).abs() < 1e-9);
+    assert!((cards[1].score - 7.75).abs() < 1e-9 && !cards[1].chosen && !cards[1].visited);
+    let eff = r.effective_policy.unwrap();
+    assert_eq!(eff.gpu_policy_text, "binpack");
+    assert_eq!(eff.node_policy, v1::NodePolicy::Binpack as i32);
+    assert_eq!(eff.scoring_weights, Some(v1::ScoringWeights { slot: 1, core: 1, memory: 1 }));
+}
+
+#[tokio::test]
+async fn filter_reports_feasible_nodes_and_reasons() {
+    let server = TestServer::start(&[]).await;
+    let full = node_with("full", vec![used(card("f0", 0, 8000), 10, 0, 0), card("f1", 1, 8000)]);
+    let small = node("small", 1, 8000);
+    let ok = node("ok", 2, 8000);
+    let out = server
+        .placement()
+        .filter(v1::FilterRequest {
+            nodes: vec![full, small, ok],
+            workload: Some(pod(&[], &[&[("nvidia.com/gpu", "2"), ("nvidia.com/gpumem", "100")]])),
+            options: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(out.feasible_node_names, vec!["ok"]);
+    assert!(out.requests_gpu);
+    let full = out.failed_nodes.iter().find(|f| f.node_name == "full").unwrap();
+    assert_eq!(full.message, "1/2 AllocatedCardsInsufficientRequest, 1/2 CardTimeSlicingExhausted");
+    assert_eq!(full.reasons[0].reason, v1::Reason::AllocatedCardsInsufficientRequest as i32);
+    assert_eq!(full.reasons[0].count, 1);
+    assert_eq!(full.reasons[0].name, "AllocatedCardsInsufficientRequest");
+    assert!(!full.unresolvable);
+    assert_eq!(full.container_name, "c0");
+    let small = out.failed_nodes.iter().find(|f| f.node_name == "small").unwrap();
+    assert_eq!(small.message, "NodeInsufficientDevice");
+    assert!(small.unresolvable);
+}
+
+#[tokio::test]
+async fn score_orders_by_preference() {
+    let server = TestServer::start(&[]).await;
+    let busy = node_with("busy", vec![used(card("b0", 0, 8000), 3, 4000, 30), card("b1", 1, 8000)]);
+    let out = server
+        .placement()
+        .score(v1::ScoreRequest {
+            nodes: vec![node("idle", 2, 8000), busy],
+            workload: Some(pod(&[], &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "100")]])),
+            options: Some(v1::PlacementOptions { default_node_policy: v1::NodePolicy::Spread as i32, ..Default::default() }),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let order: Vec<(&str, u32)> = out.scores.iter().map(|s| (s.node_name.as_str(), s.normalized_score)).collect();
+    assert_eq!(order, vec![("idle", 100), ("busy", 0)]);
+    assert!(out.scores[0].raw_score < out.scores[1].raw_score);
+    assert_eq!(out.effective_policy.unwrap().node_policy, v1::NodePolicy::Spread as i32);
+}
+
+#[tokio::test]
+async fn batch_all_or_nothing_rolls_back() {
+    let server = TestServer::start(&[]).await;
+    let w = one_gpu();
+    let out = server
+        .placement()
+        .allocate_batch(v1::AllocateBatchRequest {
+            nodes: vec![node("n", 2, 8000)],
+            workloads: vec![w.clone(), w.clone(), w],
+            options: None,
+            all_or_nothing: true,
+            return_updated_nodes: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!out.all_placed);
+    assert!(out.results.iter().all(|r| !r.placed));
+    assert!(out.results[0].rolled_back && out.results[1].rolled_back && !out.results[2].rolled_back);
+    assert_eq!(out.results[0].node_name, "n");
+    assert!(out.updated_nodes[0].cards.iter().all(|c| c.usage.is_none()));
+    assert_eq!(out.results[2].failed_nodes[0].message, "2/2 CardInsufficientMemory");
+}
+
+#[tokio::test]
+async fn typed_workloads_work_like_annotations() {
+    let server = TestServer::start(&[]).await;
+    let typed = v1::Workload {
+        name: "typed".into(),
+        spec: Some(v1::workload::Spec::Typed(v1::TypedWorkloadSpec {
+            node_policy: v1::NodePolicy::Spread as i32,
+            gpu_policy: vec![v1::GpuPolicy::Binpack as i32, v1::GpuPolicy::Numa as i32],
+            scoring_weights: Some(v1::ScoringWeights { slot: 1, core: 1, memory: 3 }),
+            containers: vec![v1::ContainerRequest { name: "main".into(), gpu_count: 1, gpumem_percent: 40, ..Default::default() }],
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let n = node_with("node1", vec![used(card("GPU-A", 0, 10000), 1, 1000, 90), used(card("GPU-B", 1, 10000), 7, 2000, 10)]);
+    let r = server.placement().allocate(allocate_req(vec![n], typed)).await.unwrap().into_inner().result.unwrap();
+    assert_eq!(r.containers[0].cards[0].card_id, "GPU-B");
+    let eff = r.effective_policy.unwrap();
+    assert_eq!(eff.gpu_policy_text, "binpack,numa");
+    assert_eq!(eff.node_policy, v1::NodePolicy::Spread as i32);
+}
+
+#[tokio::test]
+async fn validate_workload_answers() {
+    let server = TestServer::start(&[]).await;
+    let mut client = server.placement();
+    let ok = client
+        .validate_workload(v1::ValidateWorkloadRequest {
+            workload: Some(pod(&[("hami.io/gpu-scheduler-policy", "mutex")], &[&[("nvidia.com/gpu", "2"), ("nvidia.com/gpucores", "30")]])),
+            options: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ok.valid && ok.requests_gpu && ok.violations.is_empty());
+    assert_eq!(ok.containers[0].gpu_count, 2);
+    assert_eq!(ok.containers[0].mem_percent, Some(100));
+    assert_eq!(ok.containers[0].cores_percent, 30);
+    assert_eq!(ok.effective_policy.unwrap().gpu_policy_text, "mutex");
+    let bad = client
+        .validate_workload(v1::ValidateWorkloadRequest {
+            workload: Some(pod(&[(WEIGHTS, "slot=1,core=1,memory=x")], &[&[("nvidia.com/gpu", "1")]])),
+            options: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!bad.valid);
+    assert_eq!(bad.violations[0].field, "workload.kubernetes.annotations[\"hami.io/device-scoring-weights\"]");
+    assert!(bad.violations[0].description.contains(WEIGHTS));
+    let no_gpu = client
+        .validate_workload(v1::ValidateWorkloadRequest { workload: Some(pod(&[(WEIGHTS, "junk")], &[&[("cpu", "1")]])), options: None })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(no_gpu.valid && !no_gpu.requests_gpu);
+    let missing = client.validate_workload(v1::ValidateWorkloadRequest::default()).await.unwrap_err();
+    assert_eq!(missing.code(), Code::InvalidArgument);
+    assert_eq!(violations(&missing)[0].0, "workload");
+}
+
+#[tokio::test]
+async fn invalid_input_is_invalid_argument_with_field_violations() {
+    let server = TestServer::start(&[]).await;
+    let mut client = server.placement();
+    // Invalid weights: rejected before any node is looked at (the nodes are bad too).
+    let err = client
+        .filter(v1::FilterRequest {
+            nodes: vec![node("a", 1, 8000), node("a", 1, 8000)],
+            workload: Some(pod(&[(WEIGHTS, "slot=1,core=1")], &[&[("nvidia.com/gpu", "1")]])),
+            options: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let v = violations(&err);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].0, "workload.kubernetes.annotations[\"hami.io/device-scoring-weights\"]");
+    // Node problems, each with its field.
+    let mut unhealthy = card("x", 0, 8000);
+    unhealthy.health = v1::CardHealth::Unspecified as i32;
+    let err = client
+        .allocate(allocate_req(vec![node("a", 1, 8000), node("a", 1, 8000), node_with("b", vec![unhealthy])], one_gpu()))
+        .await
+        .unwrap_err();
+    let fields: Vec<String> = violations(&err).into_iter().map(|v| v.0).collect();
+    assert_eq!(fields, vec!["nodes[2].cards[0].health"]);
+    let err = client.allocate(allocate_req(vec![node("a", 1, 8000), node("a", 1, 8000)], one_gpu())).await.unwrap_err();
+    assert_eq!(violations(&err)[0].0, "nodes[1].name");
+    // Resource values, typed enums, missing workload, unknown restriction.
+    let err = client
+        .allocate(allocate_req(vec![node("a", 1, 8000)], pod(&[], &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpucores", "150")]])))
+        .await
+        .unwrap_err();
+    assert_eq!(violations(&err)[0].0, "workload.kubernetes.containers[0].limits[\"nvidia.com/gpucores\"]");
+    let typed = v1::Workload {
+        spec: Some(v1::workload::Spec::Typed(v1::TypedWorkloadSpec { gpu_policy: vec![0], ..Default::default() })),
+        ..Default::default()
+    };
+    let err = client.allocate(allocate_req(vec![], typed)).await.unwrap_err();
+    assert_eq!(violations(&err)[0].0, "workload.typed.gpu_policy[0]");
+    let err = client.allocate(v1::AllocateRequest::default()).await.unwrap_err();
+    assert_eq!(violations(&err)[0].0, "workload");
+    let mut req = allocate_req(vec![node("a", 1, 8000)], one_gpu());
+    req.restrict_to_node_names = vec!["zzz".into()];
+    let err = client.allocate(req).await.unwrap_err();
+    assert_eq!(violations(&err)[0].0, "restrict_to_node_names");
+}
+
+#[tokio::test]
+async fn nothing_fits_is_an_answer_not_an_error() {
+    let server = TestServer::start(&[]).await;
+    let r = server
+        .placement()
+        .allocate(allocate_req(vec![node("a", 1, 8000)], pod(&[], &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "9000")]])))
+        .await
+        .unwrap()
+        .into_inner()
+        .result
+        .unwrap();
+    assert!(!r.placed);
+    assert_eq!(r.failed_nodes[0].message, "1/1 CardInsufficientMemory");
+    assert!(r.failed_nodes[0].unresolvable);
+    let r = server.placement().allocate(allocate_req(vec![node("a", 1, 8000)], pod(&[], &[&[("cpu", "1")]]))).await.unwrap();
+    let r = r.into_inner().result.unwrap();
+    assert!(!r.placed && !r.requests_gpu && r.failed_nodes.is_empty());
+}
+
+#[tokio::test]
+async fn restrict_to_the_chosen_node() {
+    let server = TestServer::start(&[]).await;
+    let mut req = allocate_req(vec![node("a", 1, 8000), node("b", 1, 8000)], one_gpu());
+    req.restrict_to_node_names = vec!["b".into()];
+    let r = server.placement().allocate(req).await.unwrap().into_inner().result.unwrap();
+    assert_eq!(r.node_name, "b");
+    assert_eq!(r.feasible_node_count, 1);
+}
+
+#[tokio::test]
+async fn normalize_inventory() {
+    let server = TestServer::start(&[("inventory.split_count", "4")]).await;
+    let raw = |uuid: &str, index: u32, health: v1::CardHealth| v1::RawCard {
+        uuid: uuid.into(),
+        index,
+        model_name: "NVIDIA H200".into(),
+        total_memory_bytes: 143_771_287_552,
+        numa: Some(1),
+        mig_enabled: false,
+        health: health as i32,
+        links: vec![v1::RawLink { peer_uuid: if uuid == "GPU-a" { "GPU-b" } else { "GPU-a" }.into(), kind: v1::LinkKind::Nvlink as i32, link_count: 18 }],
+    };
+    let out = server
+        .inventory()
+        .normalize_inventory(v1::NormalizeInventoryRequest {
+            node_name: "n".into(),
+            cards: vec![raw("GPU-b", 1, v1::CardHealth::Unhealthy), raw("GPU-a", 0, v1::CardHealth::Healthy)],
+            config: Some(v1::NormalizationConfig { memory_scaling: 2.0, ..Default::default() }),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(out.cards.len(), 2);
+    assert_eq!(out.cards[0].id, "GPU-a");
+    assert_eq!(out.cards[0].slots, 4, "split count from the server's config");
+    assert_eq!(out.cards[0].total_mem_mib, 143_771_287_552 / (1 << 20) * 2);
+    assert_eq!(out.cards[0].r#type, "NVIDIA H200");
+    assert_eq!(out.cards[1].health, v1::CardHealth::Unhealthy as i32);
+    assert_eq!(out.pair_scores.len(), 2);
+    assert_eq!(out.pair_scores[0].score, 1800);
+    let cfg = out.effective_config.unwrap();
+    assert_eq!((cfg.split_count, cfg.memory_scaling), (4, 2.0));
+    let err = server
+        .inventory()
+        .normalize_inventory(v1::NormalizeInventoryRequest {
+            node_name: "n".into(),
+            cards: vec![raw("GPU-a", 0, v1::CardHealth::Unspecified)],
+            config: Some(v1::NormalizationConfig { core_scaling: -1.0, ..Default::default() }),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(violations(&err)[0].0, "cards[0].health");
+}
+
+#[tokio::test]
+async fn limits_are_resource_exhausted() {
+    let server = TestServer::start(&[
+        ("limits.max_nodes", "2"),
+        ("limits.max_cards_per_node", "4"),
+        ("limits.max_workloads", "2"),
+        ("limits.max_containers", "2"),
+        ("limits.max_message_bytes", "20000"),
+    ])
+    .await;
+    let mut client = server.placement();
+    let err = client.allocate(allocate_req(vec![node("a", 1, 1), node("b", 1, 1), node("c", 1, 1)], one_gpu())).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert!(err.message().contains("limits.max_nodes"), "{}", err.message());
+    let err = client.allocate(allocate_req(vec![node("a", 5, 1)], one_gpu())).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert!(err.message().contains("limits.max_cards_per_node"));
+    let w = one_gpu();
+    let err = client
+        .allocate_batch(v1::AllocateBatchRequest { nodes: vec![], workloads: vec![w.clone(), w.clone(), w], ..Default::default() })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    let three = pod(&[], &[&[("nvidia.com/gpu", "1")], &[], &[]]);
+    let err = client.allocate(allocate_req(vec![], three)).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    // A message over max_message_bytes.
+    let mut huge = one_gpu();
+    if let Some(v1::workload::Spec::Kubernetes(k)) = &mut huge.spec {
+        k.annotations.insert("big".into(), "x".repeat(30_000));
+    }
+    let err = client.allocate(allocate_req(vec![], huge)).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    // The server still answers.
+    assert!(client.allocate(allocate_req(vec![node("a", 1, 8000)], one_gpu())).await.is_ok());
+}
+
+#[tokio::test]
+async fn deadlines_are_honoured() {
+    let server = TestServer::start(&[("limits.request_timeout", "1ns")]).await;
+    let err = server.placement().allocate(allocate_req(vec![node("a", 1, 8000)], one_gpu())).await.unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    // On the blocking pool: the server's own limit is enforced while the decision runs.
+    let server = TestServer::start(&[("limits.request_timeout", "1ns"), ("limits.blocking_threshold_cards", "1")]).await;
+    let err = server.placement().allocate(allocate_req(vec![node("a", 1, 8000)], one_gpu())).await.unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    // The caller's grpc-timeout is read from the metadata (the shorter of the two applies).
+    let mut md = tonic::metadata::MetadataMap::new();
+    md.insert("grpc-timeout", "250m".parse().unwrap());
+    assert_eq!(gpusched_server::call::grpc_timeout(&md), Some(std::time::Duration::from_millis(250)));
+    md.insert("grpc-timeout", "3S".parse().unwrap());
+    assert_eq!(gpusched_server::call::grpc_timeout(&md), Some(std::time::Duration::from_secs(3)));
+    md.insert("grpc-timeout", "x".parse().unwrap());
+    assert_eq!(gpusched_server::call::grpc_timeout(&md), None);
+    let server = TestServer::start(&[("limits.blocking_threshold_cards", "1")]).await;
+    // A reasonable deadline passes, on the blocking pool too.
+    let mut req = tonic::Request::new(allocate_req(vec![node("a", 1, 8000)], one_gpu()));
+    req.set_timeout(std::time::Duration::from_secs(5));
+    assert!(server.placement().allocate(req).await.unwrap().into_inner().result.unwrap().placed);
+}
