@@ -16,8 +16,8 @@ import (
 // `workload.kubernetes.annotations["hami.io/device-scoring-weights"]` or `nodes[1].name`, and
 // what is wrong and what is accepted (a google.rpc.BadRequest field violation).
 type FieldViolation struct {
-	Field       string
-	Description string
+	Field       string `json:"field"`
+	Description string `json:"description"`
 }
 
 func (v FieldViolation) String() string { return v.Field + ": " + v.Description }
@@ -25,8 +25,8 @@ func (v FieldViolation) String() string { return v.Field + ": " + v.Description 
 // QuotaViolation is one limit a request went over (a google.rpc.QuotaFailure violation, sent
 // with RESOURCE_EXHAUSTED), e.g. subject "limits.max_nodes".
 type QuotaViolation struct {
-	Subject     string
-	Description string
+	Subject     string `json:"subject"`
+	Description string `json:"description"`
 }
 
 // Error is the error of every Client method: the gRPC status code and message, with the
@@ -52,19 +52,19 @@ type Error struct {
 	status *status.Status
 }
 
-// Error implements error.
+// Error implements error: "gpusched: CODE: message", followed by the field violations that
+// the message does not already name.
 func (e *Error) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "gpusched: %s: %s", codeName(e.Code), e.Message)
-	if len(e.FieldViolations) > 0 {
-		b.WriteString(" [")
-		for i, v := range e.FieldViolations {
-			if i > 0 {
-				b.WriteString("; ")
-			}
-			b.WriteString(v.String())
+	var extra []string
+	for _, v := range e.FieldViolations {
+		if !strings.Contains(e.Message, v.Field) {
+			extra = append(extra, v.String())
 		}
-		b.WriteString("]")
+	}
+	if len(extra) > 0 {
+		b.WriteString(" [" + strings.Join(extra, "; ") + "]")
 	}
 	return b.String()
 }

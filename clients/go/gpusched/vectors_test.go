@@ -14,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/gpusched/gpusched/clients/go/gpusched"
 	v1 "github.com/gpusched/gpusched/clients/go/gpuschedv1"
@@ -185,7 +187,7 @@ func runVector(t *testing.T, client *gpusched.Client, path string) {
 		t.Fatalf("response: %v", err)
 	}
 	if !proto.Equal(got, want) {
-		t.Fatalf("%s: answer differs\n got:  %s\n want: %s", v.Description, protojson.Format(got), protojson.Format(want))
+		t.Fatalf("%s: answer differs (-want +got):\n%s", v.Description, cmp.Diff(want, got, protocmp.Transform()))
 	}
 }
 

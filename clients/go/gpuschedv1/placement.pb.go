@@ -765,8 +765,9 @@ func (x *ValidateWorkloadRequest) GetOptions() *PlacementOptions {
 // A problem found in a workload.
 type Violation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The field or annotation, e.g. `annotations["hami.io/device-scoring-weights"]`
-	// or `containers[0].limits["nvidia.com/gpucores"]`.
+	// The field or annotation, e.g.
+	// `workload.kubernetes.annotations["hami.io/device-scoring-weights"]` or
+	// `workload.kubernetes.containers[0].limits["nvidia.com/gpucores"]`.
 	Field string `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
 	// What is wrong and what is accepted.
 	Description   string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`

@@ -24,13 +24,17 @@ pub enum JsonError {
 
 fn pool() -> Result<&'static DescriptorPool, JsonError> {
     static POOL: OnceLock<Result<DescriptorPool, String>> = OnceLock::new();
-    POOL.get_or_init(|| DescriptorPool::decode(crate::FILE_DESCRIPTOR_SET).map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|e| JsonError::Descriptor(e.clone()))
+    POOL.get_or_init(|| {
+        DescriptorPool::decode(crate::FILE_DESCRIPTOR_SET).map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| JsonError::Descriptor(e.clone()))
 }
 
 fn descriptor(full_name: &str) -> Result<prost_reflect::MessageDescriptor, JsonError> {
-    pool()?.get_message_by_name(full_name).ok_or_else(|| JsonError::UnknownType(full_name.to_owned()))
+    pool()?
+        .get_message_by_name(full_name)
+        .ok_or_else(|| JsonError::UnknownType(full_name.to_owned()))
 }
 
 /// Parses canonical proto3 JSON (lowerCamelCase or original field names) into `M`, whose full
@@ -77,9 +81,18 @@ mod tests {
             r#"{"workload":{"name":"p","kubernetes":{"annotations":{"a":"b"},"containers":[{"limits":{"nvidia.com/gpu":"1"}}]}},"options":{"defaultMemoryMib":"5"}}"#,
         )
         .unwrap();
-        assert_eq!(req.options.as_ref().and_then(|o| o.default_memory_mib), Some(5));
+        assert_eq!(
+            req.options.as_ref().and_then(|o| o.default_memory_mib),
+            Some(5)
+        );
         let json = to_json("gpusched.v1.ValidateWorkloadRequest", &req, false).unwrap();
         assert!(json.contains(r#""defaultMemoryMib":"5""#), "{json}");
-        assert!(from_json::<v1::ValidateWorkloadRequest>("gpusched.v1.ValidateWorkloadRequest", "{\"bogus\":1}").is_err());
+        assert!(
+            from_json::<v1::ValidateWorkloadRequest>(
+                "gpusched.v1.ValidateWorkloadRequest",
+                "{\"bogus\":1}"
+            )
+            .is_err()
+        );
     }
 }

@@ -5,8 +5,8 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use gpusched_engine::{
-    Card, CardUsage, Defaults, NodeSpec, KubeNames, Snapshot, TypedContainer, TypedSpec,
-    Workload, WorkloadMeta, WorkloadSpec, allocate, evaluate,
+    Card, CardUsage, Defaults, KubeNames, NodeSpec, Snapshot, TypedContainer, TypedSpec, Workload,
+    WorkloadMeta, WorkloadSpec, allocate, evaluate,
 };
 
 /// xorshift64*: a tiny seeded generator so the cluster is the same on every run.

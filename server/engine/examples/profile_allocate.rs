@@ -4,8 +4,8 @@
 use std::hint::black_box;
 
 use gpusched_engine::{
-    Card, CardUsage, Defaults, NodeSpec, KubeNames, Snapshot, TypedContainer, TypedSpec,
-    Workload, WorkloadMeta, WorkloadSpec, allocate,
+    Card, CardUsage, Defaults, KubeNames, NodeSpec, Snapshot, TypedContainer, TypedSpec, Workload,
+    WorkloadMeta, WorkloadSpec, allocate,
 };
 
 /// xorshift64*: a tiny seeded generator so the cluster is the same on every run.

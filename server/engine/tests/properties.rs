@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use gpusched_engine::{
-    Card, CardMode, CardUsage, Defaults, GpuToken, NodePolicy, NodeSpec, PairScore, KubeNames,
+    Card, CardMode, CardUsage, Defaults, GpuToken, KubeNames, NodePolicy, NodeSpec, PairScore,
     ScoringWeights, Snapshot, TypedContainer, TypedSpec, Workload, WorkloadMeta, WorkloadSpec,
     allocate, allocate_batch, evaluate,
 };

@@ -32,7 +32,12 @@ impl State {
     /// State for these settings and metrics.
     pub fn new(settings: Settings, metrics: Arc<Metrics>) -> Self {
         let permits = Semaphore::new(settings.limits.max_concurrent_requests);
-        State { settings, metrics, permits, propagator: TraceContextPropagator::new() }
+        State {
+            settings,
+            metrics,
+            permits,
+            propagator: TraceContextPropagator::new(),
+        }
     }
 }
 
@@ -61,7 +66,10 @@ pub struct Record {
 
 impl Record {
     /// Sums reasons over failed nodes.
-    pub fn add_rejections<'a>(&mut self, failures: impl Iterator<Item = &'a gpusched_engine::NodeFailure>) {
+    pub fn add_rejections<'a>(
+        &mut self,
+        failures: impl Iterator<Item = &'a gpusched_engine::NodeFailure>,
+    ) {
         let mut sums = [0u64; 12];
         for f in failures {
             for (i, r) in Reason::ALL.iter().enumerate() {
@@ -72,11 +80,20 @@ impl Record {
                 }
             }
         }
-        self.rejections = Reason::ALL.iter().copied().zip(sums).filter(|(_, n)| *n > 0).collect();
+        self.rejections = Reason::ALL
+            .iter()
+            .copied()
+            .zip(sums)
+            .filter(|(_, n)| *n > 0)
+            .collect();
     }
 
     fn summary(&self) -> String {
-        self.rejections.iter().map(|(r, n)| format!("{r}={n}")).collect::<Vec<_>>().join(",")
+        self.rejections
+            .iter()
+            .map(|(r, n)| format!("{r}={n}"))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }
 
@@ -126,23 +143,35 @@ where
         gpusched.outcome = Empty,
         gpusched.reason_summary = Empty,
     );
-    let _ = span.set_parent(crate::telemetry::remote_context(&state.propagator, metadata));
+    let _ = span.set_parent(crate::telemetry::remote_context(
+        &state.propagator,
+        metadata,
+    ));
     let limits = &state.settings.limits;
-    let deadline = grpc_timeout(metadata).map_or(limits.request_timeout, |t| t.min(limits.request_timeout));
+    let deadline =
+        grpc_timeout(metadata).map_or(limits.request_timeout, |t| t.min(limits.request_timeout));
     let blocking = cards >= limits.blocking_threshold_cards;
     let st = Arc::clone(&state);
     let outcome = async move {
         let permit = match tokio::time::timeout(deadline, st.permits.acquire()).await {
             Ok(Ok(p)) => p,
             Ok(Err(_)) => return Err(ServiceError::ShuttingDown),
-            Err(_) => return Err(ServiceError::Busy(st.settings.limits.max_concurrent_requests)),
+            Err(_) => {
+                return Err(ServiceError::Busy(
+                    st.settings.limits.max_concurrent_requests,
+                ));
+            }
         };
         let remaining = deadline.saturating_sub(started.elapsed());
         let task = {
             let st = Arc::clone(&st);
             move || {
                 let mut record = Record::default();
-                let out = work(&st, &mut record);
+                // Defence in depth: a bug must fail one call, never the server.
+                let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    work(&st, &mut record)
+                }))
+                .unwrap_or_else(|_| Err(ServiceError::Internal("the decision panicked".into())));
                 (out, record)
             }
         };
@@ -150,8 +179,14 @@ where
             let handle = tokio::task::spawn_blocking(task);
             match tokio::time::timeout(remaining, handle).await {
                 Ok(Ok(r)) => r,
-                Ok(Err(e)) => (Err(ServiceError::Internal(format!("decision task failed: {e}"))), Record::default()),
-                Err(_) => (Err(ServiceError::DeadlineExceeded(deadline)), Record::default()),
+                Ok(Err(e)) => (
+                    Err(ServiceError::Internal(format!("decision task failed: {e}"))),
+                    Record::default(),
+                ),
+                Err(_) => (
+                    Err(ServiceError::DeadlineExceeded(deadline)),
+                    Record::default(),
+                ),
             }
         } else {
             let r = task();
@@ -175,15 +210,28 @@ where
         Err(e) => e.outcome(),
     };
     span.record("gpusched.workload", record.workload.as_str());
-    span.record("gpusched.node_count", record.nodes as u64);
-    span.record("gpusched.card_count", record.cards as u64);
+    span.record(
+        "gpusched.node_count",
+        i64::try_from(record.nodes).unwrap_or(i64::MAX),
+    );
+    span.record(
+        "gpusched.card_count",
+        i64::try_from(record.cards).unwrap_or(i64::MAX),
+    );
     if let Some(c) = &record.chosen {
         span.record("gpusched.chosen_node", c.as_str());
     }
-    let decision_outcome = if result.is_ok() { record.result } else { outcome_label };
+    let decision_outcome = if result.is_ok() {
+        record.result
+    } else {
+        outcome_label
+    };
     span.record("gpusched.outcome", decision_outcome);
     span.record("gpusched.reason_summary", record.summary().as_str());
-    span.record("otel.status_code", if result.is_ok() { "ok" } else { "error" });
+    span.record(
+        "otel.status_code",
+        if result.is_ok() { "ok" } else { "error" },
+    );
     let metrics = &state.metrics;
     metrics.observe_call(rpc, outcome_label, started.elapsed().as_secs_f64());
     if record.nodes > 0 {
@@ -207,5 +255,7 @@ where
         Ok(_) => tracing::debug!(rpc, workload = %record.workload, result = record.result, "call"),
         Err(e) => tracing::debug!(rpc, error = %e, "call failed"),
     });
-    result.map(tonic::Response::new).map_err(tonic::Status::from)
+    result
+        .map(tonic::Response::new)
+        .map_err(tonic::Status::from)
 }

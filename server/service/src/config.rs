@@ -17,7 +17,16 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_CONFIG: &str = include_str!("default-config.toml");
 
 /// Top-level sections; `GPUSCHED_<SECTION>...` variables outside them are not config.
-const SECTIONS: [&str; 8] = ["listen", "metrics", "tls", "limits", "policy", "inventory", "names", "telemetry"];
+const SECTIONS: [&str; 8] = [
+    "listen",
+    "metrics",
+    "tls",
+    "limits",
+    "policy",
+    "inventory",
+    "names",
+    "telemetry",
+];
 
 /// The configuration file's shape.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -286,7 +295,10 @@ pub struct ConfigError {
 }
 
 fn err(key: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError { key: key.to_owned(), message: message.into() }
+    ConfigError {
+        key: key.to_owned(),
+        message: message.into(),
+    }
 }
 
 /// Values given on the command line (highest precedence).
@@ -322,15 +334,23 @@ pub fn load(
     env: &BTreeMap<String, String>,
     flags: &Overrides,
 ) -> Result<FileConfig, ConfigError> {
-    let mut builder = config::Config::builder()
-        .add_source(config::File::from_str(DEFAULT_CONFIG, config::FileFormat::Toml));
+    let mut builder = config::Config::builder().add_source(config::File::from_str(
+        DEFAULT_CONFIG,
+        config::FileFormat::Toml,
+    ));
     if let Some(path) = file {
         let format = match path.extension().and_then(|e| e.to_str()) {
             Some("toml") => config::FileFormat::Toml,
             Some("yaml" | "yml") => config::FileFormat::Yaml,
-            _ => return Err(err("--config", format!("{}: use a .toml, .yaml or .yml file", path.display()))),
+            _ => {
+                return Err(err(
+                    "--config",
+                    format!("{}: use a .toml, .yaml or .yml file", path.display()),
+                ));
+            }
         };
-        let text = std::fs::read_to_string(path).map_err(|e| err("--config", format!("{}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| err("--config", format!("{}: {e}", path.display())))?;
         builder = builder.add_source(config::File::from_str(&text, format));
     }
     let env_map: config::Map<String, String> = env
@@ -338,7 +358,9 @@ pub fn load(
         .filter_map(|(k, v)| {
             let rest = k.strip_prefix("GPUSCHED_")?;
             let first = rest.split("__").next()?.to_ascii_lowercase();
-            SECTIONS.contains(&first.as_str()).then(|| (k.clone(), v.clone()))
+            SECTIONS
+                .contains(&first.as_str())
+                .then(|| (k.clone(), v.clone()))
         })
         .collect();
     builder = builder.add_source(
@@ -350,17 +372,22 @@ pub fn load(
             .with_list_parse_key("inventory.overrides")
             .source(Some(env_map)),
     );
-    let set = |b: config::ConfigBuilder<config::builder::DefaultState>, key: &str, v: &Option<String>| {
-        match v {
-            Some(v) => b.set_override(key, v.clone()).map_err(|e| err(key, e.to_string())),
-            None => Ok(b),
-        }
-    };
+    let set =
+        |b: config::ConfigBuilder<config::builder::DefaultState>, key: &str, v: &Option<String>| {
+            match v {
+                Some(v) => b
+                    .set_override(key, v.clone())
+                    .map_err(|e| err(key, e.to_string())),
+                None => Ok(b),
+            }
+        };
     let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
     builder = set(builder, "listen", &flags.listen)?;
     builder = set(builder, "metrics.listen", &flags.metrics_listen)?;
     if flags.no_metrics {
-        builder = builder.set_override("metrics.enabled", false).map_err(|e| err("metrics.enabled", e.to_string()))?;
+        builder = builder
+            .set_override("metrics.enabled", false)
+            .map_err(|e| err("metrics.enabled", e.to_string()))?;
     }
     builder = set(builder, "tls.cert", &path(&flags.tls_cert))?;
     builder = set(builder, "tls.key", &path(&flags.tls_key))?;
@@ -379,29 +406,49 @@ pub fn load(
 }
 
 fn addr(key: &str, v: &str) -> Result<SocketAddr, ConfigError> {
-    v.parse().map_err(|_| err(key, format!("{v:?} is not an address such as 127.0.0.1:50051")))
+    v.parse().map_err(|_| {
+        err(
+            key,
+            format!("{v:?} is not an address such as 127.0.0.1:50051"),
+        )
+    })
 }
 
 fn positive(key: &str, v: usize) -> Result<usize, ConfigError> {
-    if v == 0 { Err(err(key, "must be at least 1")) } else { Ok(v) }
+    if v == 0 {
+        Err(err(key, "must be at least 1"))
+    } else {
+        Ok(v)
+    }
 }
 
 impl FileConfig {
     /// Validates every value into settings. `otel_env` carries the standard `OTEL_*` variables.
     pub fn validate(&self, otel_env: &BTreeMap<String, String>) -> Result<Settings, ConfigError> {
         let listen = addr("listen", &self.listen)?;
-        let metrics_listen =
-            if self.metrics.enabled { Some(addr("metrics.listen", &self.metrics.listen)?) } else { None };
+        let metrics_listen = if self.metrics.enabled {
+            Some(addr("metrics.listen", &self.metrics.listen)?)
+        } else {
+            None
+        };
         let tls = match (&self.tls.cert, &self.tls.key) {
             (Some(cert), Some(key)) => {
-                for (k, p) in [("tls.cert", Some(cert)), ("tls.key", Some(key)), ("tls.client_ca", self.tls.client_ca.as_ref())] {
+                for (k, p) in [
+                    ("tls.cert", Some(cert)),
+                    ("tls.key", Some(key)),
+                    ("tls.client_ca", self.tls.client_ca.as_ref()),
+                ] {
                     if let Some(p) = p
                         && !p.is_file()
                     {
                         return Err(err(k, format!("{} is not a readable file", p.display())));
                     }
                 }
-                Some(TlsFiles { cert: cert.clone(), key: key.clone(), client_ca: self.tls.client_ca.clone() })
+                Some(TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    client_ca: self.tls.client_ca.clone(),
+                })
             }
             (None, None) if self.tls.client_ca.is_some() => {
                 return Err(err("tls.client_ca", "needs tls.cert and tls.key"));
@@ -423,17 +470,35 @@ impl FileConfig {
             } else {
                 l.request_timeout
             },
-            max_concurrent_requests: positive("limits.max_concurrent_requests", l.max_concurrent_requests)?,
+            max_concurrent_requests: positive(
+                "limits.max_concurrent_requests",
+                l.max_concurrent_requests,
+            )?,
             blocking_threshold_cards: l.blocking_threshold_cards,
             drain_timeout: l.drain_timeout,
         };
         let p = &self.policy;
-        let node_policy = NodePolicy::parse(&p.node_scheduler_policy)
-            .map_err(|e| err("policy.node_scheduler_policy", format!("{:?}: {e}", p.node_scheduler_policy)))?;
-        let gpu_policy = GpuPolicy::parse(&p.gpu_scheduler_policy)
-            .map_err(|e| err("policy.gpu_scheduler_policy", format!("{:?}: {e}", p.gpu_scheduler_policy)))?;
-        let defaults = Defaults { node_policy, gpu_policy, memory_mib: p.default_memory_mib, cores: p.default_cores };
-        defaults.validate().map_err(|e| err("policy.default_cores", e.to_string()))?;
+        let node_policy = NodePolicy::parse(&p.node_scheduler_policy).map_err(|e| {
+            err(
+                "policy.node_scheduler_policy",
+                format!("{:?}: {e}", p.node_scheduler_policy),
+            )
+        })?;
+        let gpu_policy = GpuPolicy::parse(&p.gpu_scheduler_policy).map_err(|e| {
+            err(
+                "policy.gpu_scheduler_policy",
+                format!("{:?}: {e}", p.gpu_scheduler_policy),
+            )
+        })?;
+        let defaults = Defaults {
+            node_policy,
+            gpu_policy,
+            memory_mib: p.default_memory_mib,
+            cores: p.default_cores,
+        };
+        defaults
+            .validate()
+            .map_err(|e| err("policy.default_cores", e.to_string()))?;
         let i = &self.inventory;
         let normalization = NormalizationConfig {
             split_count: i.split_count,
@@ -483,7 +548,10 @@ impl FileConfig {
         for (key, v) in [
             ("names.resource_count", &n.resource_count),
             ("names.resource_memory", &n.resource_memory),
-            ("names.resource_memory_percentage", &n.resource_memory_percentage),
+            (
+                "names.resource_memory_percentage",
+                &n.resource_memory_percentage,
+            ),
             ("names.resource_cores", &n.resource_cores),
         ] {
             if v.trim().is_empty() {
@@ -494,11 +562,18 @@ impl FileConfig {
         let json_logs = match t.log_format.as_str() {
             "text" => false,
             "json" => true,
-            other => return Err(err("telemetry.log_format", format!("{other:?}: accepted: text, json"))),
+            other => {
+                return Err(err(
+                    "telemetry.log_format",
+                    format!("{other:?}: accepted: text, json"),
+                ));
+            }
         };
         tracing_subscriber::EnvFilter::try_new(&t.log_level)
             .map_err(|e| err("telemetry.log_level", format!("{:?}: {e}", t.log_level)))?;
-        let disabled = otel_env.get("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let disabled = otel_env
+            .get("OTEL_SDK_DISABLED")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
         let endpoint = [&t.otlp_endpoint]
             .into_iter()
             .cloned()
@@ -509,12 +584,21 @@ impl FileConfig {
         if let Some(e) = &otlp_endpoint
             && !(e.starts_with("http://") || e.starts_with("https://"))
         {
-            return Err(err("telemetry.otlp_endpoint", format!("{e:?}: must start with http:// or https://")));
+            return Err(err(
+                "telemetry.otlp_endpoint",
+                format!("{e:?}: must start with http:// or https://"),
+            ));
         }
         if !(0.0..=1.0).contains(&t.sample_ratio) {
-            return Err(err("telemetry.sample_ratio", format!("{} is outside 0..=1", t.sample_ratio)));
+            return Err(err(
+                "telemetry.sample_ratio",
+                format!("{} is outside 0..=1", t.sample_ratio),
+            ));
         }
-        let service_name = otel_env.get("OTEL_SERVICE_NAME").cloned().unwrap_or_else(|| t.service_name.clone());
+        let service_name = otel_env
+            .get("OTEL_SERVICE_NAME")
+            .cloned()
+            .unwrap_or_else(|| t.service_name.clone());
         Ok(Settings {
             listen,
             metrics_listen,
@@ -552,7 +636,11 @@ fn render_scalar(v: &serde_json::Value) -> String {
         serde_json::Value::String(s) => format!("{s:?}"),
         serde_json::Value::Number(n) => {
             let s = n.to_string();
-            if n.is_f64() && !s.contains('.') && !s.contains('e') { format!("{s}.0") } else { s }
+            if n.is_f64() && !s.contains('.') && !s.contains('e') {
+                format!("{s}.0")
+            } else {
+                s
+            }
         }
         serde_json::Value::Bool(b) => b.to_string(),
         other => other.to_string(),
@@ -560,14 +648,23 @@ fn render_scalar(v: &serde_json::Value) -> String {
 }
 
 fn render_table(out: &mut String, prefix: &str, v: &serde_json::Value) {
-    let serde_json::Value::Object(map) = v else { return };
+    let serde_json::Value::Object(map) = v else {
+        return;
+    };
     for (k, val) in map {
-        if !matches!(val, serde_json::Value::Object(_) | serde_json::Value::Array(_)) {
+        if !matches!(
+            val,
+            serde_json::Value::Object(_) | serde_json::Value::Array(_)
+        ) {
             out.push_str(&format!("{k} = {}\n", render_scalar(val)));
         }
     }
     for (k, val) in map {
-        let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
         match val {
             serde_json::Value::Object(_) => {
                 out.push_str(&format!("\n[{path}]\n"));
@@ -603,7 +700,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
         std::fs::write(&path, cfg.to_toml()).unwrap();
-        assert_eq!(load(Some(&path), &no_env(), &Overrides::default()).unwrap(), cfg);
+        assert_eq!(
+            load(Some(&path), &no_env(), &Overrides::default()).unwrap(),
+            cfg
+        );
     }
 
     #[test]
@@ -620,7 +720,10 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
-        let flags = Overrides { listen: Some("127.0.0.1:3".into()), ..Overrides::default() };
+        let flags = Overrides {
+            listen: Some("127.0.0.1:3".into()),
+            ..Overrides::default()
+        };
         let cfg = load(Some(&path), &env, &flags).unwrap();
         assert_eq!(cfg.listen, "127.0.0.1:3");
         assert_eq!(cfg.limits.max_nodes, 8);
@@ -642,9 +745,13 @@ mod tests {
             ("telemetry.sample_ratio", "2"),
         ];
         for (key, value) in cases {
-            let env: BTreeMap<String, String> =
-                [(format!("GPUSCHED_{}", key.replace('.', "__").to_uppercase()), (*value).to_owned())].into();
-            let result = load(None, &env, &Overrides::default()).and_then(|c| c.validate(&no_env()));
+            let env: BTreeMap<String, String> = [(
+                format!("GPUSCHED_{}", key.replace('.', "__").to_uppercase()),
+                (*value).to_owned(),
+            )]
+            .into();
+            let result =
+                load(None, &env, &Overrides::default()).and_then(|c| c.validate(&no_env()));
             let e = result.expect_err(key);
             assert_eq!(e.key, *key, "{e}");
         }
@@ -658,11 +765,27 @@ mod tests {
     #[test]
     fn otel_variables_turn_traces_on() {
         let cfg = load(None, &no_env(), &Overrides::default()).unwrap();
-        let otel: BTreeMap<String, String> =
-            [("OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(), "http://127.0.0.1:4317".to_owned())].into();
-        assert_eq!(cfg.validate(&otel).unwrap().telemetry.otlp_endpoint.as_deref(), Some("http://127.0.0.1:4317"));
+        let otel: BTreeMap<String, String> = [(
+            "OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(),
+            "http://127.0.0.1:4317".to_owned(),
+        )]
+        .into();
+        assert_eq!(
+            cfg.validate(&otel)
+                .unwrap()
+                .telemetry
+                .otlp_endpoint
+                .as_deref(),
+            Some("http://127.0.0.1:4317")
+        );
         let mut off = otel.clone();
         off.insert("OTEL_SDK_DISABLED".into(), "true".into());
-        assert!(cfg.validate(&off).unwrap().telemetry.otlp_endpoint.is_none());
+        assert!(
+            cfg.validate(&off)
+                .unwrap()
+                .telemetry
+                .otlp_endpoint
+                .is_none()
+        );
     }
 }

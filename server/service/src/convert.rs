@@ -23,7 +23,11 @@ pub fn check_node_limits(nodes: &[v1::Node], limits: &Limits) -> Result<usize, S
     if nodes.len() > limits.max_nodes {
         too_large.push(Violation::new(
             "nodes",
-            format!("{} nodes exceed the limit of {} (limits.max_nodes)", nodes.len(), limits.max_nodes),
+            format!(
+                "{} nodes exceed the limit of {} (limits.max_nodes)",
+                nodes.len(),
+                limits.max_nodes
+            ),
         ));
     }
     let mut cards = 0usize;
@@ -43,17 +47,27 @@ pub fn check_node_limits(nodes: &[v1::Node], limits: &Limits) -> Result<usize, S
     if cards > limits.max_cards {
         too_large.push(Violation::new(
             "nodes",
-            format!("{cards} cards exceed the limit of {} (limits.max_cards)", limits.max_cards),
+            format!(
+                "{cards} cards exceed the limit of {} (limits.max_cards)",
+                limits.max_cards
+            ),
         ));
     }
-    if too_large.is_empty() { Ok(cards) } else { Err(ServiceError::TooLarge(too_large)) }
+    if too_large.is_empty() {
+        Ok(cards)
+    } else {
+        Err(ServiceError::TooLarge(too_large))
+    }
 }
 
 /// Converts and validates the candidate nodes.
 pub fn snapshot_in(nodes: Vec<v1::Node>, names: &KubeNames) -> Result<Snapshot, ServiceError> {
     let mut violations = Vec::new();
-    let specs: Vec<NodeSpec> =
-        nodes.into_iter().enumerate().map(|(i, n)| node_in(n, i, names, &mut violations)).collect();
+    let specs: Vec<NodeSpec> = nodes
+        .into_iter()
+        .enumerate()
+        .map(|(i, n)| node_in(n, i, names, &mut violations))
+        .collect();
     if !violations.is_empty() {
         return Err(ServiceError::InvalidArgument(violations));
     }
@@ -61,25 +75,62 @@ pub fn snapshot_in(nodes: Vec<v1::Node>, names: &KubeNames) -> Result<Snapshot, 
 }
 
 fn node_in(n: v1::Node, i: usize, names: &KubeNames, violations: &mut Vec<Violation>) -> NodeSpec {
-    let v1::Node { name, cards, cordoned_card_ids, pair_scores, annotations } = n;
-    let mut cordoned: Vec<String> =
-        cordoned_card_ids.into_iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
+    let v1::Node {
+        name,
+        cards,
+        cordoned_card_ids,
+        pair_scores,
+        annotations,
+    } = n;
+    let mut cordoned: Vec<String> = cordoned_card_ids
+        .into_iter()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect();
     if let Some(v) = annotations.get(&names.annotations.device_cordon) {
         cordoned.extend(engine::names::split_list(v));
     }
-    let cards = cards.into_iter().enumerate().map(|(j, c)| card_in(c, &format!("nodes[{i}].cards[{j}]"), violations)).collect();
+    let cards = cards
+        .into_iter()
+        .enumerate()
+        .map(|(j, c)| card_in(c, &format!("nodes[{i}].cards[{j}]"), violations))
+        .collect();
     let pair_scores = pair_scores
         .into_iter()
         .map(|p| {
-            let v1::CardPairScore { card_id, peer_card_id, score } = p;
-            PairScore { card_id, peer_card_id, score }
+            let v1::CardPairScore {
+                card_id,
+                peer_card_id,
+                score,
+            } = p;
+            PairScore {
+                card_id,
+                peer_card_id,
+                score,
+            }
         })
         .collect();
-    NodeSpec { name, cards, cordoned, pair_scores }
+    NodeSpec {
+        name,
+        cards,
+        cordoned,
+        pair_scores,
+    }
 }
 
 fn card_in(c: v1::Card, field: &str, violations: &mut Vec<Violation>) -> Card {
-    let v1::Card { id, index, r#type, slots, total_mem_mib, total_cores, numa, health, mode, usage } = c;
+    let v1::Card {
+        id,
+        index,
+        r#type,
+        slots,
+        total_mem_mib,
+        total_cores,
+        numa,
+        health,
+        mode,
+        usage,
+    } = c;
     let healthy = match v1::CardHealth::try_from(health) {
         Ok(v1::CardHealth::Healthy) => true,
         Ok(v1::CardHealth::Unhealthy) => false,
@@ -91,7 +142,10 @@ fn card_in(c: v1::Card, field: &str, violations: &mut Vec<Violation>) -> Card {
             false
         }
         Err(_) => {
-            violations.push(Violation::new(format!("{field}.health"), format!("unknown CardHealth value {health}")));
+            violations.push(Violation::new(
+                format!("{field}.health"),
+                format!("unknown CardHealth value {health}"),
+            ));
             false
         }
     };
@@ -100,15 +154,37 @@ fn card_in(c: v1::Card, field: &str, violations: &mut Vec<Violation>) -> Card {
         Ok(v1::CardMode::Mig) => CardMode::Mig,
         Ok(v1::CardMode::Mps) => CardMode::Mps,
         Err(_) => {
-            violations.push(Violation::new(format!("{field}.mode"), format!("unknown CardMode value {mode}")));
+            violations.push(Violation::new(
+                format!("{field}.mode"),
+                format!("unknown CardMode value {mode}"),
+            ));
             CardMode::HamiCore
         }
     };
     let usage = usage.map_or_else(CardUsage::default, |u| {
-        let v1::CardUsage { used_slots, used_mem_mib, used_cores } = u;
-        CardUsage { used: used_slots, used_mem_mib, used_cores }
+        let v1::CardUsage {
+            used_slots,
+            used_mem_mib,
+            used_cores,
+        } = u;
+        CardUsage {
+            used: used_slots,
+            used_mem_mib,
+            used_cores,
+        }
     });
-    Card { id, index, card_type: r#type, count: slots, total_mem_mib, total_cores, numa, healthy, mode, usage }
+    Card {
+        id,
+        index,
+        card_type: r#type,
+        count: slots,
+        total_mem_mib,
+        total_cores,
+        numa,
+        healthy,
+        mode,
+        usage,
+    }
 }
 
 fn node_policy_in(v: i32, field: &str, violations: &mut Vec<Violation>) -> Option<NodePolicy> {
@@ -117,7 +193,10 @@ fn node_policy_in(v: i32, field: &str, violations: &mut Vec<Violation>) -> Optio
         Ok(v1::NodePolicy::Binpack) => Some(NodePolicy::Binpack),
         Ok(v1::NodePolicy::Spread) => Some(NodePolicy::Spread),
         Err(_) => {
-            violations.push(Violation::new(field, format!("unknown NodePolicy value {v}")));
+            violations.push(Violation::new(
+                field,
+                format!("unknown NodePolicy value {v}"),
+            ));
             None
         }
     }
@@ -134,11 +213,17 @@ fn gpu_tokens_in(values: &[i32], field: &str, violations: &mut Vec<Violation>) -
             Ok(v1::GpuPolicy::TopologyAware) => Some(GpuToken::TopologyAware),
             Ok(v1::GpuPolicy::Numa) => Some(GpuToken::Numa),
             Ok(v1::GpuPolicy::Unspecified) => {
-                violations.push(Violation::new(format!("{field}[{i}]"), "GPU_POLICY_UNSPECIFIED is not a policy token"));
+                violations.push(Violation::new(
+                    format!("{field}[{i}]"),
+                    "GPU_POLICY_UNSPECIFIED is not a policy token",
+                ));
                 None
             }
             Err(_) => {
-                violations.push(Violation::new(format!("{field}[{i}]"), format!("unknown GpuPolicy value {v}")));
+                violations.push(Violation::new(
+                    format!("{field}[{i}]"),
+                    format!("unknown GpuPolicy value {v}"),
+                ));
                 None
             }
         })
@@ -146,12 +231,31 @@ fn gpu_tokens_in(values: &[i32], field: &str, violations: &mut Vec<Violation>) -
 }
 
 /// The defaults of this request (request options over the server's) and the explain flag.
-pub fn options_in(o: Option<v1::PlacementOptions>, server: &Defaults) -> Result<(Defaults, bool), ServiceError> {
-    let Some(o) = o else { return Ok((server.clone(), false)) };
-    let v1::PlacementOptions { default_node_policy, default_gpu_policy, default_memory_mib, default_cores_percent, explain } = o;
+pub fn options_in(
+    o: Option<v1::PlacementOptions>,
+    server: &Defaults,
+) -> Result<(Defaults, bool), ServiceError> {
+    let Some(o) = o else {
+        return Ok((server.clone(), false));
+    };
+    let v1::PlacementOptions {
+        default_node_policy,
+        default_gpu_policy,
+        default_memory_mib,
+        default_cores_percent,
+        explain,
+    } = o;
     let mut violations = Vec::new();
-    let node_policy = node_policy_in(default_node_policy, "options.default_node_policy", &mut violations);
-    let tokens = gpu_tokens_in(&default_gpu_policy, "options.default_gpu_policy", &mut violations);
+    let node_policy = node_policy_in(
+        default_node_policy,
+        "options.default_node_policy",
+        &mut violations,
+    );
+    let tokens = gpu_tokens_in(
+        &default_gpu_policy,
+        "options.default_gpu_policy",
+        &mut violations,
+    );
     let defaults = Defaults {
         node_policy: node_policy.unwrap_or(server.node_policy),
         gpu_policy: GpuPolicy::from_tokens(&tokens).unwrap_or_else(|| server.gpu_policy.clone()),
@@ -159,9 +263,17 @@ pub fn options_in(o: Option<v1::PlacementOptions>, server: &Defaults) -> Result<
         cores: default_cores_percent.unwrap_or(server.cores),
     };
     if let Err(e) = defaults.validate() {
-        violations.extend(e.violations.into_iter().map(|v| Violation::new("options.default_cores_percent", v.description)));
+        violations.extend(
+            e.violations
+                .into_iter()
+                .map(|v| Violation::new("options.default_cores_percent", v.description)),
+        );
     }
-    if violations.is_empty() { Ok((defaults, explain)) } else { Err(ServiceError::InvalidArgument(violations)) }
+    if violations.is_empty() {
+        Ok((defaults, explain))
+    } else {
+        Err(ServiceError::InvalidArgument(violations))
+    }
 }
 
 /// Converts, validates and resolves a workload; violations are prefixed with `prefix`
@@ -174,10 +286,22 @@ pub fn workload_in(
     limits: &Limits,
 ) -> Result<Workload, ServiceError> {
     let Some(w) = w else {
-        return Err(ServiceError::InvalidArgument(vec![Violation::new(prefix, "a workload is required")]));
+        return Err(ServiceError::InvalidArgument(vec![Violation::new(
+            prefix,
+            "a workload is required",
+        )]));
     };
-    let v1::Workload { namespace, name, uid, spec } = w;
-    let meta = engine::WorkloadMeta { namespace, name, uid };
+    let v1::Workload {
+        namespace,
+        name,
+        uid,
+        spec,
+    } = w;
+    let meta = engine::WorkloadMeta {
+        namespace,
+        name,
+        uid,
+    };
     let mut violations = Vec::new();
     let (spec, spec_prefix) = match spec {
         None => {
@@ -188,20 +312,38 @@ pub fn workload_in(
         }
         Some(v1::workload::Spec::Typed(t)) => {
             let p = format!("{prefix}.typed");
-            (engine::WorkloadSpec::Typed(typed_in(t, &p, &mut violations)), p)
+            (
+                engine::WorkloadSpec::Typed(typed_in(t, &p, &mut violations)),
+                p,
+            )
         }
         Some(v1::workload::Spec::Kubernetes(k)) => {
-            let v1::KubernetesWorkloadSpec { annotations, init_containers, containers } = k;
+            let v1::KubernetesWorkloadSpec {
+                annotations,
+                init_containers,
+                containers,
+            } = k;
             let container = |c: v1::KubernetesContainer| {
-                let v1::KubernetesContainer { name, limits, requests } = c;
-                engine::KubeContainer { name, limits, requests }
+                let v1::KubernetesContainer {
+                    name,
+                    limits,
+                    requests,
+                } = c;
+                engine::KubeContainer {
+                    name,
+                    limits,
+                    requests,
+                }
             };
             let spec = engine::KubeSpec {
                 annotations,
                 init_containers: init_containers.into_iter().map(container).collect(),
                 containers: containers.into_iter().map(container).collect(),
             };
-            (engine::WorkloadSpec::Kubernetes(spec), format!("{prefix}.kubernetes"))
+            (
+                engine::WorkloadSpec::Kubernetes(spec),
+                format!("{prefix}.kubernetes"),
+            )
         }
     };
     let container_count = match &spec {
@@ -211,16 +353,24 @@ pub fn workload_in(
     if container_count > limits.max_containers {
         return Err(ServiceError::TooLarge(vec![Violation::new(
             format!("{spec_prefix}.containers"),
-            format!("{container_count} containers exceed the limit of {} (limits.max_containers)", limits.max_containers),
+            format!(
+                "{container_count} containers exceed the limit of {} (limits.max_containers)",
+                limits.max_containers
+            ),
         )]));
     }
     if !violations.is_empty() {
         return Err(ServiceError::InvalidArgument(violations));
     }
-    Workload::parse(meta, &spec, defaults, names).map_err(|e| ServiceError::from(e.prefixed(&spec_prefix)))
+    Workload::parse(meta, &spec, defaults, names)
+        .map_err(|e| ServiceError::from(e.prefixed(&spec_prefix)))
 }
 
-fn typed_in(t: v1::TypedWorkloadSpec, prefix: &str, violations: &mut Vec<Violation>) -> engine::TypedSpec {
+fn typed_in(
+    t: v1::TypedWorkloadSpec,
+    prefix: &str,
+    violations: &mut Vec<Violation>,
+) -> engine::TypedSpec {
     let v1::TypedWorkloadSpec {
         node_policy,
         gpu_policy,
@@ -235,8 +385,20 @@ fn typed_in(t: v1::TypedWorkloadSpec, prefix: &str, violations: &mut Vec<Violati
         containers,
     } = t;
     let container = |c: v1::ContainerRequest| {
-        let v1::ContainerRequest { name, gpu_count, gpumem_mib, gpumem_percent, gpucores_percent } = c;
-        engine::TypedContainer { name, gpus: gpu_count, gpumem_mib, gpumem_percent, gpucores: gpucores_percent }
+        let v1::ContainerRequest {
+            name,
+            gpu_count,
+            gpumem_mib,
+            gpumem_percent,
+            gpucores_percent,
+        } = c;
+        engine::TypedContainer {
+            name,
+            gpus: gpu_count,
+            gpumem_mib,
+            gpumem_percent,
+            gpucores: gpucores_percent,
+        }
     };
     engine::TypedSpec {
         node_policy: node_policy_in(node_policy, &format!("{prefix}.node_policy"), violations),
@@ -263,16 +425,45 @@ pub fn normalization_in(
     server: &engine::NormalizationConfig,
 ) -> engine::NormalizationConfig {
     let Some(c) = c else { return server.clone() };
-    let v1::NormalizationConfig { split_count, memory_scaling, core_scaling, overrides } = c;
+    let v1::NormalizationConfig {
+        split_count,
+        memory_scaling,
+        core_scaling,
+        overrides,
+    } = c;
     engine::NormalizationConfig {
-        split_count: if split_count == 0 { server.split_count } else { split_count },
-        memory_scaling: if memory_scaling == 0.0 { server.memory_scaling } else { memory_scaling },
-        core_scaling: if core_scaling == 0.0 { server.core_scaling } else { core_scaling },
+        split_count: if split_count == 0 {
+            server.split_count
+        } else {
+            split_count
+        },
+        memory_scaling: if memory_scaling == 0.0 {
+            server.memory_scaling
+        } else {
+            memory_scaling
+        },
+        core_scaling: if core_scaling == 0.0 {
+            server.core_scaling
+        } else {
+            core_scaling
+        },
         overrides: overrides
             .into_iter()
             .map(|o| {
-                let v1::NormalizationOverride { node_name, model_contains, split_count, memory_scaling, core_scaling } = o;
-                engine::NormalizationOverride { node_name, model_contains, split_count, memory_scaling, core_scaling }
+                let v1::NormalizationOverride {
+                    node_name,
+                    model_contains,
+                    split_count,
+                    memory_scaling,
+                    core_scaling,
+                } = o;
+                engine::NormalizationOverride {
+                    node_name,
+                    model_contains,
+                    split_count,
+                    memory_scaling,
+                    core_scaling,
+                }
             })
             .collect(),
     }
@@ -285,7 +476,16 @@ pub fn raw_cards_in(cards: Vec<v1::RawCard>) -> Result<Vec<engine::RawCard>, Ser
         .into_iter()
         .enumerate()
         .map(|(i, c)| {
-            let v1::RawCard { uuid, index, model_name, total_memory_bytes, numa, mig_enabled, health, links } = c;
+            let v1::RawCard {
+                uuid,
+                index,
+                model_name,
+                total_memory_bytes,
+                numa,
+                mig_enabled,
+                health,
+                links,
+            } = c;
             let healthy = match v1::CardHealth::try_from(health) {
                 Ok(v1::CardHealth::Healthy) => true,
                 Ok(v1::CardHealth::Unhealthy) => false,
@@ -301,7 +501,11 @@ pub fn raw_cards_in(cards: Vec<v1::RawCard>) -> Result<Vec<engine::RawCard>, Ser
                 .into_iter()
                 .enumerate()
                 .map(|(j, l)| {
-                    let v1::RawLink { peer_uuid, kind, link_count } = l;
+                    let v1::RawLink {
+                        peer_uuid,
+                        kind,
+                        link_count,
+                    } = l;
                     let kind = match v1::LinkKind::try_from(kind) {
                         Ok(v1::LinkKind::Unspecified) => engine::LinkKind::Unknown,
                         Ok(v1::LinkKind::Nvlink) => engine::LinkKind::NvLink,
@@ -312,17 +516,37 @@ pub fn raw_cards_in(cards: Vec<v1::RawCard>) -> Result<Vec<engine::RawCard>, Ser
                         Ok(v1::LinkKind::SameNuma) => engine::LinkKind::SameNuma,
                         Ok(v1::LinkKind::System) => engine::LinkKind::System,
                         Err(_) => {
-                            violations.push(Violation::new(format!("cards[{i}].links[{j}].kind"), format!("unknown LinkKind value {kind}")));
+                            violations.push(Violation::new(
+                                format!("cards[{i}].links[{j}].kind"),
+                                format!("unknown LinkKind value {kind}"),
+                            ));
                             engine::LinkKind::Unknown
                         }
                     };
-                    engine::RawLink { peer_uuid, kind, lanes: link_count }
+                    engine::RawLink {
+                        peer_uuid,
+                        kind,
+                        lanes: link_count,
+                    }
                 })
                 .collect();
-            engine::RawCard { uuid, index, model_name, total_memory_bytes, numa, mig_enabled, healthy, links }
+            engine::RawCard {
+                uuid,
+                index,
+                model_name,
+                total_memory_bytes,
+                numa,
+                mig_enabled,
+                healthy,
+                links,
+            }
         })
         .collect();
-    if violations.is_empty() { Ok(out) } else { Err(ServiceError::InvalidArgument(violations)) }
+    if violations.is_empty() {
+        Ok(out)
+    } else {
+        Err(ServiceError::InvalidArgument(violations))
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -350,8 +574,17 @@ fn gpu_token_out(t: GpuToken) -> i32 {
 pub fn effective_out(w: &Workload) -> v1::EffectivePolicy {
     v1::EffectivePolicy {
         node_policy: node_policy_out(w.node_policy),
-        gpu_policy: w.gpu_policy.tokens().iter().map(|t| gpu_token_out(*t)).collect(),
-        scoring_weights: Some(v1::ScoringWeights { slot: w.weights.slot, core: w.weights.core, memory: w.weights.memory }),
+        gpu_policy: w
+            .gpu_policy
+            .tokens()
+            .iter()
+            .map(|t| gpu_token_out(*t))
+            .collect(),
+        scoring_weights: Some(v1::ScoringWeights {
+            slot: w.weights.slot,
+            core: w.weights.core,
+            memory: w.weights.memory,
+        }),
         numa_bind: w.numa_bind,
         gpu_policy_text: w.gpu_policy.to_string(),
     }
@@ -376,22 +609,42 @@ pub fn reason_out(r: Reason) -> v1::Reason {
 }
 
 fn container_name(w: &Workload, position: usize) -> String {
-    w.containers.get(position).map(|c| c.name.clone()).unwrap_or_default()
+    w.containers
+        .get(position)
+        .map(|c| c.name.clone())
+        .unwrap_or_default()
 }
 
 /// Failed nodes, by name.
-pub fn failed_out(s: &Snapshot, w: &Workload, failed: &[engine::FailedNode]) -> Vec<v1::FailedNode> {
+pub fn failed_out(
+    s: &Snapshot,
+    w: &Workload,
+    failed: &[engine::FailedNode],
+) -> Vec<v1::FailedNode> {
     failed
         .iter()
         .map(|f| {
             let engine::FailedNode { node, failure } = f;
-            let engine::NodeFailure { container_position, reasons, cards_on_node, unresolvable } = failure;
+            let engine::NodeFailure {
+                container_position,
+                reasons,
+                cards_on_node,
+                unresolvable,
+            } = failure;
             v1::FailedNode {
-                node_name: s.nodes().get(*node).map(|n| n.name().to_owned()).unwrap_or_default(),
+                node_name: s
+                    .nodes()
+                    .get(*node)
+                    .map(|n| n.name().to_owned())
+                    .unwrap_or_default(),
                 reasons: reasons
                     .entries(*cards_on_node)
                     .into_iter()
-                    .map(|(r, count)| v1::ReasonCount { reason: reason_out(r) as i32, count, name: r.as_str().to_owned() })
+                    .map(|(r, count)| v1::ReasonCount {
+                        reason: reason_out(r) as i32,
+                        count,
+                        name: r.as_str().to_owned(),
+                    })
                     .collect(),
                 message: failure.hami_text(),
                 container_position: u32::try_from(*container_position).unwrap_or(u32::MAX),
@@ -404,16 +657,28 @@ pub fn failed_out(s: &Snapshot, w: &Workload, failed: &[engine::FailedNode]) -> 
 
 /// A feasible node's score.
 pub fn score_out(s: &Snapshot, f: &engine::FeasibleNode) -> v1::NodeScore {
-    let engine::FeasibleNode { node, score, normalized } = f;
+    let engine::FeasibleNode {
+        node,
+        score,
+        normalized,
+    } = f;
     v1::NodeScore {
-        node_name: s.nodes().get(*node).map(|n| n.name().to_owned()).unwrap_or_default(),
+        node_name: s
+            .nodes()
+            .get(*node)
+            .map(|n| n.name().to_owned())
+            .unwrap_or_default(),
         raw_score: score.raw,
         normalized_score: *normalized,
     }
 }
 
 /// Explanations.
-pub fn explanations_out(s: &Snapshot, w: &Workload, ex: &[engine::NodeExplanation]) -> Vec<v1::NodeExplanation> {
+pub fn explanations_out(
+    s: &Snapshot,
+    w: &Workload,
+    ex: &[engine::NodeExplanation],
+) -> Vec<v1::NodeExplanation> {
     ex.iter()
         .map(|e| {
             let engine::NodeExplanation { node, containers } = e;
@@ -430,7 +695,13 @@ pub fn explanations_out(s: &Snapshot, w: &Workload, ex: &[engine::NodeExplanatio
                             cards: cards
                                 .iter()
                                 .map(|k| {
-                                    let engine::CardExplanation { card, terms, visit_position, rejected, chosen } = k;
+                                    let engine::CardExplanation {
+                                        card,
+                                        terms,
+                                        visit_position,
+                                        rejected,
+                                        chosen,
+                                    } = k;
                                     let c = n.and_then(|n| n.cards().get(*card));
                                     v1::CardExplanation {
                                         card_id: c.map(|c| c.id.clone()).unwrap_or_default(),
@@ -441,7 +712,9 @@ pub fn explanations_out(s: &Snapshot, w: &Workload, ex: &[engine::NodeExplanatio
                                         memory_term: terms.memory,
                                         score: terms.total(),
                                         visit_position: visit_position.unwrap_or(0),
-                                        rejected: rejected.map_or(v1::Reason::Unspecified, reason_out) as i32,
+                                        rejected: rejected
+                                            .map_or(v1::Reason::Unspecified, reason_out)
+                                            as i32,
                                         chosen: *chosen,
                                         visited: visit_position.is_some(),
                                     }
@@ -456,8 +729,19 @@ pub fn explanations_out(s: &Snapshot, w: &Workload, ex: &[engine::NodeExplanatio
 }
 
 /// An allocation result.
-pub fn allocation_out(s: &Snapshot, w: &Workload, a: &Allocation, rolled_back: bool) -> v1::AllocationResult {
-    let Allocation { requests_gpu, placement, failed, feasible_count, explanations } = a;
+pub fn allocation_out(
+    s: &Snapshot,
+    w: &Workload,
+    a: &Allocation,
+    rolled_back: bool,
+) -> v1::AllocationResult {
+    let Allocation {
+        requests_gpu,
+        placement,
+        failed,
+        feasible_count,
+        explanations,
+    } = a;
     let mut out = v1::AllocationResult {
         placed: placement.is_some() && !rolled_back,
         node_name: String::new(),
@@ -471,10 +755,20 @@ pub fn allocation_out(s: &Snapshot, w: &Workload, a: &Allocation, rolled_back: b
         rolled_back: rolled_back && placement.is_some(),
     };
     if let Some(p) = placement {
-        let engine::Placement { node, score, normalized, containers, final_usage: _ } = p;
+        let engine::Placement {
+            node,
+            score,
+            normalized,
+            containers,
+            final_usage: _,
+        } = p;
         let n = s.nodes().get(*node);
         out.node_name = n.map(|n| n.name().to_owned()).unwrap_or_default();
-        out.node_score = Some(v1::NodeScore { node_name: out.node_name.clone(), raw_score: score.raw, normalized_score: *normalized });
+        out.node_score = Some(v1::NodeScore {
+            node_name: out.node_name.clone(),
+            raw_score: score.raw,
+            normalized_score: *normalized,
+        });
         out.containers = containers
             .iter()
             .map(|c| {
@@ -485,7 +779,11 @@ pub fn allocation_out(s: &Snapshot, w: &Workload, a: &Allocation, rolled_back: b
                     cards: cards
                         .iter()
                         .map(|k| {
-                            let engine::AssignedCard { card, mem_mib, cores } = k;
+                            let engine::AssignedCard {
+                                card,
+                                mem_mib,
+                                cores,
+                            } = k;
                             let c = n.and_then(|n| n.cards().get(*card));
                             v1::CardAssignment {
                                 card_id: c.map(|c| c.id.clone()).unwrap_or_default(),
@@ -505,8 +803,23 @@ pub fn allocation_out(s: &Snapshot, w: &Workload, a: &Allocation, rolled_back: b
 
 /// A card back to protobuf.
 pub fn card_out(c: &Card) -> v1::Card {
-    let Card { id, index, card_type, count, total_mem_mib, total_cores, numa, healthy, mode, usage } = c;
-    let CardUsage { used, used_mem_mib, used_cores } = usage;
+    let Card {
+        id,
+        index,
+        card_type,
+        count,
+        total_mem_mib,
+        total_cores,
+        numa,
+        healthy,
+        mode,
+        usage,
+    } = c;
+    let CardUsage {
+        used,
+        used_mem_mib,
+        used_cores,
+    } = usage;
     v1::Card {
         id: id.clone(),
         index: *index,
@@ -515,7 +828,11 @@ pub fn card_out(c: &Card) -> v1::Card {
         total_mem_mib: *total_mem_mib,
         total_cores: *total_cores,
         numa: *numa,
-        health: if *healthy { v1::CardHealth::Healthy } else { v1::CardHealth::Unhealthy } as i32,
+        health: if *healthy {
+            v1::CardHealth::Healthy
+        } else {
+            v1::CardHealth::Unhealthy
+        } as i32,
         mode: match mode {
             CardMode::HamiCore => v1::CardMode::HamiCore,
             CardMode::Mig => v1::CardMode::Mig,
@@ -533,15 +850,28 @@ pub fn card_out(c: &Card) -> v1::Card {
 pub fn pairs_out(p: &[PairScore]) -> Vec<v1::CardPairScore> {
     p.iter()
         .map(|p| {
-            let PairScore { card_id, peer_card_id, score } = p;
-            v1::CardPairScore { card_id: card_id.clone(), peer_card_id: peer_card_id.clone(), score: *score }
+            let PairScore {
+                card_id,
+                peer_card_id,
+                score,
+            } = p;
+            v1::CardPairScore {
+                card_id: card_id.clone(),
+                peer_card_id: peer_card_id.clone(),
+                score: *score,
+            }
         })
         .collect()
 }
 
 /// A node (with its current usage) back to protobuf.
 pub fn node_out(n: &engine::Node) -> v1::Node {
-    let NodeSpec { name, cards, cordoned, pair_scores } = n.to_spec();
+    let NodeSpec {
+        name,
+        cards,
+        cordoned,
+        pair_scores,
+    } = n.to_spec();
     v1::Node {
         name,
         cards: cards.iter().map(card_out).collect(),
@@ -553,7 +883,12 @@ pub fn node_out(n: &engine::Node) -> v1::Node {
 
 /// Normalisation settings back to protobuf.
 pub fn normalization_out(c: &engine::NormalizationConfig) -> v1::NormalizationConfig {
-    let engine::NormalizationConfig { split_count, memory_scaling, core_scaling, overrides } = c;
+    let engine::NormalizationConfig {
+        split_count,
+        memory_scaling,
+        core_scaling,
+        overrides,
+    } = c;
     v1::NormalizationConfig {
         split_count: *split_count,
         memory_scaling: *memory_scaling,
@@ -561,7 +896,13 @@ pub fn normalization_out(c: &engine::NormalizationConfig) -> v1::NormalizationCo
         overrides: overrides
             .iter()
             .map(|o| {
-                let engine::NormalizationOverride { node_name, model_contains, split_count, memory_scaling, core_scaling } = o;
+                let engine::NormalizationOverride {
+                    node_name,
+                    model_contains,
+                    split_count,
+                    memory_scaling,
+                    core_scaling,
+                } = o;
                 v1::NormalizationOverride {
                     node_name: node_name.clone(),
                     model_contains: model_contains.clone(),
@@ -580,7 +921,14 @@ pub fn resolved_out(w: &Workload) -> Vec<v1::ResolvedContainer> {
         .iter()
         .filter(|c| c.gpus > 0)
         .map(|c| {
-            let engine::ContainerRequest { name, init, gpus, mem_mib, mem_percent, cores } = c;
+            let engine::ContainerRequest {
+                name,
+                init,
+                gpus,
+                mem_mib,
+                mem_percent,
+                cores,
+            } = c;
             v1::ResolvedContainer {
                 container_name: name.clone(),
                 init: *init,

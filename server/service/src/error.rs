@@ -28,7 +28,10 @@ pub enum ServiceError {
 }
 
 fn join(v: &[Violation]) -> String {
-    v.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    v.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl From<InvalidInput> for ServiceError {
@@ -97,7 +100,8 @@ mod tests {
 
     #[test]
     fn invalid_argument_carries_field_violations() {
-        let s: Status = ServiceError::InvalidArgument(vec![Violation::new("workload.x", "bad")]).into();
+        let s: Status =
+            ServiceError::InvalidArgument(vec![Violation::new("workload.x", "bad")]).into();
         assert_eq!(s.code(), Code::InvalidArgument);
         let d = s.get_error_details();
         let br = d.bad_request().expect("bad request detail");
@@ -107,9 +111,15 @@ mod tests {
 
     #[test]
     fn the_table() {
-        assert_eq!(ServiceError::TooLarge(vec![]).code(), Code::ResourceExhausted);
+        assert_eq!(
+            ServiceError::TooLarge(vec![]).code(),
+            Code::ResourceExhausted
+        );
         assert_eq!(ServiceError::Busy(1).code(), Code::ResourceExhausted);
-        assert_eq!(ServiceError::DeadlineExceeded(Default::default()).code(), Code::DeadlineExceeded);
+        assert_eq!(
+            ServiceError::DeadlineExceeded(Default::default()).code(),
+            Code::DeadlineExceeded
+        );
         assert_eq!(ServiceError::ShuttingDown.code(), Code::Unavailable);
         assert_eq!(ServiceError::Internal(String::new()).code(), Code::Internal);
     }

@@ -26,13 +26,25 @@ impl InventoryApi {
     }
 }
 
-fn normalize(state: &State, req: v1::NormalizeInventoryRequest, record: &mut Record) -> Result<v1::NormalizeInventoryResponse, ServiceError> {
-    let v1::NormalizeInventoryRequest { node_name, cards, config } = req;
+fn normalize(
+    state: &State,
+    req: v1::NormalizeInventoryRequest,
+    record: &mut Record,
+) -> Result<v1::NormalizeInventoryResponse, ServiceError> {
+    let v1::NormalizeInventoryRequest {
+        node_name,
+        cards,
+        config,
+    } = req;
     let limits = &state.settings.limits;
     if cards.len() > limits.max_cards_per_node {
         return Err(ServiceError::TooLarge(vec![engine::Violation::new(
             "cards",
-            format!("{} cards exceed the limit of {} per node (limits.max_cards_per_node)", cards.len(), limits.max_cards_per_node),
+            format!(
+                "{} cards exceed the limit of {} per node (limits.max_cards_per_node)",
+                cards.len(),
+                limits.max_cards_per_node
+            ),
         )]));
     }
     record.workload = node_name.clone();
@@ -41,11 +53,18 @@ fn normalize(state: &State, req: v1::NormalizeInventoryRequest, record: &mut Rec
     let raw = convert::raw_cards_in(cards)?;
     let inv = engine::normalize_inventory(&node_name, &raw, &config)?;
     record.result = "normalized";
-    let engine::NormalizedInventory { cards, pair_scores, skipped } = inv;
+    let engine::NormalizedInventory {
+        cards,
+        pair_scores,
+        skipped,
+    } = inv;
     Ok(v1::NormalizeInventoryResponse {
         cards: cards.iter().map(convert::card_out).collect(),
         pair_scores: convert::pairs_out(&pair_scores),
-        skipped: skipped.into_iter().map(|(uuid, reason)| v1::SkippedCard { uuid, reason }).collect(),
+        skipped: skipped
+            .into_iter()
+            .map(|(uuid, reason)| v1::SkippedCard { uuid, reason })
+            .collect(),
         effective_config: Some(convert::normalization_out(&config)),
     })
 }
@@ -58,6 +77,14 @@ impl InventoryService for InventoryApi {
     ) -> Result<Response<v1::NormalizeInventoryResponse>, Status> {
         let (metadata, _, msg) = request.into_parts();
         let cards = msg.cards.len();
-        run(Arc::clone(&self.state), SERVICE, "NormalizeInventory", &metadata, cards, move |st, r| normalize(st, msg, r)).await
+        run(
+            Arc::clone(&self.state),
+            SERVICE,
+            "NormalizeInventory",
+            &metadata,
+            cards,
+            move |st, r| normalize(st, msg, r),
+        )
+        .await
     }
 }

@@ -92,13 +92,14 @@ fn main() -> std::process::ExitCode {
         log_level: cli.log_level,
         otlp_endpoint: cli.otlp_endpoint,
     };
-    let file_config: FileConfig = match gpusched_server::config::load(cli.config.as_deref(), &env, &flags) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("gpusched-server: {e}");
-            return std::process::ExitCode::from(2);
-        }
-    };
+    let file_config: FileConfig =
+        match gpusched_server::config::load(cli.config.as_deref(), &env, &flags) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("gpusched-server: {e}");
+                return std::process::ExitCode::from(2);
+            }
+        };
     if cli.print_config {
         print!("{}", file_config.to_toml());
         return std::process::ExitCode::SUCCESS;
@@ -120,13 +121,21 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(settings: gpusched_server::Settings) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio runtime")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
     runtime.block_on(async move {
         let _telemetry = gpusched_server::telemetry::init(&settings.telemetry)?;
         let metrics = Arc::new(Metrics::new());
         let running = gpusched_server::start(settings, metrics).await?;
-        let metrics_text = running.metrics_addr.map_or_else(|| "off".to_owned(), |a| a.to_string());
-        println!("gpusched-server listening grpc={} metrics={metrics_text}", running.grpc_addr);
+        let metrics_text = running
+            .metrics_addr
+            .map_or_else(|| "off".to_owned(), |a| a.to_string());
+        println!(
+            "gpusched-server listening grpc={} metrics={metrics_text}",
+            running.grpc_addr
+        );
         tracing::info!(grpc = %running.grpc_addr, metrics = %metrics_text, "serving");
         shutdown_signal().await;
         tracing::info!("shutting down: health NOT_SERVING, draining in-flight calls");

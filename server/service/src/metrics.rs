@@ -64,16 +64,46 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("gpusched");
         let requests = Family::<RpcLabels, Counter>::default();
-        let latency = Family::<RpcLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+        let latency = Family::<RpcLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            latency_histogram,
+        );
         let decisions = Family::<DecisionLabels, Counter>::default();
         let rejections = Family::<ReasonLabels, Counter>::default();
-        let nodes = Family::<RpcOnly, Histogram, fn() -> Histogram>::new_with_constructor(nodes_histogram);
-        registry.register("requests", "gRPC calls by RPC and outcome", requests.clone());
-        registry.register("request_duration_seconds", "gRPC call latency by RPC and outcome", latency.clone());
-        registry.register("decisions", "Placement decisions by policy and result", decisions.clone());
-        registry.register("node_rejections", "Nodes rejected, by reason (one per reason per node)", rejections.clone());
-        registry.register("request_nodes", "Candidate nodes per request", nodes.clone());
-        Metrics { registry: Mutex::new(registry), requests, latency, decisions, rejections, nodes }
+        let nodes =
+            Family::<RpcOnly, Histogram, fn() -> Histogram>::new_with_constructor(nodes_histogram);
+        registry.register(
+            "requests",
+            "gRPC calls by RPC and outcome",
+            requests.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "gRPC call latency by RPC and outcome",
+            latency.clone(),
+        );
+        registry.register(
+            "decisions",
+            "Placement decisions by policy and result",
+            decisions.clone(),
+        );
+        registry.register(
+            "node_rejections",
+            "Nodes rejected, by reason (one per reason per node)",
+            rejections.clone(),
+        );
+        registry.register(
+            "request_nodes",
+            "Candidate nodes per request",
+            nodes.clone(),
+        );
+        Metrics {
+            registry: Mutex::new(registry),
+            requests,
+            latency,
+            decisions,
+            rejections,
+            nodes,
+        }
     }
 
     /// One finished call.
@@ -85,13 +115,26 @@ impl Metrics {
 
     /// Candidate nodes of one call.
     pub fn observe_nodes(&self, rpc: &'static str, nodes: usize) {
-        self.nodes.get_or_create(&RpcOnly { rpc }).observe(nodes as f64);
+        self.nodes
+            .get_or_create(&RpcOnly { rpc })
+            .observe(nodes as f64);
     }
 
     /// One placement decision.
-    pub fn decision(&self, rpc: &'static str, node_policy: &'static str, gpu_policy: &str, result: &'static str) {
+    pub fn decision(
+        &self,
+        rpc: &'static str,
+        node_policy: &'static str,
+        gpu_policy: &str,
+        result: &'static str,
+    ) {
         self.decisions
-            .get_or_create(&DecisionLabels { rpc, node_policy, gpu_policy: gpu_policy.to_owned(), result })
+            .get_or_create(&DecisionLabels {
+                rpc,
+                node_policy,
+                gpu_policy: gpu_policy.to_owned(),
+                result,
+            })
             .inc();
     }
 
@@ -99,7 +142,11 @@ impl Metrics {
     pub fn rejections(&self, counts: &[(Reason, u64)]) {
         for (reason, n) in counts {
             if *n > 0 {
-                self.rejections.get_or_create(&ReasonLabels { reason: reason.as_str() }).inc_by(*n);
+                self.rejections
+                    .get_or_create(&ReasonLabels {
+                        reason: reason.as_str(),
+                    })
+                    .inc_by(*n);
             }
         }
     }

@@ -28,7 +28,11 @@ impl PlacementApi {
 }
 
 fn workload_label(w: &Workload) -> String {
-    if w.meta.namespace.is_empty() { w.meta.name.clone() } else { format!("{}/{}", w.meta.namespace, w.meta.name) }
+    if w.meta.namespace.is_empty() {
+        w.meta.name.clone()
+    } else {
+        format!("{}/{}", w.meta.namespace, w.meta.name)
+    }
 }
 
 fn describe(record: &mut Record, w: &Workload, s: &Snapshot) {
@@ -51,7 +55,13 @@ fn inputs(
     let (defaults, explain) = convert::options_in(options, &settings.defaults)?;
     // Workload problems are reported before node problems: an invalid workload is rejected
     // "before any node is looked at".
-    let w = convert::workload_in(workload, "workload", &defaults, &settings.names, &settings.limits)?;
+    let w = convert::workload_in(
+        workload,
+        "workload",
+        &defaults,
+        &settings.names,
+        &settings.limits,
+    )?;
     let s = convert::snapshot_in(nodes, &settings.names)?;
     Ok((s, w, explain))
 }
@@ -60,16 +70,33 @@ fn card_count(nodes: &[v1::Node]) -> usize {
     nodes.iter().map(|n| n.cards.len()).sum()
 }
 
-fn decide_filter(state: &State, req: v1::FilterRequest, record: &mut Record) -> Result<v1::FilterResponse, ServiceError> {
-    let v1::FilterRequest { nodes, workload, options } = req;
+fn decide_filter(
+    state: &State,
+    req: v1::FilterRequest,
+    record: &mut Record,
+) -> Result<v1::FilterResponse, ServiceError> {
+    let v1::FilterRequest {
+        nodes,
+        workload,
+        options,
+    } = req;
     let (s, w, explain) = inputs(state, nodes, workload, options)?;
     describe(record, &w, &s);
     let e = engine::evaluate(&s, &w, explain);
     record.add_rejections(e.failed.iter().map(|f| &f.failure));
-    record.result = if !e.requests_gpu { "no_gpu" } else if e.feasible.is_empty() { "unschedulable" } else { "feasible" };
+    record.result = if !e.requests_gpu {
+        "no_gpu"
+    } else if e.feasible.is_empty() {
+        "unschedulable"
+    } else {
+        "feasible"
+    };
     record.decision = true;
-    let mut names: Vec<String> =
-        e.feasible.iter().filter_map(|f| s.nodes().get(f.node).map(|n| n.name().to_owned())).collect();
+    let mut names: Vec<String> = e
+        .feasible
+        .iter()
+        .filter_map(|f| s.nodes().get(f.node).map(|n| n.name().to_owned()))
+        .collect();
     names.sort();
     Ok(v1::FilterResponse {
         feasible_node_names: names,
@@ -80,16 +107,34 @@ fn decide_filter(state: &State, req: v1::FilterRequest, record: &mut Record) -> 
     })
 }
 
-fn decide_score(state: &State, req: v1::ScoreRequest, record: &mut Record) -> Result<v1::ScoreResponse, ServiceError> {
-    let v1::ScoreRequest { nodes, workload, options } = req;
+fn decide_score(
+    state: &State,
+    req: v1::ScoreRequest,
+    record: &mut Record,
+) -> Result<v1::ScoreResponse, ServiceError> {
+    let v1::ScoreRequest {
+        nodes,
+        workload,
+        options,
+    } = req;
     let (s, w, explain) = inputs(state, nodes, workload, options)?;
     describe(record, &w, &s);
     let e = engine::evaluate(&s, &w, explain);
     record.add_rejections(e.failed.iter().map(|f| &f.failure));
-    record.result = if !e.requests_gpu { "no_gpu" } else if e.feasible.is_empty() { "unschedulable" } else { "feasible" };
+    record.result = if !e.requests_gpu {
+        "no_gpu"
+    } else if e.feasible.is_empty() {
+        "unschedulable"
+    } else {
+        "feasible"
+    };
     record.decision = true;
     Ok(v1::ScoreResponse {
-        scores: e.feasible.iter().map(|f| convert::score_out(&s, f)).collect(),
+        scores: e
+            .feasible
+            .iter()
+            .map(|f| convert::score_out(&s, f))
+            .collect(),
         failed_nodes: convert::failed_out(&s, &w, &e.failed),
         effective_policy: Some(convert::effective_out(&w)),
         requests_gpu: e.requests_gpu,
@@ -105,8 +150,17 @@ fn allocation_result(a: &engine::Allocation) -> &'static str {
     }
 }
 
-fn decide_allocate(state: &State, req: v1::AllocateRequest, record: &mut Record) -> Result<v1::AllocateResponse, ServiceError> {
-    let v1::AllocateRequest { nodes, workload, options, restrict_to_node_names } = req;
+fn decide_allocate(
+    state: &State,
+    req: v1::AllocateRequest,
+    record: &mut Record,
+) -> Result<v1::AllocateResponse, ServiceError> {
+    let v1::AllocateRequest {
+        nodes,
+        workload,
+        options,
+        restrict_to_node_names,
+    } = req;
     let (mut s, w, explain) = inputs(state, nodes, workload, options)?;
     if !restrict_to_node_names.is_empty() {
         let missing = s.retain_names(&restrict_to_node_names);
@@ -124,27 +178,52 @@ fn decide_allocate(state: &State, req: v1::AllocateRequest, record: &mut Record)
     record.decision = true;
     let result = convert::allocation_out(&s, &w, &a, false);
     record.chosen = (!result.node_name.is_empty()).then(|| result.node_name.clone());
-    Ok(v1::AllocateResponse { result: Some(result) })
+    Ok(v1::AllocateResponse {
+        result: Some(result),
+    })
 }
 
-fn decide_batch(state: &State, req: v1::AllocateBatchRequest, record: &mut Record) -> Result<v1::AllocateBatchResponse, ServiceError> {
-    let v1::AllocateBatchRequest { nodes, workloads, options, all_or_nothing, return_updated_nodes } = req;
+fn decide_batch(
+    state: &State,
+    req: v1::AllocateBatchRequest,
+    record: &mut Record,
+) -> Result<v1::AllocateBatchResponse, ServiceError> {
+    let v1::AllocateBatchRequest {
+        nodes,
+        workloads,
+        options,
+        all_or_nothing,
+        return_updated_nodes,
+    } = req;
     let settings = &state.settings;
     if workloads.len() > settings.limits.max_workloads {
         return Err(ServiceError::TooLarge(vec![engine::Violation::new(
             "workloads",
-            format!("{} workloads exceed the limit of {} (limits.max_workloads)", workloads.len(), settings.limits.max_workloads),
+            format!(
+                "{} workloads exceed the limit of {} (limits.max_workloads)",
+                workloads.len(),
+                settings.limits.max_workloads
+            ),
         )]));
     }
     if workloads.is_empty() {
-        return Err(ServiceError::InvalidArgument(vec![engine::Violation::new("workloads", "at least one workload is required")]));
+        return Err(ServiceError::InvalidArgument(vec![engine::Violation::new(
+            "workloads",
+            "at least one workload is required",
+        )]));
     }
     convert::check_node_limits(&nodes, &settings.limits)?;
     let (defaults, explain) = convert::options_in(options, &settings.defaults)?;
     let mut parsed = Vec::with_capacity(workloads.len());
     let mut violations = Vec::new();
     for (i, w) in workloads.into_iter().enumerate() {
-        match convert::workload_in(Some(w), &format!("workloads[{i}]"), &defaults, &settings.names, &settings.limits) {
+        match convert::workload_in(
+            Some(w),
+            &format!("workloads[{i}]"),
+            &defaults,
+            &settings.names,
+            &settings.limits,
+        ) {
             Ok(w) => parsed.push(w),
             Err(ServiceError::InvalidArgument(v)) => violations.extend(v),
             Err(e) => return Err(e),
@@ -158,30 +237,60 @@ fn decide_batch(state: &State, req: v1::AllocateBatchRequest, record: &mut Recor
     record.nodes = s.nodes().len();
     record.cards = s.card_count();
     record.node_policy = parsed.first().map_or("", |w| w.node_policy.as_str());
-    record.gpu_policy = parsed.first().map(|w| w.gpu_policy.to_string()).unwrap_or_default();
+    record.gpu_policy = parsed
+        .first()
+        .map(|w| w.gpu_policy.to_string())
+        .unwrap_or_default();
     let out = engine::allocate_batch(s, &parsed, all_or_nothing, explain);
-    record.add_rejections(out.items.iter().flat_map(|i| i.allocation.failed.iter().map(|f| &f.failure)));
-    record.result = if out.all_placed { "placed" } else { "unschedulable" };
+    record.add_rejections(
+        out.items
+            .iter()
+            .flat_map(|i| i.allocation.failed.iter().map(|f| &f.failure)),
+    );
+    record.result = if out.all_placed {
+        "placed"
+    } else {
+        "unschedulable"
+    };
     record.decision = true;
     let results = out
         .items
         .iter()
         .zip(&parsed)
-        .map(|(item, w)| convert::allocation_out(&out.snapshot, w, &item.allocation, item.rolled_back))
+        .map(|(item, w)| {
+            convert::allocation_out(&out.snapshot, w, &item.allocation, item.rolled_back)
+        })
         .collect();
     Ok(v1::AllocateBatchResponse {
         results,
         all_placed: out.all_placed,
-        updated_nodes: if return_updated_nodes { out.snapshot.nodes().iter().map(convert::node_out).collect() } else { Vec::new() },
+        updated_nodes: if return_updated_nodes {
+            out.snapshot.nodes().iter().map(convert::node_out).collect()
+        } else {
+            Vec::new()
+        },
     })
 }
 
-fn decide_validate(state: &State, req: v1::ValidateWorkloadRequest, record: &mut Record) -> Result<v1::ValidateWorkloadResponse, ServiceError> {
+fn decide_validate(
+    state: &State,
+    req: v1::ValidateWorkloadRequest,
+    record: &mut Record,
+) -> Result<v1::ValidateWorkloadResponse, ServiceError> {
     let v1::ValidateWorkloadRequest { workload, options } = req;
     let settings = &state.settings;
     let (defaults, _) = convert::options_in(options, &settings.defaults)?;
-    record.workload = workload.as_ref().map(|w| w.name.clone()).unwrap_or_default();
-    match convert::workload_in(workload, "workload", &defaults, &settings.names, &settings.limits) {
+    record.workload = workload
+        .as_ref()
+        .map(|w| w.name.clone())
+        .unwrap_or_default();
+    match convert::workload_in(
+        workload,
+        "workload",
+        &defaults,
+        &settings.names,
+        &settings.limits,
+    ) {
         Ok(w) => {
             record.result = "valid";
             let requests_gpu = w.requests_gpu();
@@ -193,11 +302,21 @@ fn decide_validate(state: &State, req: v1::ValidateWorkloadRequest, record: &mut
                 containers: convert::resolved_out(&w),
             })
         }
-        Err(ServiceError::InvalidArgument(v)) if !v.iter().any(|x| x.field == "workload" || x.field == "workload.spec") => {
+        Err(ServiceError::InvalidArgument(v))
+            if !v
+                .iter()
+                .any(|x| x.field == "workload" || x.field == "workload.spec") =>
+        {
             record.result = "invalid";
             Ok(v1::ValidateWorkloadResponse {
                 valid: false,
-                violations: v.into_iter().map(|x| v1::Violation { field: x.field, description: x.description }).collect(),
+                violations: v
+                    .into_iter()
+                    .map(|x| v1::Violation {
+                        field: x.field,
+                        description: x.description,
+                    })
+                    .collect(),
                 requests_gpu: true,
                 effective_policy: None,
                 containers: Vec::new(),
@@ -209,22 +328,55 @@ fn decide_validate(state: &State, req: v1::ValidateWorkloadRequest, record: &mut
 
 #[tonic::async_trait]
 impl PlacementService for PlacementApi {
-    async fn filter(&self, request: Request<v1::FilterRequest>) -> Result<Response<v1::FilterResponse>, Status> {
+    async fn filter(
+        &self,
+        request: Request<v1::FilterRequest>,
+    ) -> Result<Response<v1::FilterResponse>, Status> {
         let (metadata, _, msg) = request.into_parts();
         let cards = card_count(&msg.nodes);
-        run(Arc::clone(&self.state), SERVICE, "Filter", &metadata, cards, move |st, r| decide_filter(st, msg, r)).await
+        run(
+            Arc::clone(&self.state),
+            SERVICE,
+            "Filter",
+            &metadata,
+            cards,
+            move |st, r| decide_filter(st, msg, r),
+        )
+        .await
     }
 
-    async fn score(&self, request: Request<v1::ScoreRequest>) -> Result<Response<v1::ScoreResponse>, Status> {
+    async fn score(
+        &self,
+        request: Request<v1::ScoreRequest>,
+    ) -> Result<Response<v1::ScoreResponse>, Status> {
         let (metadata, _, msg) = request.into_parts();
         let cards = card_count(&msg.nodes);
-        run(Arc::clone(&self.state), SERVICE, "Score", &metadata, cards, move |st, r| decide_score(st, msg, r)).await
+        run(
+            Arc::clone(&self.state),
+            SERVICE,
+            "Score",
+            &metadata,
+            cards,
+            move |st, r| decide_score(st, msg, r),
+        )
+        .await
     }
 
-    async fn allocate(&self, request: Request<v1::AllocateRequest>) -> Result<Response<v1::AllocateResponse>, Status> {
+    async fn allocate(
+        &self,
+        request: Request<v1::AllocateRequest>,
+    ) -> Result<Response<v1::AllocateResponse>, Status> {
         let (metadata, _, msg) = request.into_parts();
         let cards = card_count(&msg.nodes);
-        run(Arc::clone(&self.state), SERVICE, "Allocate", &metadata, cards, move |st, r| decide_allocate(st, msg, r)).await
+        run(
+            Arc::clone(&self.state),
+            SERVICE,
+            "Allocate",
+            &metadata,
+            cards,
+            move |st, r| decide_allocate(st, msg, r),
+        )
+        .await
     }
 
     async fn allocate_batch(
@@ -233,7 +385,15 @@ impl PlacementService for PlacementApi {
     ) -> Result<Response<v1::AllocateBatchResponse>, Status> {
         let (metadata, _, msg) = request.into_parts();
         let cards = card_count(&msg.nodes).saturating_mul(msg.workloads.len().max(1));
-        run(Arc::clone(&self.state), SERVICE, "AllocateBatch", &metadata, cards, move |st, r| decide_batch(st, msg, r)).await
+        run(
+            Arc::clone(&self.state),
+            SERVICE,
+            "AllocateBatch",
+            &metadata,
+            cards,
+            move |st, r| decide_batch(st, msg, r),
+        )
+        .await
     }
 
     async fn validate_workload(
@@ -241,6 +401,14 @@ impl PlacementService for PlacementApi {
         request: Request<v1::ValidateWorkloadRequest>,
     ) -> Result<Response<v1::ValidateWorkloadResponse>, Status> {
         let (metadata, _, msg) = request.into_parts();
-        run(Arc::clone(&self.state), SERVICE, "ValidateWorkload", &metadata, 0, move |st, r| decide_validate(st, msg, r)).await
+        run(
+            Arc::clone(&self.state),
+            SERVICE,
+            "ValidateWorkload",
+            &metadata,
+            0,
+            move |st, r| decide_validate(st, msg, r),
+        )
+        .await
     }
 }

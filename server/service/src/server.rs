@@ -48,7 +48,11 @@ pub enum ServeError {
 }
 
 /// Names the health service reports.
-pub const HEALTH_SERVICES: [&str; 3] = ["", "gpusched.v1.PlacementService", "gpusched.v1.InventoryService"];
+pub const HEALTH_SERVICES: [&str; 3] = [
+    "",
+    "gpusched.v1.PlacementService",
+    "gpusched.v1.InventoryService",
+];
 
 /// A running server.
 #[derive(Debug)]
@@ -69,13 +73,17 @@ impl Running {
     /// calls drain.
     pub async fn shutdown(self) -> Result<(), ServeError> {
         for name in HEALTH_SERVICES {
-            self.health.set_service_status(name, ServingStatus::NotServing).await;
+            self.health
+                .set_service_status(name, ServingStatus::NotServing)
+                .await;
         }
         let _ = self.stop.send(true);
         let mut grpc = self.grpc;
         let drained = tokio::time::timeout(self.drain_timeout, &mut grpc).await;
         let result = match drained {
-            Ok(joined) => joined.map_err(|e| ServeError::Task(e.to_string()))?.map_err(ServeError::from),
+            Ok(joined) => joined
+                .map_err(|e| ServeError::Task(e.to_string()))?
+                .map_err(ServeError::from),
             Err(_) => {
                 tracing::warn!(after = ?self.drain_timeout, "drain timeout: cutting the remaining calls and streams");
                 grpc.abort();
@@ -90,7 +98,11 @@ impl Running {
 
     /// Sets the health of every service (tests and operators).
     pub async fn set_serving(&self, serving: bool) {
-        let status = if serving { ServingStatus::Serving } else { ServingStatus::NotServing };
+        let status = if serving {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
         for name in HEALTH_SERVICES {
             self.health.set_service_status(name, status).await;
         }
@@ -103,24 +115,42 @@ fn read(path: &std::path::Path) -> Result<Vec<u8>, ServeError> {
 
 /// Binds and starts serving. Returns once both listeners are bound.
 pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running, ServeError> {
-    let listener = TcpListener::bind(settings.listen).await.map_err(|source| ServeError::Bind { addr: settings.listen, source })?;
-    let grpc_addr = listener.local_addr().map_err(|source| ServeError::Bind { addr: settings.listen, source })?;
+    let listener = TcpListener::bind(settings.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: settings.listen,
+            source,
+        })?;
+    let grpc_addr = listener.local_addr().map_err(|source| ServeError::Bind {
+        addr: settings.listen,
+        source,
+    })?;
     let metrics_listener = match settings.metrics_listen {
-        Some(addr) => Some(TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?),
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Bind { addr, source })?,
+        ),
         None => None,
     };
     let metrics_addr = match &metrics_listener {
-        Some(l) => Some(l.local_addr().map_err(|source| ServeError::Bind { addr: grpc_addr, source })?),
+        Some(l) => Some(l.local_addr().map_err(|source| ServeError::Bind {
+            addr: grpc_addr,
+            source,
+        })?),
         None => None,
     };
 
     let mut builder = Server::builder();
     if let Some(tls) = &settings.tls {
-        let mut cfg = ServerTlsConfig::new().identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?));
+        let mut cfg =
+            ServerTlsConfig::new().identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?));
         if let Some(ca) = &tls.client_ca {
             cfg = cfg.client_ca_root(Certificate::from_pem(read(ca)?));
         }
-        builder = builder.tls_config(cfg).map_err(|e| ServeError::Tls(e.to_string()))?;
+        builder = builder
+            .tls_config(cfg)
+            .map_err(|e| ServeError::Tls(e.to_string()))?;
     }
     let max = settings.limits.max_message_bytes;
     // A backstop well past the per-call deadline handling in `call::run`.
@@ -128,18 +158,28 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
 
     let (health, health_service) = tonic_health::server::health_reporter();
     for name in HEALTH_SERVICES {
-        health.set_service_status(name, ServingStatus::Serving).await;
+        health
+            .set_service_status(name, ServingStatus::Serving)
+            .await;
     }
     let reflection = |v1: bool| {
         let b = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(gpusched_api::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
-        if v1 { b.build_v1().map(|s| (Some(s), None)) } else { b.build_v1alpha().map(|s| (None, Some(s))) }
+        if v1 {
+            b.build_v1().map(|s| (Some(s), None))
+        } else {
+            b.build_v1alpha().map(|s| (None, Some(s)))
+        }
     };
-    let (Some(reflection_v1), _) = reflection(true).map_err(|e| ServeError::Reflection(e.to_string()))? else {
+    let (Some(reflection_v1), _) =
+        reflection(true).map_err(|e| ServeError::Reflection(e.to_string()))?
+    else {
         return Err(ServeError::Reflection("v1".into()));
     };
-    let (_, Some(reflection_v1alpha)) = reflection(false).map_err(|e| ServeError::Reflection(e.to_string()))? else {
+    let (_, Some(reflection_v1alpha)) =
+        reflection(false).map_err(|e| ServeError::Reflection(e.to_string()))?
+    else {
         return Err(ServeError::Reflection("v1alpha".into()));
     };
 
@@ -163,7 +203,10 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
         .add_service(reflection_v1alpha)
         .add_service(placement)
         .add_service(inventory);
-    let grpc = tokio::spawn(router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), wait_stop(stop_rx.clone())));
+    let grpc = tokio::spawn(router.serve_with_incoming_shutdown(
+        TcpListenerStream::new(listener),
+        wait_stop(stop_rx.clone()),
+    ));
     let metrics_task = metrics_listener.map(|l| {
         let app = axum::Router::new().route(
             "/metrics",
@@ -171,15 +214,30 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
                 let m = Arc::clone(&metrics);
                 async move {
                     (
-                        [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
                         m.encode(),
                     )
                 }
             }),
         );
-        tokio::spawn(async move { axum::serve(l, app).with_graceful_shutdown(wait_stop(stop_rx)).await })
+        tokio::spawn(async move {
+            axum::serve(l, app)
+                .with_graceful_shutdown(wait_stop(stop_rx))
+                .await
+        })
     });
-    Ok(Running { grpc_addr, metrics_addr, health, drain_timeout, stop, grpc, metrics: metrics_task })
+    Ok(Running {
+        grpc_addr,
+        metrics_addr,
+        health,
+        drain_timeout,
+        stop,
+        grpc,
+        metrics: metrics_task,
+    })
 }
 
 /// Aligns two of tonic's answers with the gRPC status code spec: a message over the size limit
@@ -195,7 +253,8 @@ where
 {
     type Response = http::Response<R>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.0.poll_ready(cx)
@@ -210,7 +269,10 @@ where
                 && headers
                     .get("grpc-message")
                     .and_then(|v| v.to_str().ok())
-                    .is_some_and(|m| m.contains("message%20length%20too%20large") || m.contains("message length too large"));
+                    .is_some_and(|m| {
+                        m.contains("message%20length%20too%20large")
+                            || m.contains("message length too large")
+                    });
             if oversize {
                 headers.insert("grpc-status", http::HeaderValue::from_static("8"));
             }

@@ -41,12 +41,21 @@ impl Drop for TelemetryGuard {
 /// Installs the process's subscriber: logs filtered by `log_level`; when an OTLP endpoint is
 /// set, this crate's spans are exported (independently of the log level).
 pub fn init(t: &Telemetry) -> Result<TelemetryGuard, TelemetryError> {
-    let log_filter = EnvFilter::try_new(&t.log_level).map_err(|e| TelemetryError::Subscriber(e.to_string()))?;
+    let log_filter =
+        EnvFilter::try_new(&t.log_level).map_err(|e| TelemetryError::Subscriber(e.to_string()))?;
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let fmt = if t.json_logs {
-        tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr).with_filter(log_filter).boxed()
+        tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(std::io::stderr)
+            .with_filter(log_filter)
+            .boxed()
     } else {
-        tracing_subscriber::fmt::layer().with_ansi(ansi).with_writer(std::io::stderr).with_filter(log_filter).boxed()
+        tracing_subscriber::fmt::layer()
+            .with_ansi(ansi)
+            .with_writer(std::io::stderr)
+            .with_filter(log_filter)
+            .boxed()
     };
     let mut provider = None;
     let otel = match &t.otlp_endpoint {
@@ -60,13 +69,23 @@ pub fn init(t: &Telemetry) -> Result<TelemetryGuard, TelemetryError> {
                 .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
             let p = SdkTracerProvider::builder()
                 .with_batch_exporter(exporter)
-                .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(t.sample_ratio))))
-                .with_resource(Resource::builder().with_service_name(t.service_name.clone()).build())
+                .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+                    t.sample_ratio,
+                ))))
+                .with_resource(
+                    Resource::builder()
+                        .with_service_name(t.service_name.clone())
+                        .build(),
+                )
                 .build();
             let tracer = p.tracer("gpusched-server");
             provider = Some(p);
             let spans = filter::Targets::new().with_target("gpusched_server", tracing::Level::INFO);
-            Some(tracing_opentelemetry::layer().with_tracer(tracer).with_filter(spans))
+            Some(
+                tracing_opentelemetry::layer()
+                    .with_tracer(tracer)
+                    .with_filter(spans),
+            )
         }
     };
     tracing_subscriber::registry()
@@ -96,6 +115,9 @@ impl Extractor for MetadataExtractor<'_> {
 }
 
 /// The caller's trace context from `traceparent`/`tracestate` metadata.
-pub fn remote_context(propagator: &TraceContextPropagator, metadata: &tonic::metadata::MetadataMap) -> opentelemetry::Context {
+pub fn remote_context(
+    propagator: &TraceContextPropagator,
+    metadata: &tonic::metadata::MetadataMap,
+) -> opentelemetry::Context {
     propagator.extract(&MetadataExtractor(metadata))
 }

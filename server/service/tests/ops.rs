@@ -13,7 +13,9 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 async fn health(server: &TestServer, service: &str) -> i32 {
     HealthClient::new(server.channel.clone())
-        .check(HealthCheckRequest { service: service.into() })
+        .check(HealthCheckRequest {
+            service: service.into(),
+        })
         .await
         .unwrap()
         .into_inner()
@@ -23,13 +25,28 @@ async fn health(server: &TestServer, service: &str) -> i32 {
 #[tokio::test]
 async fn health_per_service() {
     let server = TestServer::start(&[]).await;
-    for s in ["", "gpusched.v1.PlacementService", "gpusched.v1.InventoryService"] {
-        assert_eq!(health(&server, s).await, ServingStatus::Serving as i32, "{s:?}");
+    for s in [
+        "",
+        "gpusched.v1.PlacementService",
+        "gpusched.v1.InventoryService",
+    ] {
+        assert_eq!(
+            health(&server, s).await,
+            ServingStatus::Serving as i32,
+            "{s:?}"
+        );
     }
-    let unknown = HealthClient::new(server.channel.clone()).check(HealthCheckRequest { service: "nope".into() }).await;
+    let unknown = HealthClient::new(server.channel.clone())
+        .check(HealthCheckRequest {
+            service: "nope".into(),
+        })
+        .await;
     assert_eq!(unknown.unwrap_err().code(), tonic::Code::NotFound);
     server.running.set_serving(false).await;
-    assert_eq!(health(&server, "gpusched.v1.PlacementService").await, ServingStatus::NotServing as i32);
+    assert_eq!(
+        health(&server, "gpusched.v1.PlacementService").await,
+        ServingStatus::NotServing as i32
+    );
 }
 
 #[tokio::test]
@@ -37,16 +54,28 @@ async fn reflection_v1_and_v1alpha_list_every_service() {
     use tonic_reflection::pb::v1 as r1;
     use tonic_reflection::pb::v1alpha as ra;
     let server = TestServer::start(&[]).await;
-    let want = ["gpusched.v1.PlacementService", "gpusched.v1.InventoryService", "grpc.health.v1.Health"];
+    let want = [
+        "gpusched.v1.PlacementService",
+        "gpusched.v1.InventoryService",
+        "grpc.health.v1.Health",
+    ];
 
     let mut c = r1::server_reflection_client::ServerReflectionClient::new(server.channel.clone());
     let req = r1::ServerReflectionRequest {
         host: String::new(),
-        message_request: Some(r1::server_reflection_request::MessageRequest::ListServices(String::new())),
+        message_request: Some(r1::server_reflection_request::MessageRequest::ListServices(
+            String::new(),
+        )),
     };
-    let mut stream = c.server_reflection_info(tokio_stream::iter(vec![req])).await.unwrap().into_inner();
+    let mut stream = c
+        .server_reflection_info(tokio_stream::iter(vec![req]))
+        .await
+        .unwrap()
+        .into_inner();
     let resp = stream.next().await.unwrap().unwrap();
-    let Some(r1::server_reflection_response::MessageResponse::ListServicesResponse(list)) = resp.message_response else {
+    let Some(r1::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
+        resp.message_response
+    else {
         panic!("unexpected {resp:?}")
     };
     let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
@@ -56,30 +85,52 @@ async fn reflection_v1_and_v1alpha_list_every_service() {
     // describe: the file that defines the placement service.
     let req = r1::ServerReflectionRequest {
         host: String::new(),
-        message_request: Some(r1::server_reflection_request::MessageRequest::FileContainingSymbol(
-            "gpusched.v1.PlacementService".into(),
-        )),
+        message_request: Some(
+            r1::server_reflection_request::MessageRequest::FileContainingSymbol(
+                "gpusched.v1.PlacementService".into(),
+            ),
+        ),
     };
-    let mut stream = c.server_reflection_info(tokio_stream::iter(vec![req])).await.unwrap().into_inner();
+    let mut stream = c
+        .server_reflection_info(tokio_stream::iter(vec![req]))
+        .await
+        .unwrap()
+        .into_inner();
     let resp = stream.next().await.unwrap().unwrap();
-    assert!(matches!(resp.message_response, Some(r1::server_reflection_response::MessageResponse::FileDescriptorResponse(f)) if !f.file_descriptor_proto.is_empty()));
+    assert!(
+        matches!(resp.message_response, Some(r1::server_reflection_response::MessageResponse::FileDescriptorResponse(f)) if !f.file_descriptor_proto.is_empty())
+    );
 
     let mut c = ra::server_reflection_client::ServerReflectionClient::new(server.channel.clone());
     let req = ra::ServerReflectionRequest {
         host: String::new(),
-        message_request: Some(ra::server_reflection_request::MessageRequest::ListServices(String::new())),
+        message_request: Some(ra::server_reflection_request::MessageRequest::ListServices(
+            String::new(),
+        )),
     };
-    let mut stream = c.server_reflection_info(tokio_stream::iter(vec![req])).await.unwrap().into_inner();
+    let mut stream = c
+        .server_reflection_info(tokio_stream::iter(vec![req]))
+        .await
+        .unwrap()
+        .into_inner();
     let resp = stream.next().await.unwrap().unwrap();
-    let Some(ra::server_reflection_response::MessageResponse::ListServicesResponse(list)) = resp.message_response else {
+    let Some(ra::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
+        resp.message_response
+    else {
         panic!("unexpected {resp:?}")
     };
-    assert!(list.service.iter().any(|s| s.name == "grpc.health.v1.Health"));
+    assert!(
+        list.service
+            .iter()
+            .any(|s| s.name == "grpc.health.v1.Health")
+    );
 }
 
 async fn scrape(addr: std::net::SocketAddr) -> String {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).await.unwrap();
     out
@@ -89,12 +140,27 @@ async fn scrape(addr: std::net::SocketAddr) -> String {
 async fn metrics_count_calls_decisions_and_reasons() {
     let server = TestServer::start(&[]).await;
     let mut client = server.placement();
-    client.allocate(allocate_req(vec![node("a", 1, 8000)], pod(&[], &[&[("nvidia.com/gpu", "1")]]))).await.unwrap();
     client
-        .allocate(allocate_req(vec![node("a", 1, 8000)], pod(&[], &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "9999")]])))
+        .allocate(allocate_req(
+            vec![node("a", 1, 8000)],
+            pod(&[], &[&[("nvidia.com/gpu", "1")]]),
+        ))
         .await
         .unwrap();
-    let _ = client.allocate(v1::AllocateRequest::default()).await.unwrap_err();
+    client
+        .allocate(allocate_req(
+            vec![node("a", 1, 8000)],
+            pod(
+                &[],
+                &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "9999")]],
+            ),
+        ))
+        .await
+        .unwrap();
+    let _ = client
+        .allocate(v1::AllocateRequest::default())
+        .await
+        .unwrap_err();
     let text = scrape(server.running.metrics_addr.unwrap()).await;
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     for needle in [
@@ -111,14 +177,22 @@ async fn metrics_count_calls_decisions_and_reasons() {
 }
 
 fn big_cluster(nodes: usize) -> Vec<v1::Node> {
-    (0..nodes).map(|i| node(&format!("node-{i:05}"), 8, 81920)).collect()
+    (0..nodes)
+        .map(|i| node(&format!("node-{i:05}"), 8, 81920))
+        .collect()
 }
 
 #[tokio::test]
 async fn shutdown_turns_health_not_serving_and_drains_in_flight_calls() {
-    let server = TestServer::start(&[("limits.blocking_threshold_cards", "1"), ("limits.drain_timeout", "3s")]).await;
+    let server = TestServer::start(&[
+        ("limits.blocking_threshold_cards", "1"),
+        ("limits.drain_timeout", "3s"),
+    ])
+    .await;
     let mut watch = HealthClient::new(server.channel.clone())
-        .watch(HealthCheckRequest { service: "gpusched.v1.PlacementService".into() })
+        .watch(HealthCheckRequest {
+            service: "gpusched.v1.PlacementService".into(),
+        })
         .await
         .unwrap()
         .into_inner();
@@ -128,12 +202,22 @@ async fn shutdown_turns_health_not_serving_and_drains_in_flight_calls() {
     let mut client = server.placement();
     let req = v1::AllocateBatchRequest {
         nodes: big_cluster(2000),
-        workloads: (0..20).map(|_| pod(&[], &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "1000")]])).collect(),
+        workloads: (0..20)
+            .map(|_| {
+                pod(
+                    &[],
+                    &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "1000")]],
+                )
+            })
+            .collect(),
         ..Default::default()
     };
     let call = tokio::spawn(async move { client.allocate_batch(req).await });
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let TestServer { running, channel: _ } = server;
+    let TestServer {
+        running,
+        channel: _,
+    } = server;
     let addr = running.grpc_addr;
     let stop = tokio::spawn(running.shutdown());
     let next: HealthCheckResponse = watch.next().await.unwrap().unwrap();
@@ -142,5 +226,11 @@ async fn shutdown_turns_health_not_serving_and_drains_in_flight_calls() {
     assert!(answer.into_inner().all_placed);
     stop.await.unwrap().unwrap();
     // Nothing listens any more.
-    assert!(tonic::transport::Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.is_err());
+    assert!(
+        tonic::transport::Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .is_err()
+    );
 }

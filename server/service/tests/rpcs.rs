@@ -18,7 +18,13 @@ fn one_gpu() -> v1::Workload {
 async fn seed_stories_1_and_2_node_binpack_and_spread() {
     let server = TestServer::start(&[]).await;
     let mut client = server.placement();
-    for (annotations, expected) in [(vec![], ["node1", "node1"]), (vec![("hami.io/node-scheduler-policy", "spread")], ["node1", "node2"])] {
+    for (annotations, expected) in [
+        (vec![], ["node1", "node1"]),
+        (
+            vec![("hami.io/node-scheduler-policy", "spread")],
+            ["node1", "node2"],
+        ),
+    ] {
         let w = pod(&annotations, &[&[("nvidia.com/gpu", "1")]]);
         let out = client
             .allocate_batch(v1::AllocateBatchRequest {
@@ -34,7 +40,13 @@ async fn seed_stories_1_and_2_node_binpack_and_spread() {
         let chosen: Vec<&str> = out.results.iter().map(|r| r.node_name.as_str()).collect();
         assert_eq!(chosen, expected, "{annotations:?}");
         assert!(out.all_placed);
-        let booked: u32 = out.updated_nodes.iter().flat_map(|n| &n.cards).filter_map(|c| c.usage.as_ref()).map(|u| u.used_slots).sum();
+        let booked: u32 = out
+            .updated_nodes
+            .iter()
+            .flat_map(|n| &n.cards)
+            .filter_map(|c| c.usage.as_ref())
+            .map(|u| u.used_slots)
+            .sum();
         assert_eq!(booked, 2);
     }
 }
@@ -43,11 +55,22 @@ async fn seed_stories_1_and_2_node_binpack_and_spread() {
 async fn seed_stories_3_and_4_gpu_binpack_and_spread() {
     let server = TestServer::start(&[]).await;
     let mut client = server.placement();
-    let gpus = || node_with("node1", (0..4).map(|i| card(&format!("GPU{}", i + 1), i, 8000)).collect());
+    let gpus = || {
+        node_with(
+            "node1",
+            (0..4)
+                .map(|i| card(&format!("GPU{}", i + 1), i, 8000))
+                .collect(),
+        )
+    };
     for (policy, expected) in [("binpack", ["GPU1", "GPU1"]), ("spread", ["GPU1", "GPU2"])] {
         let w = pod(
             &[("hami.io/gpu-scheduler-policy", policy)],
-            &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpucores", "20"), ("nvidia.com/gpumem-percentage", "20")]],
+            &[&[
+                ("nvidia.com/gpu", "1"),
+                ("nvidia.com/gpucores", "20"),
+                ("nvidia.com/gpumem-percentage", "20"),
+            ]],
         );
         let out = client
             .allocate_batch(v1::AllocateBatchRequest {
@@ -58,7 +81,11 @@ async fn seed_stories_3_and_4_gpu_binpack_and_spread() {
             .await
             .unwrap()
             .into_inner();
-        let cards: Vec<&str> = out.results.iter().map(|r| r.containers[0].cards[0].card_id.as_str()).collect();
+        let cards: Vec<&str> = out
+            .results
+            .iter()
+            .map(|r| r.containers[0].cards[0].card_id.as_str())
+            .collect();
         assert_eq!(cards, expected, "{policy}");
         assert_eq!(out.results[0].containers[0].cards[0].mem_mib, 1600);
         assert_eq!(out.results[0].containers[0].cards[0].cores_percent, 20);
@@ -68,14 +95,34 @@ async fn seed_stories_3_and_4_gpu_binpack_and_spread() {
 #[tokio::test]
 async fn allocate_explains_the_seed_gpu_example() {
     let server = TestServer::start(&[]).await;
-    let n = node_with("node1", vec![used(card("GPU1", 0, 8000), 0, 2000, 10), used(card("GPU2", 1, 8000), 0, 6000, 70)]);
+    let n = node_with(
+        "node1",
+        vec![
+            used(card("GPU1", 0, 8000), 0, 2000, 10),
+            used(card("GPU2", 1, 8000), 0, 6000, 70),
+        ],
+    );
     let w = pod(
         &[("hami.io/gpu-scheduler-policy", "binpack")],
-        &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpucores", "20"), ("nvidia.com/gpumem", "1000")]],
+        &[&[
+            ("nvidia.com/gpu", "1"),
+            ("nvidia.com/gpucores", "20"),
+            ("nvidia.com/gpumem", "1000"),
+        ]],
     );
     let mut req = allocate_req(vec![n], w);
-    req.options = Some(v1::PlacementOptions { explain: true, ..Default::default() });
-    let r = server.placement().allocate(req).await.unwrap().into_inner().result.unwrap();
+    req.options = Some(v1::PlacementOptions {
+        explain: true,
+        ..Default::default()
+    });
+    let r = server
+        .placement()
+        .allocate(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .result
+        .unwrap();
     assert!(r.placed && r.requests_gpu);
     assert_eq!(r.containers[0].cards[0].card_id, "GPU2");
     let cards = &r.explanations[0].containers[0].cards;
@@ -88,20 +135,33 @@ async fn allocate_explains_the_seed_gpu_example() {
     let eff = r.effective_policy.unwrap();
     assert_eq!(eff.gpu_policy_text, "binpack");
     assert_eq!(eff.node_policy, v1::NodePolicy::Binpack as i32);
-    assert_eq!(eff.scoring_weights, Some(v1::ScoringWeights { slot: 1, core: 1, memory: 1 }));
+    assert_eq!(
+        eff.scoring_weights,
+        Some(v1::ScoringWeights {
+            slot: 1,
+            core: 1,
+            memory: 1
+        })
+    );
 }
 
 #[tokio::test]
 async fn filter_reports_feasible_nodes_and_reasons() {
     let server = TestServer::start(&[]).await;
-    let full = node_with("full", vec![used(card("f0", 0, 8000), 10, 0, 0), card("f1", 1, 8000)]);
+    let full = node_with(
+        "full",
+        vec![used(card("f0", 0, 8000), 10, 0, 0), card("f1", 1, 8000)],
+    );
     let small = node("small", 1, 8000);
     let ok = node("ok", 2, 8000);
     let out = server
         .placement()
         .filter(v1::FilterRequest {
             nodes: vec![full, small, ok],
-            workload: Some(pod(&[], &[&[("nvidia.com/gpu", "2"), ("nvidia.com/gpumem", "100")]])),
+            workload: Some(pod(
+                &[],
+                &[&[("nvidia.com/gpu", "2"), ("nvidia.com/gpumem", "100")]],
+            )),
             options: None,
         })
         .await
@@ -109,14 +169,28 @@ async fn filter_reports_feasible_nodes_and_reasons() {
         .into_inner();
     assert_eq!(out.feasible_node_names, vec!["ok"]);
     assert!(out.requests_gpu);
-    let full = out.failed_nodes.iter().find(|f| f.node_name == "full").unwrap();
-    assert_eq!(full.message, "1/2 AllocatedCardsInsufficientRequest, 1/2 CardTimeSlicingExhausted");
-    assert_eq!(full.reasons[0].reason, v1::Reason::AllocatedCardsInsufficientRequest as i32);
+    let full = out
+        .failed_nodes
+        .iter()
+        .find(|f| f.node_name == "full")
+        .unwrap();
+    assert_eq!(
+        full.message,
+        "1/2 AllocatedCardsInsufficientRequest, 1/2 CardTimeSlicingExhausted"
+    );
+    assert_eq!(
+        full.reasons[0].reason,
+        v1::Reason::AllocatedCardsInsufficientRequest as i32
+    );
     assert_eq!(full.reasons[0].count, 1);
     assert_eq!(full.reasons[0].name, "AllocatedCardsInsufficientRequest");
     assert!(!full.unresolvable);
     assert_eq!(full.container_name, "c0");
-    let small = out.failed_nodes.iter().find(|f| f.node_name == "small").unwrap();
+    let small = out
+        .failed_nodes
+        .iter()
+        .find(|f| f.node_name == "small")
+        .unwrap();
     assert_eq!(small.message, "NodeInsufficientDevice");
     assert!(small.unresolvable);
 }
@@ -124,21 +198,37 @@ async fn filter_reports_feasible_nodes_and_reasons() {
 #[tokio::test]
 async fn score_orders_by_preference() {
     let server = TestServer::start(&[]).await;
-    let busy = node_with("busy", vec![used(card("b0", 0, 8000), 3, 4000, 30), card("b1", 1, 8000)]);
+    let busy = node_with(
+        "busy",
+        vec![used(card("b0", 0, 8000), 3, 4000, 30), card("b1", 1, 8000)],
+    );
     let out = server
         .placement()
         .score(v1::ScoreRequest {
             nodes: vec![node("idle", 2, 8000), busy],
-            workload: Some(pod(&[], &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "100")]])),
-            options: Some(v1::PlacementOptions { default_node_policy: v1::NodePolicy::Spread as i32, ..Default::default() }),
+            workload: Some(pod(
+                &[],
+                &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "100")]],
+            )),
+            options: Some(v1::PlacementOptions {
+                default_node_policy: v1::NodePolicy::Spread as i32,
+                ..Default::default()
+            }),
         })
         .await
         .unwrap()
         .into_inner();
-    let order: Vec<(&str, u32)> = out.scores.iter().map(|s| (s.node_name.as_str(), s.normalized_score)).collect();
+    let order: Vec<(&str, u32)> = out
+        .scores
+        .iter()
+        .map(|s| (s.node_name.as_str(), s.normalized_score))
+        .collect();
     assert_eq!(order, vec![("idle", 100), ("busy", 0)]);
     assert!(out.scores[0].raw_score < out.scores[1].raw_score);
-    assert_eq!(out.effective_policy.unwrap().node_policy, v1::NodePolicy::Spread as i32);
+    assert_eq!(
+        out.effective_policy.unwrap().node_policy,
+        v1::NodePolicy::Spread as i32
+    );
 }
 
 #[tokio::test]
@@ -159,10 +249,15 @@ async fn batch_all_or_nothing_rolls_back() {
         .into_inner();
     assert!(!out.all_placed);
     assert!(out.results.iter().all(|r| !r.placed));
-    assert!(out.results[0].rolled_back && out.results[1].rolled_back && !out.results[2].rolled_back);
+    assert!(
+        out.results[0].rolled_back && out.results[1].rolled_back && !out.results[2].rolled_back
+    );
     assert_eq!(out.results[0].node_name, "n");
     assert!(out.updated_nodes[0].cards.iter().all(|c| c.usage.is_none()));
-    assert_eq!(out.results[2].failed_nodes[0].message, "2/2 CardInsufficientMemory");
+    assert_eq!(
+        out.results[2].failed_nodes[0].message,
+        "2/2 CardInsufficientMemory"
+    );
 }
 
 #[tokio::test]
@@ -173,14 +268,36 @@ async fn typed_workloads_work_like_annotations() {
         spec: Some(v1::workload::Spec::Typed(v1::TypedWorkloadSpec {
             node_policy: v1::NodePolicy::Spread as i32,
             gpu_policy: vec![v1::GpuPolicy::Binpack as i32, v1::GpuPolicy::Numa as i32],
-            scoring_weights: Some(v1::ScoringWeights { slot: 1, core: 1, memory: 3 }),
-            containers: vec![v1::ContainerRequest { name: "main".into(), gpu_count: 1, gpumem_percent: 40, ..Default::default() }],
+            scoring_weights: Some(v1::ScoringWeights {
+                slot: 1,
+                core: 1,
+                memory: 3,
+            }),
+            containers: vec![v1::ContainerRequest {
+                name: "main".into(),
+                gpu_count: 1,
+                gpumem_percent: 40,
+                ..Default::default()
+            }],
             ..Default::default()
         })),
         ..Default::default()
     };
-    let n = node_with("node1", vec![used(card("GPU-A", 0, 10000), 1, 1000, 90), used(card("GPU-B", 1, 10000), 7, 2000, 10)]);
-    let r = server.placement().allocate(allocate_req(vec![n], typed)).await.unwrap().into_inner().result.unwrap();
+    let n = node_with(
+        "node1",
+        vec![
+            used(card("GPU-A", 0, 10000), 1, 1000, 90),
+            used(card("GPU-B", 1, 10000), 7, 2000, 10),
+        ],
+    );
+    let r = server
+        .placement()
+        .allocate(allocate_req(vec![n], typed))
+        .await
+        .unwrap()
+        .into_inner()
+        .result
+        .unwrap();
     assert_eq!(r.containers[0].cards[0].card_id, "GPU-B");
     let eff = r.effective_policy.unwrap();
     assert_eq!(eff.gpu_policy_text, "binpack,numa");
@@ -193,7 +310,10 @@ async fn validate_workload_answers() {
     let mut client = server.placement();
     let ok = client
         .validate_workload(v1::ValidateWorkloadRequest {
-            workload: Some(pod(&[("hami.io/gpu-scheduler-policy", "mutex")], &[&[("nvidia.com/gpu", "2"), ("nvidia.com/gpucores", "30")]])),
+            workload: Some(pod(
+                &[("hami.io/gpu-scheduler-policy", "mutex")],
+                &[&[("nvidia.com/gpu", "2"), ("nvidia.com/gpucores", "30")]],
+            )),
             options: None,
         })
         .await
@@ -206,22 +326,34 @@ async fn validate_workload_answers() {
     assert_eq!(ok.effective_policy.unwrap().gpu_policy_text, "mutex");
     let bad = client
         .validate_workload(v1::ValidateWorkloadRequest {
-            workload: Some(pod(&[(WEIGHTS, "slot=1,core=1,memory=x")], &[&[("nvidia.com/gpu", "1")]])),
+            workload: Some(pod(
+                &[(WEIGHTS, "slot=1,core=1,memory=x")],
+                &[&[("nvidia.com/gpu", "1")]],
+            )),
             options: None,
         })
         .await
         .unwrap()
         .into_inner();
     assert!(!bad.valid);
-    assert_eq!(bad.violations[0].field, "workload.kubernetes.annotations[\"hami.io/device-scoring-weights\"]");
+    assert_eq!(
+        bad.violations[0].field,
+        "workload.kubernetes.annotations[\"hami.io/device-scoring-weights\"]"
+    );
     assert!(bad.violations[0].description.contains(WEIGHTS));
     let no_gpu = client
-        .validate_workload(v1::ValidateWorkloadRequest { workload: Some(pod(&[(WEIGHTS, "junk")], &[&[("cpu", "1")]])), options: None })
+        .validate_workload(v1::ValidateWorkloadRequest {
+            workload: Some(pod(&[(WEIGHTS, "junk")], &[&[("cpu", "1")]])),
+            options: None,
+        })
         .await
         .unwrap()
         .into_inner();
     assert!(no_gpu.valid && !no_gpu.requests_gpu);
-    let missing = client.validate_workload(v1::ValidateWorkloadRequest::default()).await.unwrap_err();
+    let missing = client
+        .validate_workload(v1::ValidateWorkloadRequest::default())
+        .await
+        .unwrap_err();
     assert_eq!(missing.code(), Code::InvalidArgument);
     assert_eq!(violations(&missing)[0].0, "workload");
 }
@@ -234,7 +366,10 @@ async fn invalid_input_is_invalid_argument_with_field_violations() {
     let err = client
         .filter(v1::FilterRequest {
             nodes: vec![node("a", 1, 8000), node("a", 1, 8000)],
-            workload: Some(pod(&[(WEIGHTS, "slot=1,core=1")], &[&[("nvidia.com/gpu", "1")]])),
+            workload: Some(pod(
+                &[(WEIGHTS, "slot=1,core=1")],
+                &[&[("nvidia.com/gpu", "1")]],
+            )),
             options: None,
         })
         .await
@@ -242,31 +377,65 @@ async fn invalid_input_is_invalid_argument_with_field_violations() {
     assert_eq!(err.code(), Code::InvalidArgument);
     let v = violations(&err);
     assert_eq!(v.len(), 1, "{v:?}");
-    assert_eq!(v[0].0, "workload.kubernetes.annotations[\"hami.io/device-scoring-weights\"]");
+    assert_eq!(
+        v[0].0,
+        "workload.kubernetes.annotations[\"hami.io/device-scoring-weights\"]"
+    );
     // Node problems, each with its field.
     let mut unhealthy = card("x", 0, 8000);
     unhealthy.health = v1::CardHealth::Unspecified as i32;
     let err = client
-        .allocate(allocate_req(vec![node("a", 1, 8000), node("a", 1, 8000), node_with("b", vec![unhealthy])], one_gpu()))
+        .allocate(allocate_req(
+            vec![
+                node("a", 1, 8000),
+                node("a", 1, 8000),
+                node_with("b", vec![unhealthy]),
+            ],
+            one_gpu(),
+        ))
         .await
         .unwrap_err();
     let fields: Vec<String> = violations(&err).into_iter().map(|v| v.0).collect();
     assert_eq!(fields, vec!["nodes[2].cards[0].health"]);
-    let err = client.allocate(allocate_req(vec![node("a", 1, 8000), node("a", 1, 8000)], one_gpu())).await.unwrap_err();
+    let err = client
+        .allocate(allocate_req(
+            vec![node("a", 1, 8000), node("a", 1, 8000)],
+            one_gpu(),
+        ))
+        .await
+        .unwrap_err();
     assert_eq!(violations(&err)[0].0, "nodes[1].name");
     // Resource values, typed enums, missing workload, unknown restriction.
     let err = client
-        .allocate(allocate_req(vec![node("a", 1, 8000)], pod(&[], &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpucores", "150")]])))
+        .allocate(allocate_req(
+            vec![node("a", 1, 8000)],
+            pod(
+                &[],
+                &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpucores", "150")]],
+            ),
+        ))
         .await
         .unwrap_err();
-    assert_eq!(violations(&err)[0].0, "workload.kubernetes.containers[0].limits[\"nvidia.com/gpucores\"]");
+    assert_eq!(
+        violations(&err)[0].0,
+        "workload.kubernetes.containers[0].limits[\"nvidia.com/gpucores\"]"
+    );
     let typed = v1::Workload {
-        spec: Some(v1::workload::Spec::Typed(v1::TypedWorkloadSpec { gpu_policy: vec![0], ..Default::default() })),
+        spec: Some(v1::workload::Spec::Typed(v1::TypedWorkloadSpec {
+            gpu_policy: vec![0],
+            ..Default::default()
+        })),
         ..Default::default()
     };
-    let err = client.allocate(allocate_req(vec![], typed)).await.unwrap_err();
+    let err = client
+        .allocate(allocate_req(vec![], typed))
+        .await
+        .unwrap_err();
     assert_eq!(violations(&err)[0].0, "workload.typed.gpu_policy[0]");
-    let err = client.allocate(v1::AllocateRequest::default()).await.unwrap_err();
+    let err = client
+        .allocate(v1::AllocateRequest::default())
+        .await
+        .unwrap_err();
     assert_eq!(violations(&err)[0].0, "workload");
     let mut req = allocate_req(vec![node("a", 1, 8000)], one_gpu());
     req.restrict_to_node_names = vec!["zzz".into()];
@@ -279,7 +448,13 @@ async fn nothing_fits_is_an_answer_not_an_error() {
     let server = TestServer::start(&[]).await;
     let r = server
         .placement()
-        .allocate(allocate_req(vec![node("a", 1, 8000)], pod(&[], &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "9000")]])))
+        .allocate(allocate_req(
+            vec![node("a", 1, 8000)],
+            pod(
+                &[],
+                &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "9000")]],
+            ),
+        ))
         .await
         .unwrap()
         .into_inner()
@@ -288,7 +463,14 @@ async fn nothing_fits_is_an_answer_not_an_error() {
     assert!(!r.placed);
     assert_eq!(r.failed_nodes[0].message, "1/1 CardInsufficientMemory");
     assert!(r.failed_nodes[0].unresolvable);
-    let r = server.placement().allocate(allocate_req(vec![node("a", 1, 8000)], pod(&[], &[&[("cpu", "1")]]))).await.unwrap();
+    let r = server
+        .placement()
+        .allocate(allocate_req(
+            vec![node("a", 1, 8000)],
+            pod(&[], &[&[("cpu", "1")]]),
+        ))
+        .await
+        .unwrap();
     let r = r.into_inner().result.unwrap();
     assert!(!r.placed && !r.requests_gpu && r.failed_nodes.is_empty());
 }
@@ -298,7 +480,14 @@ async fn restrict_to_the_chosen_node() {
     let server = TestServer::start(&[]).await;
     let mut req = allocate_req(vec![node("a", 1, 8000), node("b", 1, 8000)], one_gpu());
     req.restrict_to_node_names = vec!["b".into()];
-    let r = server.placement().allocate(req).await.unwrap().into_inner().result.unwrap();
+    let r = server
+        .placement()
+        .allocate(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .result
+        .unwrap();
     assert_eq!(r.node_name, "b");
     assert_eq!(r.feasible_node_count, 1);
 }
@@ -314,21 +503,34 @@ async fn normalize_inventory() {
         numa: Some(1),
         mig_enabled: false,
         health: health as i32,
-        links: vec![v1::RawLink { peer_uuid: if uuid == "GPU-a" { "GPU-b" } else { "GPU-a" }.into(), kind: v1::LinkKind::Nvlink as i32, link_count: 18 }],
+        links: vec![v1::RawLink {
+            peer_uuid: if uuid == "GPU-a" { "GPU-b" } else { "GPU-a" }.into(),
+            kind: v1::LinkKind::Nvlink as i32,
+            link_count: 18,
+        }],
     };
     let out = server
         .inventory()
         .normalize_inventory(v1::NormalizeInventoryRequest {
             node_name: "n".into(),
-            cards: vec![raw("GPU-b", 1, v1::CardHealth::Unhealthy), raw("GPU-a", 0, v1::CardHealth::Healthy)],
-            config: Some(v1::NormalizationConfig { memory_scaling: 2.0, ..Default::default() }),
+            cards: vec![
+                raw("GPU-b", 1, v1::CardHealth::Unhealthy),
+                raw("GPU-a", 0, v1::CardHealth::Healthy),
+            ],
+            config: Some(v1::NormalizationConfig {
+                memory_scaling: 2.0,
+                ..Default::default()
+            }),
         })
         .await
         .unwrap()
         .into_inner();
     assert_eq!(out.cards.len(), 2);
     assert_eq!(out.cards[0].id, "GPU-a");
-    assert_eq!(out.cards[0].slots, 4, "split count from the server's config");
+    assert_eq!(
+        out.cards[0].slots, 4,
+        "split count from the server's config"
+    );
     assert_eq!(out.cards[0].total_mem_mib, 143_771_287_552 / (1 << 20) * 2);
     assert_eq!(out.cards[0].r#type, "NVIDIA H200");
     assert_eq!(out.cards[1].health, v1::CardHealth::Unhealthy as i32);
@@ -341,7 +543,10 @@ async fn normalize_inventory() {
         .normalize_inventory(v1::NormalizeInventoryRequest {
             node_name: "n".into(),
             cards: vec![raw("GPU-a", 0, v1::CardHealth::Unspecified)],
-            config: Some(v1::NormalizationConfig { core_scaling: -1.0, ..Default::default() }),
+            config: Some(v1::NormalizationConfig {
+                core_scaling: -1.0,
+                ..Default::default()
+            }),
         })
         .await
         .unwrap_err();
@@ -360,52 +565,108 @@ async fn limits_are_resource_exhausted() {
     ])
     .await;
     let mut client = server.placement();
-    let err = client.allocate(allocate_req(vec![node("a", 1, 1), node("b", 1, 1), node("c", 1, 1)], one_gpu())).await.unwrap_err();
+    let err = client
+        .allocate(allocate_req(
+            vec![node("a", 1, 1), node("b", 1, 1), node("c", 1, 1)],
+            one_gpu(),
+        ))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
-    assert!(err.message().contains("limits.max_nodes"), "{}", err.message());
-    let err = client.allocate(allocate_req(vec![node("a", 5, 1)], one_gpu())).await.unwrap_err();
+    assert!(
+        err.message().contains("limits.max_nodes"),
+        "{}",
+        err.message()
+    );
+    let err = client
+        .allocate(allocate_req(vec![node("a", 5, 1)], one_gpu()))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
     assert!(err.message().contains("limits.max_cards_per_node"));
     let w = one_gpu();
     let err = client
-        .allocate_batch(v1::AllocateBatchRequest { nodes: vec![], workloads: vec![w.clone(), w.clone(), w], ..Default::default() })
+        .allocate_batch(v1::AllocateBatchRequest {
+            nodes: vec![],
+            workloads: vec![w.clone(), w.clone(), w],
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
     let three = pod(&[], &[&[("nvidia.com/gpu", "1")], &[], &[]]);
-    let err = client.allocate(allocate_req(vec![], three)).await.unwrap_err();
+    let err = client
+        .allocate(allocate_req(vec![], three))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
     // A message over max_message_bytes.
     let mut huge = one_gpu();
     if let Some(v1::workload::Spec::Kubernetes(k)) = &mut huge.spec {
         k.annotations.insert("big".into(), "x".repeat(30_000));
     }
-    let err = client.allocate(allocate_req(vec![], huge)).await.unwrap_err();
+    let err = client
+        .allocate(allocate_req(vec![], huge))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
     // The server still answers.
-    assert!(client.allocate(allocate_req(vec![node("a", 1, 8000)], one_gpu())).await.is_ok());
+    assert!(
+        client
+            .allocate(allocate_req(vec![node("a", 1, 8000)], one_gpu()))
+            .await
+            .is_ok()
+    );
 }
 
 #[tokio::test]
 async fn deadlines_are_honoured() {
     let server = TestServer::start(&[("limits.request_timeout", "1ns")]).await;
-    let err = server.placement().allocate(allocate_req(vec![node("a", 1, 8000)], one_gpu())).await.unwrap_err();
+    let err = server
+        .placement()
+        .allocate(allocate_req(vec![node("a", 1, 8000)], one_gpu()))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
     // On the blocking pool: the server's own limit is enforced while the decision runs.
-    let server = TestServer::start(&[("limits.request_timeout", "1ns"), ("limits.blocking_threshold_cards", "1")]).await;
-    let err = server.placement().allocate(allocate_req(vec![node("a", 1, 8000)], one_gpu())).await.unwrap_err();
+    let server = TestServer::start(&[
+        ("limits.request_timeout", "1ns"),
+        ("limits.blocking_threshold_cards", "1"),
+    ])
+    .await;
+    let err = server
+        .placement()
+        .allocate(allocate_req(vec![node("a", 1, 8000)], one_gpu()))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
     // The caller's grpc-timeout is read from the metadata (the shorter of the two applies).
     let mut md = tonic::metadata::MetadataMap::new();
     md.insert("grpc-timeout", "250m".parse().unwrap());
-    assert_eq!(gpusched_server::call::grpc_timeout(&md), Some(std::time::Duration::from_millis(250)));
+    assert_eq!(
+        gpusched_server::call::grpc_timeout(&md),
+        Some(std::time::Duration::from_millis(250))
+    );
     md.insert("grpc-timeout", "3S".parse().unwrap());
-    assert_eq!(gpusched_server::call::grpc_timeout(&md), Some(std::time::Duration::from_secs(3)));
+    assert_eq!(
+        gpusched_server::call::grpc_timeout(&md),
+        Some(std::time::Duration::from_secs(3))
+    );
     md.insert("grpc-timeout", "x".parse().unwrap());
     assert_eq!(gpusched_server::call::grpc_timeout(&md), None);
     let server = TestServer::start(&[("limits.blocking_threshold_cards", "1")]).await;
     // A reasonable deadline passes, on the blocking pool too.
     let mut req = tonic::Request::new(allocate_req(vec![node("a", 1, 8000)], one_gpu()));
     req.set_timeout(std::time::Duration::from_secs(5));
-    assert!(server.placement().allocate(req).await.unwrap().into_inner().result.unwrap().placed);
+    assert!(
+        server
+            .placement()
+            .allocate(req)
+            .await
+            .unwrap()
+            .into_inner()
+            .result
+            .unwrap()
+            .placed
+    );
 }

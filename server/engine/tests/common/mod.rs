@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use gpusched_engine::{
-    Allocation, Card, CardUsage, Defaults, KubeContainer, KubeSpec, NodeSpec, KubeNames,
-    Snapshot, Workload, WorkloadMeta, WorkloadSpec, allocate,
+    Allocation, Card, CardUsage, Defaults, KubeContainer, KubeNames, KubeSpec, NodeSpec, Snapshot,
+    Workload, WorkloadMeta, WorkloadSpec, allocate,
 };
 
 /// A healthy card `id` with `index`, 10 slots, 100 cores and `mem` MiB.

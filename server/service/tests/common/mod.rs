@@ -15,14 +15,22 @@ use tonic::transport::Channel;
 pub fn settings(overrides: &[(&str, &str)]) -> Settings {
     let env: BTreeMap<String, String> = overrides
         .iter()
-        .map(|(k, v)| (format!("GPUSCHED_{}", k.replace('.', "__").to_uppercase()), (*v).to_owned()))
+        .map(|(k, v)| {
+            (
+                format!("GPUSCHED_{}", k.replace('.', "__").to_uppercase()),
+                (*v).to_owned(),
+            )
+        })
         .collect();
     let flags = Overrides {
         listen: Some("127.0.0.1:0".into()),
         metrics_listen: Some("127.0.0.1:0".into()),
         ..Overrides::default()
     };
-    gpusched_server::config::load(None, &env, &flags).unwrap().validate(&BTreeMap::new()).unwrap()
+    gpusched_server::config::load(None, &env, &flags)
+        .unwrap()
+        .validate(&BTreeMap::new())
+        .unwrap()
 }
 
 pub struct TestServer {
@@ -36,13 +44,21 @@ impl TestServer {
     }
 
     pub async fn start_with(settings: Settings) -> TestServer {
-        let running = gpusched_server::start(settings, Arc::new(Metrics::new())).await.unwrap();
-        let channel = Channel::from_shared(format!("http://{}", running.grpc_addr)).unwrap().connect().await.unwrap();
+        let running = gpusched_server::start(settings, Arc::new(Metrics::new()))
+            .await
+            .unwrap();
+        let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
         TestServer { running, channel }
     }
 
     pub fn placement(&self) -> PlacementServiceClient<Channel> {
-        PlacementServiceClient::new(self.channel.clone()).max_decoding_message_size(256 << 20).max_encoding_message_size(256 << 20)
+        PlacementServiceClient::new(self.channel.clone())
+            .max_decoding_message_size(256 << 20)
+            .max_encoding_message_size(256 << 20)
     }
 
     pub fn inventory(&self) -> InventoryServiceClient<Channel> {
@@ -66,25 +82,40 @@ pub fn card(id: &str, index: u32, mem: u64) -> v1::Card {
 }
 
 pub fn used(mut c: v1::Card, slots: u32, mem: u64, cores: u32) -> v1::Card {
-    c.usage = Some(v1::CardUsage { used_slots: slots, used_mem_mib: mem, used_cores: cores });
+    c.usage = Some(v1::CardUsage {
+        used_slots: slots,
+        used_mem_mib: mem,
+        used_cores: cores,
+    });
     c
 }
 
 pub fn node(name: &str, n: u32, mem: u64) -> v1::Node {
     v1::Node {
         name: name.into(),
-        cards: (0..n).map(|i| card(&format!("{name}-gpu{i}"), i, mem)).collect(),
+        cards: (0..n)
+            .map(|i| card(&format!("{name}-gpu{i}"), i, mem))
+            .collect(),
         ..v1::Node::default()
     }
 }
 
 pub fn node_with(name: &str, cards: Vec<v1::Card>) -> v1::Node {
-    v1::Node { name: name.into(), cards, ..v1::Node::default() }
+    v1::Node {
+        name: name.into(),
+        cards,
+        ..v1::Node::default()
+    }
 }
 
 /// A Kubernetes-form workload: annotations and one container's limits per entry.
 pub fn pod(annotations: &[(&str, &str)], containers: &[&[(&str, &str)]]) -> v1::Workload {
-    let map = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    let map = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
     v1::Workload {
         namespace: "default".into(),
         name: "pod".into(),
@@ -95,14 +126,23 @@ pub fn pod(annotations: &[(&str, &str)], containers: &[&[(&str, &str)]]) -> v1::
             containers: containers
                 .iter()
                 .enumerate()
-                .map(|(i, c)| v1::KubernetesContainer { name: format!("c{i}"), limits: map(c), requests: BTreeMap::new() })
+                .map(|(i, c)| v1::KubernetesContainer {
+                    name: format!("c{i}"),
+                    limits: map(c),
+                    requests: BTreeMap::new(),
+                })
                 .collect(),
         })),
     }
 }
 
 pub fn allocate_req(nodes: Vec<v1::Node>, w: v1::Workload) -> v1::AllocateRequest {
-    v1::AllocateRequest { nodes, workload: Some(w), options: None, restrict_to_node_names: vec![] }
+    v1::AllocateRequest {
+        nodes,
+        workload: Some(w),
+        options: None,
+        restrict_to_node_names: vec![],
+    }
 }
 
 /// The BadRequest field violations of a status.
@@ -110,6 +150,11 @@ pub fn violations(s: &tonic::Status) -> Vec<(String, String)> {
     use tonic_types::StatusExt;
     s.get_error_details()
         .bad_request()
-        .map(|b| b.field_violations.iter().map(|v| (v.field.clone(), v.description.clone())).collect())
+        .map(|b| {
+            b.field_violations
+                .iter()
+                .map(|v| (v.field.clone(), v.description.clone()))
+                .collect()
+        })
         .unwrap_or_default()
 }
