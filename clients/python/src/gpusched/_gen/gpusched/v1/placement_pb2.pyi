@@ -438,8 +438,9 @@ class Violation(_message.Message):
     FIELD_FIELD_NUMBER: _builtins.int
     DESCRIPTION_FIELD_NUMBER: _builtins.int
     field: _builtins.str
-    """The field or annotation, e.g. `annotations["hami.io/device-scoring-weights"]`
-    or `containers[0].limits["nvidia.com/gpucores"]`.
+    """The field or annotation, e.g.
+    `workload.kubernetes.annotations["hami.io/device-scoring-weights"]` or
+    `workload.kubernetes.containers[0].limits["nvidia.com/gpucores"]`.
     """
     description: _builtins.str
     """What is wrong and what is accepted."""

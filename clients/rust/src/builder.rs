@@ -1,0 +1,165 @@
+//! Connecting: address, TLS, deadlines, retries.
+
+use std::time::Duration;
+
+use gpusched_api::v1::inventory_service_client::InventoryServiceClient;
+use gpusched_api::v1::placement_service_client::PlacementServiceClient;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+
+use crate::client::Client;
+use crate::error::Error;
+
+/// TLS settings: the CA that signs the server's certificate, and optionally a client identity
+/// (mutual TLS).
+#[derive(Clone, Debug, Default)]
+pub struct TlsOptions {
+    /// CA certificate(s), PEM.
+    pub ca_pem: Option<Vec<u8>>,
+    /// Client certificate chain and key, PEM (mutual TLS).
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// Name to verify the server certificate against (default: the address's host).
+    pub domain: Option<String>,
+}
+
+/// Retry with exponential backoff, on `UNAVAILABLE` only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all (1 = no retry).
+    pub max_attempts: u32,
+    /// Wait before the first retry.
+    pub initial_backoff: Duration,
+    /// Longest wait between attempts.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 4,
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries.
+    pub fn none() -> Self {
+        RetryPolicy {
+            max_attempts: 1,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// Wait before retry number `n` (1-based).
+    pub fn backoff(&self, n: u32) -> Duration {
+        let factor = 2u32.saturating_pow(n.saturating_sub(1));
+        self.initial_backoff
+            .saturating_mul(factor)
+            .min(self.max_backoff)
+    }
+}
+
+/// Builds a [`Client`].
+#[derive(Clone, Debug)]
+pub struct ClientBuilder {
+    addr: String,
+    tls: Option<TlsOptions>,
+    timeout: Option<Duration>,
+    connect_timeout: Duration,
+    retry: RetryPolicy,
+    max_message_bytes: usize,
+}
+
+impl ClientBuilder {
+    /// A client of the server at `addr` (`http://host:port`, `https://...`, or `host:port`).
+    pub fn new(addr: impl Into<String>) -> Self {
+        ClientBuilder {
+            addr: addr.into(),
+            tls: None,
+            timeout: Some(Duration::from_secs(10)),
+            connect_timeout: Duration::from_secs(5),
+            retry: RetryPolicy::default(),
+            max_message_bytes: 64 << 20,
+        }
+    }
+
+    /// Use TLS (and mutual TLS when an identity is given).
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Deadline of every call (None: no deadline).
+    pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Limit for establishing the connection.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Retry policy for `UNAVAILABLE`.
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Largest message sent or received.
+    pub fn max_message_bytes(mut self, bytes: usize) -> Self {
+        self.max_message_bytes = bytes;
+        self
+    }
+
+    fn endpoint(&self) -> Result<Endpoint, Error> {
+        let uri = if self.addr.contains("://") {
+            self.addr.clone()
+        } else if self.tls.is_some() {
+            format!("https://{}", self.addr)
+        } else {
+            format!("http://{}", self.addr)
+        };
+        let mut ep = Endpoint::from_shared(uri.clone())
+            .map_err(|_| Error::Endpoint(uri))?
+            .connect_timeout(self.connect_timeout);
+        if let Some(tls) = &self.tls {
+            let mut cfg = ClientTlsConfig::new();
+            if let Some(ca) = &tls.ca_pem {
+                cfg = cfg.ca_certificate(Certificate::from_pem(ca));
+            }
+            if let Some((cert, key)) = &tls.identity {
+                cfg = cfg.identity(Identity::from_pem(cert, key));
+            }
+            if let Some(d) = &tls.domain {
+                cfg = cfg.domain_name(d.clone());
+            }
+            ep = ep.tls_config(cfg).map_err(|e| Error::Tls(e.to_string()))?;
+        }
+        Ok(ep)
+    }
+
+    /// Connects now.
+    pub async fn connect(self) -> Result<Client, Error> {
+        let channel = self.endpoint()?.connect().await?;
+        Ok(self.client(channel))
+    }
+
+    /// Connects on first use.
+    pub fn connect_lazy(self) -> Result<Client, Error> {
+        let channel = self.endpoint()?.connect_lazy();
+        Ok(self.client(channel))
+    }
+
+    fn client(&self, channel: tonic::transport::Channel) -> Client {
+        let placement = PlacementServiceClient::new(channel.clone())
+            .max_decoding_message_size(self.max_message_bytes)
+            .max_encoding_message_size(self.max_message_bytes);
+        let inventory = InventoryServiceClient::new(channel)
+            .max_decoding_message_size(self.max_message_bytes)
+            .max_encoding_message_size(self.max_message_bytes);
+        Client::new(placement, inventory, self.timeout, self.retry)
+    }
+}

@@ -1,0 +1,196 @@
+//! The typed calls, with deadlines, retries on UNAVAILABLE and trace-context propagation.
+
+use std::future::Future;
+use std::time::Duration;
+
+use gpusched_api::v1;
+use gpusched_api::v1::inventory_service_client::InventoryServiceClient;
+use gpusched_api::v1::placement_service_client::PlacementServiceClient;
+use opentelemetry::propagation::{Injector, TextMapPropagator};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tonic::Code;
+use tonic::transport::Channel;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::builder::RetryPolicy;
+use crate::error::{ApiError, Error};
+
+/// A connected client (cheap to clone; calls may run concurrently).
+#[derive(Clone, Debug)]
+pub struct Client {
+    placement: PlacementServiceClient<Channel>,
+    inventory: InventoryServiceClient<Channel>,
+    timeout: Option<Duration>,
+    retry: RetryPolicy,
+}
+
+struct MetadataInjector<'a>(&'a mut tonic::metadata::MetadataMap);
+
+impl Injector for MetadataInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(k), Ok(v)) = (
+            tonic::metadata::MetadataKey::from_bytes(key.as_bytes()),
+            tonic::metadata::MetadataValue::try_from(value.as_str()),
+        ) {
+            self.0.insert(k, v);
+        }
+    }
+}
+
+impl Client {
+    pub(crate) fn new(
+        placement: PlacementServiceClient<Channel>,
+        inventory: InventoryServiceClient<Channel>,
+        timeout: Option<Duration>,
+        retry: RetryPolicy,
+    ) -> Self {
+        Client {
+            placement,
+            inventory,
+            timeout,
+            retry,
+        }
+    }
+
+    /// A request with the deadline and the current span's trace context.
+    fn request<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(msg);
+        if let Some(t) = self.timeout {
+            req.set_timeout(t);
+        }
+        let cx = tracing::Span::current().context();
+        TraceContextPropagator::new()
+            .inject_context(&cx, &mut MetadataInjector(req.metadata_mut()));
+        req
+    }
+
+    async fn with_retry<T, R, F, Fut>(&self, msg: T, mut call: F) -> Result<R, Error>
+    where
+        T: Clone,
+        F: FnMut(tonic::Request<T>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        let mut attempt = 1;
+        loop {
+            match call(self.request(msg.clone())).await {
+                Ok(r) => return Ok(r.into_inner()),
+                Err(s) if s.code() == Code::Unavailable && attempt < self.retry.max_attempts => {
+                    tokio::time::sleep(self.retry.backoff(attempt)).await;
+                    attempt += 1;
+                }
+                Err(s) => return Err(Error::Api(ApiError::from_status(&s))),
+            }
+        }
+    }
+
+    /// Which nodes can host the workload.
+    pub async fn filter_request(
+        &self,
+        req: v1::FilterRequest,
+    ) -> Result<v1::FilterResponse, Error> {
+        let c = self.placement.clone();
+        self.with_retry(req, move |r| {
+            let mut c = c.clone();
+            async move { c.filter(r).await }
+        })
+        .await
+    }
+
+    /// Node scores, most preferred first.
+    pub async fn score_request(&self, req: v1::ScoreRequest) -> Result<v1::ScoreResponse, Error> {
+        let c = self.placement.clone();
+        self.with_retry(req, move |r| {
+            let mut c = c.clone();
+            async move { c.score(r).await }
+        })
+        .await
+    }
+
+    /// The node and cards for one workload.
+    pub async fn allocate_request(
+        &self,
+        req: v1::AllocateRequest,
+    ) -> Result<v1::AllocationResult, Error> {
+        let c = self.placement.clone();
+        let resp: v1::AllocateResponse = self
+            .with_retry(req, move |r| {
+                let mut c = c.clone();
+                async move { c.allocate(r).await }
+            })
+            .await?;
+        resp.result
+            .ok_or(Error::Malformed("AllocateResponse.result"))
+    }
+
+    /// A list of workloads placed one after another.
+    pub async fn allocate_batch(
+        &self,
+        req: v1::AllocateBatchRequest,
+    ) -> Result<v1::AllocateBatchResponse, Error> {
+        let c = self.placement.clone();
+        self.with_retry(req, move |r| {
+            let mut c = c.clone();
+            async move { c.allocate_batch(r).await }
+        })
+        .await
+    }
+
+    /// Parses and validates a workload.
+    pub async fn validate_workload(
+        &self,
+        workload: v1::Workload,
+    ) -> Result<v1::ValidateWorkloadResponse, Error> {
+        let c = self.placement.clone();
+        let req = v1::ValidateWorkloadRequest {
+            workload: Some(workload),
+            options: None,
+        };
+        self.with_retry(req, move |r| {
+            let mut c = c.clone();
+            async move { c.validate_workload(r).await }
+        })
+        .await
+    }
+
+    /// Normalises one node's raw cards.
+    pub async fn normalize_inventory(
+        &self,
+        req: v1::NormalizeInventoryRequest,
+    ) -> Result<v1::NormalizeInventoryResponse, Error> {
+        let c = self.inventory.clone();
+        self.with_retry(req, move |r| {
+            let mut c = c.clone();
+            async move { c.normalize_inventory(r).await }
+        })
+        .await
+    }
+
+    /// Shorthand: filter `workload` over `nodes` with the server's defaults.
+    pub async fn filter(
+        &self,
+        nodes: Vec<v1::Node>,
+        workload: v1::Workload,
+    ) -> Result<v1::FilterResponse, Error> {
+        self.filter_request(v1::FilterRequest {
+            nodes,
+            workload: Some(workload),
+            options: None,
+        })
+        .await
+    }
+
+    /// Shorthand: allocate `workload` over `nodes` with the server's defaults.
+    pub async fn allocate(
+        &self,
+        nodes: Vec<v1::Node>,
+        workload: v1::Workload,
+    ) -> Result<v1::AllocationResult, Error> {
+        self.allocate_request(v1::AllocateRequest {
+            nodes,
+            workload: Some(workload),
+            options: None,
+            restrict_to_node_names: vec![],
+        })
+        .await
+    }
+}

@@ -1,0 +1,29 @@
+//! # gpusched-client
+//!
+//! A Rust client of the gpusched v1 API. Connect with [`ClientBuilder`] (address, TLS or mutual
+//! TLS, a default deadline per call, retry with backoff on `UNAVAILABLE` only), call the typed
+//! RPCs, and read errors as [`ApiError`] with the server's field violations. The caller's
+//! `tracing` span (when it carries an OpenTelemetry context) is propagated as W3C
+//! `traceparent` metadata.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), gpusched_client::Error> {
+//! use gpusched_client::{ClientBuilder, PodBuilder};
+//! let client = ClientBuilder::new("http://127.0.0.1:50051").connect().await?;
+//! let pod = PodBuilder::new("default", "trainer").container("main", &[("nvidia.com/gpu", "1")]).build();
+//! let nodes = vec![]; // nodes with their cards and usage
+//! let result = client.allocate(nodes, pod).await?;
+//! println!("placed: {}", result.placed);
+//! # Ok(()) }
+//! ```
+
+mod builder;
+mod client;
+mod error;
+mod pod;
+
+pub use builder::{ClientBuilder, RetryPolicy, TlsOptions};
+pub use client::Client;
+pub use error::{ApiError, Error, FieldViolation};
+pub use gpusched_api::v1;
+pub use pod::{PodBuilder, node, node_from_cards};
