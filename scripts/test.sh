@@ -1,35 +1,59 @@
 #!/usr/bin/env bash
-# Runs every test of the project: Rust workspace, then (when present) the Go and Python clients
-# and the end-to-end tests on a real Kubernetes control plane. It installs what they need.
+# Runs every test of the project and installs what the tests need (Go modules from the Go
+# proxy, Python packages into a venv, pinned code generators, etcd and a kube-apiserver /
+# kube-scheduler built from the Go proxy for the end-to-end tests). Caches live outside the
+# repository in ${GPUSCHED_CACHE:-$HOME/.cache/gpusched}.
 #
-#   scripts/test.sh            # everything
-#   scripts/test.sh rust       # one stage: rust | go | python | e2e
+#   scripts/test.sh                 everything
+#   scripts/test.sh rust go         some stages: proto | rust | go | python | loadtest | e2e
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GPUSCHED_CACHE="${GPUSCHED_CACHE:-$HOME/.cache/gpusched}"
 mkdir -p "$GPUSCHED_CACHE"
+export PATH="$PATH:/usr/local/go/bin"
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(rust go python e2e)
+[ ${#stages[@]} -gt 0 ] || stages=(proto rust go python loadtest e2e)
 
 log() { printf '\n=== %s ===\n' "$*"; }
+target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
+
+server_bin() {
+  # One build of the server for every non-Rust suite.
+  if [ -z "${GPUSCHED_SERVER_BIN:-}" ]; then
+    cargo build -p gpusched-server
+    export GPUSCHED_SERVER_BIN="$target_dir/debug/gpusched-server"
+  fi
+  export GPUSCHED_SKIP_CARGO_BUILD=1
+}
 
 for stage in "${stages[@]}"; do
   case "$stage" in
+    proto)
+      log "proto: generated code up to date in every language, buf lint"
+      proto/generate.sh --check
+      ;;
     rust)
       log "rust: cargo test --workspace"
       cargo test --workspace --all-targets
       cargo test --workspace --doc
       ;;
     go)
-      if [ -x clients/go/test.sh ]; then log "go client"; clients/go/test.sh; fi
+      log "go client"
+      server_bin
+      GPUSCHED_SKIP_GEN_CHECK=1 clients/go/test.sh
       ;;
     python)
-      if [ -x clients/python/test.sh ]; then log "python client"; clients/python/test.sh; fi
+      log "python client"
+      server_bin
+      GPUSCHED_SKIP_GEN_CHECK=1 clients/python/test.sh
+      ;;
+    loadtest)
+      if [ -x loadtest/smoke.sh ]; then log "loadtest smoke run"; loadtest/smoke.sh; fi
       ;;
     e2e)
       if [ -x deploy/e2e/test.sh ]; then log "e2e on a real control plane"; deploy/e2e/test.sh; fi
       ;;
-    *) echo "unknown stage $stage (rust | go | python | e2e)" >&2; exit 2 ;;
+    *) echo "unknown stage $stage (proto | rust | go | python | loadtest | e2e)" >&2; exit 2 ;;
   esac
 done
 log "all tests passed"
