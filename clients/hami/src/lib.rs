@@ -49,7 +49,10 @@ pub struct HamiError {
 }
 
 fn err(annotation: &'static str, message: impl Into<String>) -> HamiError {
-    HamiError { annotation, message: message.into() }
+    HamiError {
+        annotation,
+        message: message.into(),
+    }
 }
 
 fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
@@ -132,7 +135,12 @@ impl RegisteredCard {
     /// To an idle schedulable card.
     pub fn to_card(&self) -> Result<v1::Card, HamiError> {
         let non_negative = |name: &str, v: i32| -> Result<u32, HamiError> {
-            u32::try_from(v).map_err(|_| err(NODE_REGISTER, format!("card {:?}: {name} {v} is negative", self.id)))
+            u32::try_from(v).map_err(|_| {
+                err(
+                    NODE_REGISTER,
+                    format!("card {:?}: {name} {v} is negative", self.id),
+                )
+            })
         };
         if self.id.is_empty() {
             return Err(err(NODE_REGISTER, "a card without id"));
@@ -145,7 +153,11 @@ impl RegisteredCard {
             total_mem_mib: u64::from(non_negative("devmem", self.devmem)?),
             total_cores: non_negative("devcore", self.devcore)?,
             numa: non_negative("numa", self.numa)?,
-            health: if self.health { v1::CardHealth::Healthy } else { v1::CardHealth::Unhealthy } as i32,
+            health: if self.health {
+                v1::CardHealth::Healthy
+            } else {
+                v1::CardHealth::Unhealthy
+            } as i32,
             mode: mode_value(&self.mode)?,
             usage: None,
         })
@@ -163,26 +175,39 @@ pub fn encode_register(cards: &[v1::Card]) -> String {
 pub fn decode_register(value: &str) -> Result<Vec<v1::Card>, HamiError> {
     let trimmed = value.trim();
     if trimmed.starts_with('[') {
-        let reg: Vec<RegisteredCard> =
-            serde_json::from_str(trimmed).map_err(|e| err(NODE_REGISTER, format!("invalid JSON: {e}")))?;
+        let reg: Vec<RegisteredCard> = serde_json::from_str(trimmed)
+            .map_err(|e| err(NODE_REGISTER, format!("invalid JSON: {e}")))?;
         return reg.iter().map(RegisteredCard::to_card).collect();
     }
     if !trimmed.contains(':') {
-        return Err(err(NODE_REGISTER, "neither a JSON array nor the colon form"));
+        return Err(err(
+            NODE_REGISTER,
+            "neither a JSON array nor the colon form",
+        ));
     }
     let mut cards = Vec::new();
     for seg in trimmed.split(':').filter(|s| !s.is_empty()) {
         let f: Vec<&str> = seg.split(',').collect();
         if f.len() != 7 && f.len() != 9 {
-            return Err(err(NODE_REGISTER, format!("segment {seg:?} has {} fields, need 7 or 9", f.len())));
+            return Err(err(
+                NODE_REGISTER,
+                format!("segment {seg:?} has {} fields, need 7 or 9", f.len()),
+            ));
         }
         let num = |i: usize, name: &str| -> Result<i32, HamiError> {
-            f.get(i).and_then(|v| v.trim().parse::<i32>().ok()).ok_or_else(|| err(NODE_REGISTER, format!("segment {seg:?}: invalid {name}")))
+            f.get(i)
+                .and_then(|v| v.trim().parse::<i32>().ok())
+                .ok_or_else(|| err(NODE_REGISTER, format!("segment {seg:?}: invalid {name}")))
         };
         let health = match f.get(6).map(|s| s.trim()) {
             Some("true" | "True" | "TRUE" | "1" | "t" | "T") => true,
             Some("false" | "False" | "FALSE" | "0" | "f" | "F") => false,
-            _ => return Err(err(NODE_REGISTER, format!("segment {seg:?}: invalid health"))),
+            _ => {
+                return Err(err(
+                    NODE_REGISTER,
+                    format!("segment {seg:?}: invalid health"),
+                ));
+            }
         };
         let mut rc = RegisteredCard {
             id: f.first().map(|s| s.trim().to_owned()).unwrap_or_default(),
@@ -195,7 +220,8 @@ pub fn decode_register(value: &str) -> Result<Vec<v1::Card>, HamiError> {
             ..RegisteredCard::default()
         };
         if f.len() == 9 {
-            rc.index = u32::try_from(num(7, "index")?).map_err(|_| err(NODE_REGISTER, format!("segment {seg:?}: negative index")))?;
+            rc.index = u32::try_from(num(7, "index")?)
+                .map_err(|_| err(NODE_REGISTER, format!("segment {seg:?}: negative index")))?;
             rc.mode = f.get(8).map(|s| s.trim().to_owned()).unwrap_or_default();
         }
         cards.push(rc.to_card()?);
@@ -215,22 +241,36 @@ struct PairScoreEntry {
 pub fn encode_pair_scores(pairs: &[v1::CardPairScore]) -> String {
     let mut by_card: BTreeMap<&str, BTreeMap<String, i64>> = BTreeMap::new();
     for p in pairs {
-        by_card.entry(p.card_id.as_str()).or_default().insert(p.peer_card_id.clone(), p.score);
+        by_card
+            .entry(p.card_id.as_str())
+            .or_default()
+            .insert(p.peer_card_id.clone(), p.score);
     }
-    let entries: Vec<PairScoreEntry> =
-        by_card.into_iter().map(|(uuid, score)| PairScoreEntry { uuid: uuid.to_owned(), score }).collect();
+    let entries: Vec<PairScoreEntry> = by_card
+        .into_iter()
+        .map(|(uuid, score)| PairScoreEntry {
+            uuid: uuid.to_owned(),
+            score,
+        })
+        .collect();
     serde_json::to_string(&entries).unwrap_or_else(|_| "[]".to_owned())
 }
 
 /// Reads `hami.io/node-nvidia-score`.
 pub fn decode_pair_scores(value: &str) -> Result<Vec<v1::CardPairScore>, HamiError> {
-    let entries: Vec<PairScoreEntry> =
-        serde_json::from_str(value.trim()).map_err(|e| err(NODE_SCORE, format!("invalid JSON: {e}")))?;
+    let entries: Vec<PairScoreEntry> = serde_json::from_str(value.trim())
+        .map_err(|e| err(NODE_SCORE, format!("invalid JSON: {e}")))?;
     Ok(entries
         .into_iter()
         .flat_map(|e| {
             let uuid = e.uuid;
-            e.score.into_iter().map(move |(peer, score)| v1::CardPairScore { card_id: uuid.clone(), peer_card_id: peer, score })
+            e.score
+                .into_iter()
+                .map(move |(peer, score)| v1::CardPairScore {
+                    card_id: uuid.clone(),
+                    peer_card_id: peer,
+                    score,
+                })
         })
         .collect())
 }
@@ -254,7 +294,10 @@ pub fn encode_pod_devices(containers: &[Vec<Booking>]) -> String {
     let mut out = String::new();
     for c in containers {
         for b in c {
-            out.push_str(&format!("{},{},{},{}:", b.uuid, b.device_type, b.mem_mib, b.cores));
+            out.push_str(&format!(
+                "{},{},{},{}:",
+                b.uuid, b.device_type, b.mem_mib, b.cores
+            ));
         }
         out.push(';');
     }
@@ -269,7 +312,12 @@ pub fn bookings(result: &v1::AllocationResult) -> Vec<Vec<Booking>> {
         .map(|c| {
             c.cards
                 .iter()
-                .map(|k| Booking { uuid: k.card_id.clone(), device_type: NVIDIA.to_owned(), mem_mib: k.mem_mib, cores: k.cores_percent })
+                .map(|k| Booking {
+                    uuid: k.card_id.clone(),
+                    device_type: NVIDIA.to_owned(),
+                    mem_mib: k.mem_mib,
+                    cores: k.cores_percent,
+                })
                 .collect()
         })
         .collect()
@@ -280,16 +328,29 @@ pub fn decode_pod_devices(value: &str) -> Result<Vec<Vec<Booking>>, HamiError> {
     let mut containers = Vec::new();
     let segments: Vec<&str> = value.split(';').collect();
     // A trailing ';' ends the last container; it does not start a new one.
-    let count = if value.ends_with(';') { segments.len().saturating_sub(1) } else { segments.len() };
+    let count = if value.ends_with(';') {
+        segments.len().saturating_sub(1)
+    } else {
+        segments.len()
+    };
     for seg in segments.into_iter().take(count) {
         let mut cards = Vec::new();
         for card in seg.split(':').filter(|s| s.contains(',')) {
             let f: Vec<&str> = card.split(',').collect();
             if f.len() < 4 {
-                return Err(err(DEVICES_ALLOCATED, format!("{card:?}: need uuid,type,mem,cores")));
+                return Err(err(
+                    DEVICES_ALLOCATED,
+                    format!("{card:?}: need uuid,type,mem,cores"),
+                ));
             }
-            let mem = f.get(2).and_then(|v| v.parse::<u64>().ok()).ok_or_else(|| err(DEVICES_ALLOCATED, format!("{card:?}: invalid memory")))?;
-            let cores = f.get(3).and_then(|v| v.parse::<u32>().ok()).ok_or_else(|| err(DEVICES_ALLOCATED, format!("{card:?}: invalid cores")))?;
+            let mem = f
+                .get(2)
+                .and_then(|v| v.parse::<u64>().ok())
+                .ok_or_else(|| err(DEVICES_ALLOCATED, format!("{card:?}: invalid memory")))?;
+            let cores = f
+                .get(3)
+                .and_then(|v| v.parse::<u32>().ok())
+                .ok_or_else(|| err(DEVICES_ALLOCATED, format!("{card:?}: invalid cores")))?;
             cards.push(Booking {
                 uuid: f.first().map(|s| (*s).to_owned()).unwrap_or_default(),
                 device_type: f.get(1).map(|s| (*s).to_owned()).unwrap_or_default(),
@@ -329,7 +390,11 @@ mod tests {
             total_mem_mib: 40960,
             total_cores: 100,
             numa: 0,
-            health: if healthy { v1::CardHealth::Healthy } else { v1::CardHealth::Unhealthy } as i32,
+            health: if healthy {
+                v1::CardHealth::Healthy
+            } else {
+                v1::CardHealth::Unhealthy
+            } as i32,
             mode: v1::CardMode::HamiCore as i32,
             usage: None,
         }
@@ -350,14 +415,25 @@ mod tests {
     fn register_reads_hami_written_json_and_colon_forms() {
         let hami = r#"[{"id":"GPU-x","index":3,"count":10,"devmem":81920,"devcore":100,"type":"NVIDIA-A100-SXM4-80GB","numa":1,"mode":"hami-core","health":true,"devicevendor":"NVIDIA","custominfo":{"k":1}}]"#;
         let c = &decode_register(hami).unwrap()[0];
-        assert_eq!((c.index, c.numa, c.total_mem_mib, c.health), (3, 1, 81920, v1::CardHealth::Healthy as i32));
-        let colon = "GPU-1,10,8000,100,NVIDIA-T4,0,true:GPU-2,10,8000,100,NVIDIA-T4,1,false,1,hami-core:";
+        assert_eq!(
+            (c.index, c.numa, c.total_mem_mib, c.health),
+            (3, 1, 81920, v1::CardHealth::Healthy as i32)
+        );
+        let colon =
+            "GPU-1,10,8000,100,NVIDIA-T4,0,true:GPU-2,10,8000,100,NVIDIA-T4,1,false,1,hami-core:";
         let cards = decode_register(colon).unwrap();
         assert_eq!(cards.len(), 2);
         assert_eq!(cards[1].index, 1);
         assert_eq!(cards[1].numa, 1);
         assert_eq!(cards[1].health, v1::CardHealth::Unhealthy as i32);
-        for bad in ["", "nonsense", "GPU-1,10,8000:", "[{\"id\":\"a\",\"count\":-1}]", "[{\"count\":1}]", "[{\"id\":\"a\",\"mode\":\"weird\"}]"] {
+        for bad in [
+            "",
+            "nonsense",
+            "GPU-1,10,8000:",
+            "[{\"id\":\"a\",\"count\":-1}]",
+            "[{\"count\":1}]",
+            "[{\"id\":\"a\",\"mode\":\"weird\"}]",
+        ] {
             assert!(decode_register(bad).is_err(), "{bad:?}");
         }
     }
@@ -365,25 +441,62 @@ mod tests {
     #[test]
     fn pair_scores_round_trip() {
         let pairs = vec![
-            v1::CardPairScore { card_id: "a".into(), peer_card_id: "b".into(), score: 100 },
-            v1::CardPairScore { card_id: "b".into(), peer_card_id: "a".into(), score: 90 },
+            v1::CardPairScore {
+                card_id: "a".into(),
+                peer_card_id: "b".into(),
+                score: 100,
+            },
+            v1::CardPairScore {
+                card_id: "b".into(),
+                peer_card_id: "a".into(),
+                score: 90,
+            },
         ];
         let text = encode_pair_scores(&pairs);
-        assert_eq!(text, r#"[{"uuid":"a","score":{"b":100}},{"uuid":"b","score":{"a":90}}]"#);
+        assert_eq!(
+            text,
+            r#"[{"uuid":"a","score":{"b":100}},{"uuid":"b","score":{"a":90}}]"#
+        );
         assert_eq!(decode_pair_scores(&text).unwrap(), pairs);
     }
 
     #[test]
     fn pod_devices_follow_hamis_format() {
-        let b = |u: &str, m: u64, c: u32| Booking { uuid: u.into(), device_type: NVIDIA.into(), mem_mib: m, cores: c };
-        let containers = vec![vec![b("GPU-0", 3000, 0)], vec![], vec![b("GPU-0", 5000, 0), b("GPU-1", 5000, 30)]];
+        let b = |u: &str, m: u64, c: u32| Booking {
+            uuid: u.into(),
+            device_type: NVIDIA.into(),
+            mem_mib: m,
+            cores: c,
+        };
+        let containers = vec![
+            vec![b("GPU-0", 3000, 0)],
+            vec![],
+            vec![b("GPU-0", 5000, 0), b("GPU-1", 5000, 30)],
+        ];
         let text = encode_pod_devices(&containers);
-        assert_eq!(text, "GPU-0,NVIDIA,3000,0:;;GPU-0,NVIDIA,5000,0:GPU-1,NVIDIA,5000,30:;");
+        assert_eq!(
+            text,
+            "GPU-0,NVIDIA,3000,0:;;GPU-0,NVIDIA,5000,0:GPU-1,NVIDIA,5000,30:;"
+        );
         assert_eq!(decode_pod_devices(&text).unwrap(), containers);
         assert!(decode_pod_devices("GPU-0,NVIDIA,x,0:;").is_err());
         let mut cards = vec![card("GPU-0", 0, true), card("GPU-1", 1, true)];
         add_usage(&mut cards, &containers);
-        assert_eq!(cards[0].usage, Some(v1::CardUsage { used_slots: 2, used_mem_mib: 8000, used_cores: 0 }));
-        assert_eq!(cards[1].usage, Some(v1::CardUsage { used_slots: 1, used_mem_mib: 5000, used_cores: 30 }));
+        assert_eq!(
+            cards[0].usage,
+            Some(v1::CardUsage {
+                used_slots: 2,
+                used_mem_mib: 8000,
+                used_cores: 0
+            })
+        );
+        assert_eq!(
+            cards[1].usage,
+            Some(v1::CardUsage {
+                used_slots: 1,
+                used_mem_mib: 5000,
+                used_cores: 30
+            })
+        );
     }
 }
