@@ -148,8 +148,11 @@ where
         metadata,
     ));
     let limits = &state.settings.limits;
-    let deadline =
-        grpc_timeout(metadata).map_or(limits.request_timeout, |t| t.min(limits.request_timeout));
+    // The caller's deadline is also enforced by tonic's timer (answering CANCELLED); answering a
+    // little before it keeps the answer DEADLINE_EXCEEDED.
+    let deadline = grpc_timeout(metadata)
+        .map(|t| t.saturating_sub((t / 20).min(Duration::from_millis(2))))
+        .map_or(limits.request_timeout, |t| t.min(limits.request_timeout));
     let blocking = cards >= limits.blocking_threshold_cards;
     let st = Arc::clone(&state);
     let outcome = async move {
@@ -189,12 +192,13 @@ where
                 ),
             }
         } else {
-            let r = task();
-            if started.elapsed() > deadline {
-                (Err(ServiceError::DeadlineExceeded(deadline)), r.1)
-            } else {
-                r
-            }
+            task()
+        };
+        // An answer ready only after the deadline is of no use to the caller.
+        let result = if started.elapsed() > deadline {
+            (Err(ServiceError::DeadlineExceeded(deadline)), result.1)
+        } else {
+            result
         };
         drop(permit);
         Ok(result)

@@ -153,8 +153,8 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
             .map_err(|e| ServeError::Tls(e.to_string()))?;
     }
     let max = settings.limits.max_message_bytes;
-    // A backstop well past the per-call deadline handling in `call::run`.
-    builder = builder.timeout(settings.limits.request_timeout * 2);
+    // Deadlines are enforced in `call::run` (DEADLINE_EXCEEDED); tonic's server-wide timeout
+    // would answer CANCELLED, so it is not set.
 
     let (health, health_service) = tonic_health::server::health_reporter();
     for name in HEALTH_SERVICES {
@@ -240,9 +240,8 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
     })
 }
 
-/// Aligns two of tonic's answers with the gRPC status code spec: a message over the size limit
-/// is RESOURCE_EXHAUSTED (tonic's decoder says OUT_OF_RANGE), and a call whose deadline passed
-/// is DEADLINE_EXCEEDED (tonic's timeout layer says CANCELLED "Timeout expired").
+/// Aligns tonic's answer to an oversized message with the gRPC status code spec:
+/// RESOURCE_EXHAUSTED (tonic's decoder says OUT_OF_RANGE).
 #[derive(Clone, Debug)]
 struct StatusCodeFixes<S>(S);
 
@@ -275,14 +274,6 @@ where
                     });
             if oversize {
                 headers.insert("grpc-status", http::HeaderValue::from_static("8"));
-            }
-            let timed_out = headers.get("grpc-status").is_some_and(|v| v == "1")
-                && headers
-                    .get("grpc-message")
-                    .and_then(|v| v.to_str().ok())
-                    .is_some_and(|m| m == "Timeout%20expired" || m == "Timeout expired");
-            if timed_out {
-                headers.insert("grpc-status", http::HeaderValue::from_static("4"));
             }
             Ok(resp)
         })
