@@ -51,7 +51,8 @@ for stage in "${stages[@]}"; do
       if [ -x loadtest/smoke.sh ]; then log "loadtest smoke run"; loadtest/smoke.sh; fi
       ;;
     e2e)
-      if [ -x deploy/e2e/test.sh ]; then log "e2e on a real control plane"; deploy/e2e/test.sh; fi
+      if [ -x clients/node-agent/e2e-test.sh ]; then log "node agent on a real kube-apiserver"; clients/node-agent/e2e-test.sh; fi
+      if [ -x deploy/e2e/test.sh ]; then log "scheduler extender and webhook on a real control plane"; deploy/e2e/test.sh; fi
       ;;
     *) echo "unknown stage $stage (proto | rust | go | python | loadtest | e2e)" >&2; exit 2 ;;
   esac

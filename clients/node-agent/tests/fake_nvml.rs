@@ -1,0 +1,354 @@
+//! The agent's real NVML path (nvml-wrapper, `Nvml::builder().lib_path(..)`) against a fake
+//! `libnvidia-ml.so.1` built from C at test time: a fixed 8-card machine (2 NUMA nodes, NVLink
+//! pairs) whose cards can be made unhealthy through a state file.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::{FakeMachine, Recording, healthy, start_server, uuid};
+use gpusched_agent::agent::{self, AgentState, LoopSettings};
+use gpusched_agent::discovery::nvml::{NvmlOptions, NvmlSource};
+use gpusched_agent::discovery::{DiscoveryError, GpuSource};
+use gpusched_agent::inventory::ServiceNormalizer;
+use gpusched_api::v1;
+
+fn open(m: &FakeMachine) -> NvmlSource {
+    NvmlSource::open(m.options()).expect("fake NVML opens")
+}
+
+#[test]
+fn reads_the_fixed_machine() {
+    let m = FakeMachine::new("");
+    let mut src = open(&m);
+    assert!(src.watching_xid_events());
+    let cards = src.read().unwrap();
+    assert_eq!(cards.len(), 8);
+    for (i, c) in cards.iter().enumerate() {
+        let i = i as u32;
+        assert_eq!(c.uuid, uuid(i));
+        assert_eq!(c.index, i);
+        assert_eq!(c.model_name, "NVIDIA H100 80GB HBM3");
+        assert_eq!(c.total_memory_bytes, 80 << 30);
+        assert_eq!(c.numa, Some(i / 4), "card {i}");
+        assert!(!c.mig_enabled);
+        assert!(c.healthy(), "card {i}: {:?}", c.unhealthy_reasons);
+        assert_eq!(
+            c.pci_bus_id.as_deref(),
+            Some(format!("0000:{:02x}:00.0", (i + 1) * 16).as_str())
+        );
+        assert_eq!(c.minor_number, Some(i));
+        let cpus: Vec<u32> = if i < 4 {
+            (0..32).collect()
+        } else {
+            (32..64).collect()
+        };
+        assert_eq!(c.cpus.as_deref(), Some(cpus.as_slice()));
+        let cores: Vec<u32> = if i < 4 {
+            (0..16).collect()
+        } else {
+            (16..32).collect()
+        };
+        assert_eq!(c.cores.as_deref(), Some(cores.as_slice()));
+    }
+    // Card 0: NVLink (4 lanes) and one PCIe switch to card 1, host bridge to 2-3, system to 4-7.
+    let links: Vec<(String, v1::LinkKind, u32)> = cards[0]
+        .links
+        .iter()
+        .map(|l| (l.peer_uuid.clone(), l.kind, l.lanes))
+        .collect();
+    let mut want = vec![
+        (uuid(1), v1::LinkKind::Nvlink, 4),
+        (uuid(1), v1::LinkKind::SingleSwitch, 0),
+        (uuid(2), v1::LinkKind::HostBridge, 0),
+        (uuid(3), v1::LinkKind::HostBridge, 0),
+    ];
+    want.extend((4..8).map(|p| (uuid(p), v1::LinkKind::System, 0)));
+    assert_eq!(links, want);
+    // Card 7's NVLink partner is card 6.
+    assert!(
+        cards[7]
+            .links
+            .iter()
+            .any(|l| l.peer_uuid == uuid(6) && l.kind == v1::LinkKind::Nvlink && l.lanes == 4)
+    );
+}
+
+#[test]
+fn retired_pages_and_mig_from_the_fake() {
+    let m = FakeMachine::new("pending_retire 2\nretired 5 70\nretired 6 3\nmig 6\n");
+    let cards = open(&m).read().unwrap();
+    let unhealthy: BTreeSet<u32> = cards
+        .iter()
+        .filter(|c| !c.healthy())
+        .map(|c| c.index)
+        .collect();
+    assert_eq!(unhealthy, BTreeSet::from([2, 5]));
+    assert!(cards[2].unhealthy_reasons[0].contains("pending retirement"));
+    assert!(cards[5].unhealthy_reasons[0].contains("70 retired pages"));
+    assert!(cards[6].mig_enabled && cards[6].healthy());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xid_event_marks_the_card_unhealthy_and_wakes_the_agent() {
+    let m = FakeMachine::new("");
+    let mut src = open(&m);
+    assert!(src.read().unwrap().iter().all(|c| c.healthy()));
+    let changes = src.changes().unwrap();
+    // XID 13 is an application error (ignored); 79 (fell off the bus) is critical.
+    m.set_state("xid 4 13\nxid 3 79\n");
+    tokio::time::timeout(Duration::from_secs(5), changes.notified())
+        .await
+        .expect("the XID watcher notifies");
+    let cards = src.read().unwrap();
+    let unhealthy: Vec<u32> = cards
+        .iter()
+        .filter(|c| !c.healthy())
+        .map(|c| c.index)
+        .collect();
+    assert_eq!(unhealthy, vec![3]);
+    assert_eq!(cards[3].unhealthy_reasons, vec!["critical XID 79"]);
+    // Sticky: clearing the state does not make the card healthy again.
+    m.set_state("");
+    assert!(!src.read().unwrap()[3].healthy());
+}
+
+#[test]
+fn a_lost_card_is_unhealthy_when_known_and_an_error_when_never_read() {
+    let m = FakeMachine::new("");
+    let mut src = open(&m);
+    src.read().unwrap();
+    m.set_state("lost 5\n");
+    let cards = src.read().unwrap();
+    assert_eq!(cards.len(), 8);
+    assert_eq!(cards[5].uuid, uuid(5));
+    assert!(!cards[5].healthy());
+    assert!(
+        cards[5].unhealthy_reasons[0].contains("lost"),
+        "{:?}",
+        cards[5].unhealthy_reasons
+    );
+    assert!(cards.iter().filter(|c| c.index != 5).all(|c| c.healthy()));
+    // Its peers keep their other links and lose none to the healthy cards.
+    assert!(cards[4].links.iter().any(|l| l.peer_uuid == uuid(7)));
+
+    let fresh = FakeMachine::new("lost 5\n");
+    let err = open(&fresh).read().unwrap_err();
+    assert!(
+        matches!(err, DiscoveryError::Card { index: 5, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_read_error_fails_the_whole_read() {
+    let m = FakeMachine::new("error 2\n");
+    let err = open(&m).read().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DiscoveryError::Card {
+                index: 2,
+                what: "name",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn unsupported_functions_degrade() {
+    let m = FakeMachine::new("no_topology\nno_events\n");
+    let mut src = open(&m);
+    assert!(!src.watching_xid_events());
+    let cards = src.read().unwrap();
+    assert_eq!(cards.len(), 8);
+    assert!(cards.iter().all(|c| c.links.is_empty() && c.healthy()));
+}
+
+/// A driver whose library lacks every optional function (FailedToLoadSymbol): the identity is
+/// read, everything else is unknown, nothing fails.
+#[test]
+fn missing_symbols_degrade() {
+    let m = FakeMachine::with_library(&common::minimal_fake_library(), "");
+    let mut src = open(&m);
+    assert!(!src.watching_xid_events());
+    let cards = src.read().unwrap();
+    assert_eq!(cards.len(), 8);
+    for c in &cards {
+        assert!(c.healthy() && !c.mig_enabled && c.links.is_empty());
+        assert_eq!(c.total_memory_bytes, 80 << 30);
+        assert_eq!(
+            (c.numa, c.pci_bus_id.as_deref(), c.minor_number),
+            (None, None, None)
+        );
+        assert_eq!((c.cpus.as_deref(), c.cores.as_deref()), (None, None));
+    }
+}
+
+#[test]
+fn missing_library_and_failed_init_are_clear_errors() {
+    let err = NvmlSource::open(NvmlOptions {
+        library: Some("/nonexistent/libnvidia-ml.so.1".into()),
+        ..Default::default()
+    })
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("NVML unavailable"), "{text}");
+    assert!(text.contains("/nonexistent/libnvidia-ml.so.1"), "{text}");
+    let m = FakeMachine::new("init_fails\n");
+    let err = NvmlSource::open(m.options()).unwrap_err();
+    assert!(matches!(err, DiscoveryError::Unavailable(_)), "{err}");
+}
+
+fn loop_settings(node: &str) -> LoopSettings {
+    LoopSettings {
+        node_name: node.into(),
+        interval: Duration::from_secs(3),
+        poll_interval: Duration::from_millis(100),
+        initial_backoff: Duration::from_millis(50),
+        max_backoff: Duration::from_millis(200),
+        withdraw_on_shutdown: true,
+    }
+}
+
+/// The whole agent on the real paths (fake NVML library, real gpusched-server, the HAMi codec),
+/// publishing to a recorder: a card that goes unhealthy in the fake is published unhealthy,
+/// also while the service is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_publishes_the_fake_machine_and_its_failures() {
+    let m = FakeMachine::new("");
+    let server = start_server().await;
+    let normalizer = ServiceNormalizer::connect_lazy(
+        &server.grpc_addr.to_string(),
+        None,
+        Duration::from_secs(2),
+    )
+    .unwrap();
+    let rec = Recording::default();
+    let state = Arc::new(AgentState::default());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(agent::run(
+        open(&m),
+        normalizer,
+        rec.clone(),
+        loop_settings("gpu-node-1"),
+        Arc::clone(&state),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let first = rec
+        .wait_for("8 healthy cards", Duration::from_secs(10), |i| {
+            i.normalized.cards.len() == 8
+        })
+        .await;
+    assert!(state.ready());
+    assert!((0..8).all(|i| healthy(&first, &uuid(i)) == Some(true)));
+    // The HAMi register annotation as HAMi reads it.
+    let register = gpusched_hami::encode_register(&first.normalized.cards);
+    let decoded = gpusched_hami::decode_register(&register).unwrap();
+    assert_eq!(decoded.len(), 8);
+    assert!(
+        decoded
+            .iter()
+            .all(|c| c.slots == 10 && c.total_mem_mib == 81920)
+    );
+    assert_eq!(decoded[5].numa, 1);
+    let scores = gpusched_hami::encode_pair_scores(&first.normalized.pair_scores);
+    assert!(scores.contains(&format!("\"{}\":450", uuid(1))), "{scores}");
+
+    // An XID in the fake: published unhealthy quickly (the watcher wakes the loop).
+    let count = rec.count();
+    m.set_state("xid 3 79\n");
+    let inv = rec
+        .wait_for("card 3 unhealthy", Duration::from_secs(5), |i| {
+            healthy(i, &uuid(3)) == Some(false)
+        })
+        .await;
+    assert!(rec.count() > count);
+    assert_eq!(inv.normalized.cards.len(), 8);
+    let reg = gpusched_hami::encode_register(&inv.normalized.cards);
+    let card3 = reg
+        .split("},{")
+        .find(|s| s.contains(&uuid(3)))
+        .unwrap()
+        .to_owned();
+    assert!(!card3.contains("\"health\""), "{card3}");
+
+    // The service goes away: the last good inventory stays, with fresh health.
+    server.shutdown().await.unwrap();
+    m.set_state("xid 3 79\npending_retire 1\n");
+    rec.wait_for(
+        "card 1 unhealthy without the service",
+        Duration::from_secs(10),
+        |i| healthy(i, &uuid(1)) == Some(false) && healthy(i, &uuid(3)) == Some(false),
+    )
+    .await;
+    assert!(
+        state
+            .snapshot()
+            .last_error
+            .is_some_and(|e| e.contains("normalising")),
+        "{:?}",
+        state.snapshot()
+    );
+    assert!(state.ready());
+
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(rec.withdrawn.load(Ordering::SeqCst));
+}
+
+/// A machine that cannot be read completely is never published; once it can, it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_read_machine_is_never_published() {
+    let m = FakeMachine::new("error 6\n");
+    let server = start_server().await;
+    let normalizer = ServiceNormalizer::connect_lazy(
+        &server.grpc_addr.to_string(),
+        None,
+        Duration::from_secs(2),
+    )
+    .unwrap();
+    let rec = Recording::default();
+    let state = Arc::new(AgentState::default());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(agent::run(
+        open(&m),
+        normalizer,
+        rec.clone(),
+        loop_settings("n"),
+        Arc::clone(&state),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(rec.count(), 0);
+    assert!(!state.ready());
+    let snap = state.snapshot();
+    assert!(
+        snap.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("card 6")),
+        "{snap:?}"
+    );
+    assert!(snap.failures >= 2, "{snap:?}");
+    m.set_state("");
+    rec.wait_for(
+        "published after the error cleared",
+        Duration::from_secs(5),
+        |i| i.normalized.cards.len() == 8,
+    )
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
