@@ -1,6 +1,5 @@
 //! Nodes, cards and their usage: the snapshot a decision is made on.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::error::{InvalidInput, Violation};
@@ -254,51 +253,35 @@ impl Snapshot {
     /// (`nodes[i].cards[j].id`), relative to the caller's list.
     pub fn new(specs: Vec<NodeSpec>) -> Result<Snapshot, InvalidInput> {
         let mut violations = Vec::new();
-        let mut seen_names: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, spec) in specs.iter().enumerate() {
             if spec.name.is_empty() {
                 violations.push(Violation::new(
                     format!("nodes[{i}].name"),
                     "node name must not be empty",
                 ));
-            } else if let Some(first) = seen_names.insert(&spec.name, i) {
+            }
+            check_cards(i, spec, &mut violations);
+        }
+        // Duplicate names: adjacent after sorting by (name, input position); the later input is
+        // the duplicate of the first.
+        let mut order: Vec<usize> = (0..specs.len()).collect();
+        order.sort_by(|&a, &b| specs[a].name.cmp(&specs[b].name).then(a.cmp(&b)));
+        let mut first = 0usize;
+        for (k, &i) in order.iter().enumerate() {
+            if k > 0 && !specs[i].name.is_empty() && specs[i].name == specs[order[k - 1]].name {
                 violations.push(Violation::new(
                     format!("nodes[{i}].name"),
-                    format!("duplicate node name {:?} (also nodes[{first}])", spec.name),
+                    format!(
+                        "duplicate node name {:?} (also nodes[{}])",
+                        specs[i].name, order[first]
+                    ),
                 ));
-            }
-            let mut seen_cards: BTreeMap<&str, usize> = BTreeMap::new();
-            for (j, card) in spec.cards.iter().enumerate() {
-                if card.id.is_empty() {
-                    violations.push(Violation::new(
-                        format!("nodes[{i}].cards[{j}].id"),
-                        "card id must not be empty",
-                    ));
-                } else if let Some(first) = seen_cards.insert(&card.id, j) {
-                    violations.push(Violation::new(
-                        format!("nodes[{i}].cards[{j}].id"),
-                        format!(
-                            "duplicate card id {:?} on node {:?} (also cards[{first}])",
-                            card.id, spec.name
-                        ),
-                    ));
-                }
-            }
-            for (k, pair) in spec.pair_scores.iter().enumerate() {
-                for (field, id) in [
-                    ("card_id", &pair.card_id),
-                    ("peer_card_id", &pair.peer_card_id),
-                ] {
-                    if !seen_cards.contains_key(id.as_str()) {
-                        violations.push(Violation::new(
-                            format!("nodes[{i}].pair_scores[{k}].{field}"),
-                            format!("card {id:?} is not a card of node {:?}", spec.name),
-                        ));
-                    }
-                }
+            } else {
+                first = k;
             }
         }
         if !violations.is_empty() {
+            violations.sort_by_key(|v| violation_position(&v.field));
             return Err(InvalidInput { violations });
         }
         let mut nodes: Vec<Node> = specs.into_iter().map(Node::from_spec).collect();
@@ -337,6 +320,48 @@ impl Snapshot {
             .binary_search_by(|node| node.name.as_str().cmp(name))
             .ok()
             .and_then(|i| self.nodes.get(i))
+    }
+}
+
+/// The node position of a `nodes[i]...` field, for reporting violations in input order.
+fn violation_position(field: &str) -> usize {
+    field
+        .strip_prefix("nodes[")
+        .and_then(|r| r.split(']').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(usize::MAX)
+}
+
+/// Card ids non-empty and unique on the node; pair scores naming cards of the node.
+fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
+    for (j, card) in spec.cards.iter().enumerate() {
+        if card.id.is_empty() {
+            violations.push(Violation::new(
+                format!("nodes[{i}].cards[{j}].id"),
+                "card id must not be empty",
+            ));
+        } else if let Some(first) = spec.cards.iter().take(j).position(|c| c.id == card.id) {
+            violations.push(Violation::new(
+                format!("nodes[{i}].cards[{j}].id"),
+                format!(
+                    "duplicate card id {:?} on node {:?} (also cards[{first}])",
+                    card.id, spec.name
+                ),
+            ));
+        }
+    }
+    for (k, pair) in spec.pair_scores.iter().enumerate() {
+        for (field, id) in [
+            ("card_id", &pair.card_id),
+            ("peer_card_id", &pair.peer_card_id),
+        ] {
+            if !spec.cards.iter().any(|c| c.id == *id) {
+                violations.push(Violation::new(
+                    format!("nodes[{i}].pair_scores[{k}].{field}"),
+                    format!("card {id:?} is not a card of node {:?}", spec.name),
+                ));
+            }
+        }
     }
 }
 

@@ -93,7 +93,7 @@ fn node_in(n: v1::Node, i: usize, names: &KubeNames, violations: &mut Vec<Violat
     let cards = cards
         .into_iter()
         .enumerate()
-        .map(|(j, c)| card_in(c, &format!("nodes[{i}].cards[{j}]"), violations))
+        .map(|(j, c)| card_in(c, (i, j), violations))
         .collect();
     let pair_scores = pair_scores
         .into_iter()
@@ -118,7 +118,9 @@ fn node_in(n: v1::Node, i: usize, names: &KubeNames, violations: &mut Vec<Violat
     }
 }
 
-fn card_in(c: v1::Card, field: &str, violations: &mut Vec<Violation>) -> Card {
+/// A card; `at` is (node, card) position, used only to name a field in a violation.
+fn card_in(c: v1::Card, at: (usize, usize), violations: &mut Vec<Violation>) -> Card {
+    let field = || format!("nodes[{}].cards[{}]", at.0, at.1);
     let v1::Card {
         id,
         index,
@@ -136,14 +138,14 @@ fn card_in(c: v1::Card, field: &str, violations: &mut Vec<Violation>) -> Card {
         Ok(v1::CardHealth::Unhealthy) => false,
         Ok(v1::CardHealth::Unspecified) => {
             violations.push(Violation::new(
-                format!("{field}.health"),
+                format!("{}.health", field()),
                 "must be set (CARD_HEALTH_HEALTHY or CARD_HEALTH_UNHEALTHY)",
             ));
             false
         }
         Err(_) => {
             violations.push(Violation::new(
-                format!("{field}.health"),
+                format!("{}.health", field()),
                 format!("unknown CardHealth value {health}"),
             ));
             false
@@ -155,7 +157,7 @@ fn card_in(c: v1::Card, field: &str, violations: &mut Vec<Violation>) -> Card {
         Ok(v1::CardMode::Mps) => CardMode::Mps,
         Err(_) => {
             violations.push(Violation::new(
-                format!("{field}.mode"),
+                format!("{}.mode", field()),
                 format!("unknown CardMode value {mode}"),
             ));
             CardMode::HamiCore

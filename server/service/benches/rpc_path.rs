@@ -1,0 +1,132 @@
+//! `cargo bench -p gpusched-server --bench rpc_path`: where the time of one Allocate goes on
+//! the server, without the network: protobuf decode, conversion to engine types, the
+//! decision, the response encode.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use gpusched_api::v1;
+use gpusched_engine::allocate;
+use gpusched_server::convert;
+use prost::Message;
+
+// As in the gpusched-server binary.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn request(nodes: usize) -> v1::AllocateRequest {
+    let mut x: u64 = 42;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let nodes = (0..nodes)
+        .map(|n| v1::Node {
+            name: format!("node-{n:05}"),
+            cards: (0..8u32)
+                .map(|i| v1::Card {
+                    id: format!("GPU-{n:05}-{i}-0000-0000-000000000000"),
+                    index: i,
+                    r#type: "NVIDIA-A100-SXM4-80GB".into(),
+                    slots: 10,
+                    total_mem_mib: 81920,
+                    total_cores: 100,
+                    numa: i / 4,
+                    health: v1::CardHealth::Healthy as i32,
+                    mode: v1::CardMode::HamiCore as i32,
+                    usage: Some(v1::CardUsage {
+                        used_slots: (next() % 6) as u32,
+                        used_mem_mib: next() % 60000,
+                        used_cores: (next() % 80) as u32,
+                    }),
+                })
+                .collect(),
+            ..v1::Node::default()
+        })
+        .collect();
+    let limits: BTreeMap<String, String> = [
+        ("nvidia.com/gpu".to_owned(), "1".to_owned()),
+        ("nvidia.com/gpumem".to_owned(), "8192".to_owned()),
+    ]
+    .into();
+    v1::AllocateRequest {
+        nodes,
+        workload: Some(v1::Workload {
+            namespace: "default".into(),
+            name: "bench".into(),
+            uid: "uid".into(),
+            spec: Some(v1::workload::Spec::Kubernetes(v1::KubernetesWorkloadSpec {
+                annotations: BTreeMap::new(),
+                init_containers: vec![],
+                containers: vec![v1::KubernetesContainer {
+                    name: "main".into(),
+                    limits,
+                    requests: BTreeMap::new(),
+                }],
+            })),
+        }),
+        options: None,
+        restrict_to_node_names: vec![],
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let settings = gpusched_server::config::load(
+        None,
+        &BTreeMap::new(),
+        &gpusched_server::Overrides::default(),
+    )
+    .and_then(|c| c.validate(&BTreeMap::new()))
+    .expect("default settings");
+    let mut g = c.benchmark_group("allocate_rpc_path");
+    for n in [100usize, 1000] {
+        let req = request(n);
+        let bytes = req.encode_to_vec();
+        g.bench_with_input(BenchmarkId::new("decode", n), &bytes, |b, bytes| {
+            b.iter(|| black_box(v1::AllocateRequest::decode(black_box(bytes.as_slice()))))
+        });
+        g.bench_with_input(BenchmarkId::new("convert", n), &req, |b, req| {
+            b.iter(|| {
+                let r = req.clone();
+                let s = convert::snapshot_in(r.nodes, &settings.names);
+                let w = convert::workload_in(
+                    r.workload,
+                    "workload",
+                    &settings.defaults,
+                    &settings.names,
+                    &settings.limits,
+                );
+                black_box((s.is_ok(), w.is_ok()))
+            })
+        });
+        g.bench_with_input(BenchmarkId::new("clone_only", n), &req, |b, req| {
+            b.iter(|| black_box(req.clone()))
+        });
+        g.bench_with_input(BenchmarkId::new("full", n), &bytes, |b, bytes| {
+            b.iter(|| {
+                let r = v1::AllocateRequest::decode(bytes.as_slice()).expect("decodes");
+                let s = convert::snapshot_in(r.nodes, &settings.names).expect("valid");
+                let w = convert::workload_in(
+                    r.workload,
+                    "workload",
+                    &settings.defaults,
+                    &settings.names,
+                    &settings.limits,
+                )
+                .expect("valid");
+                let a = allocate(&s, &w, false);
+                let out = v1::AllocateResponse {
+                    result: Some(convert::allocation_out(&s, &w, &a, false)),
+                };
+                black_box(out.encode_to_vec())
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
