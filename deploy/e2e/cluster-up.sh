@@ -12,10 +12,12 @@
 # Env (all optional):
 #   KUBE_VERSION            kube-apiserver/kube-scheduler version (default v1.37.2, see build-kube.sh)
 #   GPUSCHED_CACHE          binary cache root (default $HOME/.cache/gpusched)
-#   KUBE_SCHEDULER_CONFIG   KubeSchedulerConfiguration file (default deploy/kube-scheduler/scheduler-config.yaml
-#                           if it exists, else a minimal one written to WORKDIR). Its
+#   KUBE_SCHEDULER_CONFIG   KubeSchedulerConfiguration file (default: a minimal one with the
+#                           default-scheduler profile, written to WORKDIR). Its
 #                           clientConnection.kubeconfig is rewritten to the local cluster's; leader
-#                           election is turned off.
+#                           election is turned off. deploy/e2e/test.sh passes a copy of
+#                           deploy/kube-scheduler/scheduler-config.yaml with the extender URL
+#                           rewritten to the local shim.
 #   ETCD_CLIENT_PORT, ETCD_PEER_PORT, APISERVER_PORT, SCHEDULER_PORT   fixed ports (default: free ones)
 #   SERVICE_CLUSTER_IP_RANGE  (default 10.96.0.0/16)
 #   APISERVER_EXTRA_ARGS, SCHEDULER_EXTRA_ARGS   extra flags (word-split)
@@ -25,7 +27,6 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$HERE/../.." && pwd)"
 WORKDIR="${1:-${E2E_WORKDIR:-${TMPDIR:-/tmp}/gpusched-e2e}}"
 mkdir -p "$WORKDIR"
 WORKDIR="$(cd "$WORKDIR" && pwd)"
@@ -199,10 +200,9 @@ write_kubeconfig "$KUBECONFIG_FILE" admin "$PKI/admin.crt" "$PKI/admin.key"
 write_kubeconfig "$WORKDIR/scheduler.kubeconfig" system:kube-scheduler "$PKI/scheduler.crt" "$PKI/scheduler.key"
 
 # ---- scheduler configuration ------------------------------------------------------------------
+# deploy/kube-scheduler/scheduler-config.yaml is not the default: its extender URL is an
+# in-cluster Service name (test.sh renders a local copy and passes it here).
 SCHED_CONFIG_SRC="${KUBE_SCHEDULER_CONFIG:-}"
-if [[ -z "$SCHED_CONFIG_SRC" && -f "$REPO/deploy/kube-scheduler/scheduler-config.yaml" ]]; then
-  SCHED_CONFIG_SRC="$REPO/deploy/kube-scheduler/scheduler-config.yaml"
-fi
 SCHED_CONFIG="$WORKDIR/scheduler-config.yaml"
 if [[ -n "$SCHED_CONFIG_SRC" ]]; then
   [[ -f "$SCHED_CONFIG_SRC" ]] || die "KUBE_SCHEDULER_CONFIG=$SCHED_CONFIG_SRC does not exist"

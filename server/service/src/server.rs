@@ -11,6 +11,7 @@ use gpusched_api::v1::placement_service_server::PlacementServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic_health::ServingStatus;
@@ -204,7 +205,14 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
         .add_service(placement)
         .add_service(inventory);
     let grpc = tokio::spawn(router.serve_with_incoming_shutdown(
-        TcpListenerStream::new(listener),
+        // Small request/response calls: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
+        // add ~40 ms to a call (kube-scheduler's extender calls are serial).
+        TcpListenerStream::new(listener).map(|conn| {
+            conn.and_then(|stream| {
+                stream.set_nodelay(true)?;
+                Ok(stream)
+            })
+        }),
         wait_stop(stop_rx.clone()),
     ));
     let metrics_task = metrics_listener.map(|l| {

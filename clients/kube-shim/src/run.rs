@@ -1,0 +1,262 @@
+//! Start-up and shutdown: clients, informers, leader election, the extender and webhook
+//! listeners, signals.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use gpusched_client::{ClientBuilder, TlsOptions};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, ResourceExt};
+use tokio::sync::watch;
+
+use crate::config::Settings;
+use crate::leader::{self, Leadership};
+use crate::shim::{Metrics, Shim};
+use crate::view::ClusterView;
+use crate::webhook::{self, TlsListener, WebhookOptions, WebhookState};
+
+fn init_logs(settings: &Settings) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(&settings.log_level)
+        .with_context(|| format!("telemetry.log_level {:?}", settings.log_level))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let r = if settings.json_logs {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+    r.map_err(|e| anyhow::anyhow!("logging: {e}"))
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+async fn kube_client(settings: &Settings) -> anyhow::Result<kube::Client> {
+    let config = match &settings.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("kube.kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("kube.kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no Kubernetes configuration (in-cluster, KUBECONFIG or ~/.kube/config)")?,
+    };
+    kube::Client::try_from(config).context("Kubernetes client")
+}
+
+fn service_client(settings: &Settings) -> anyhow::Result<gpusched_client::Client> {
+    let s = &settings.service;
+    let mut b = ClientBuilder::new(s.address.clone()).timeout(Some(s.timeout));
+    if s.tls_ca.is_some() || s.tls_identity.is_some() || s.address.starts_with("https://") {
+        let ca_pem = s
+            .tls_ca
+            .as_ref()
+            .map(std::fs::read)
+            .transpose()
+            .context("service.tls_ca")?;
+        let identity = match &s.tls_identity {
+            Some((c, k)) => Some((
+                std::fs::read(c).context("service.tls_cert")?,
+                std::fs::read(k).context("service.tls_key")?,
+            )),
+            None => None,
+        };
+        b = b.tls(TlsOptions {
+            ca_pem,
+            identity,
+            domain: s.tls_domain.clone(),
+        });
+    }
+    b.connect_lazy()
+        .map_err(|e| anyhow::anyhow!("service.address {}: {e}", s.address))
+}
+
+/// Runs the shim until SIGTERM/SIGINT.
+pub fn main(settings: Settings) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    runtime.block_on(serve(settings))
+}
+
+async fn serve(settings: Settings) -> anyhow::Result<()> {
+    init_logs(&settings)?;
+    let client = kube_client(&settings).await?;
+    let service = service_client(&settings)?;
+    let names = settings.names.clone();
+
+    // Informers. Pods: only ours (field selector on spec.schedulerName; translate::pod_usage
+    // checks it again). Fields nobody reads are dropped to keep the caches small.
+    let (node_store, node_writer) = reflector::store::<Node>();
+    let (pod_store, pod_writer) = reflector::store::<Pod>();
+    let nodes = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .modify(|n: &mut Node| {
+            n.managed_fields_mut().clear();
+            n.status = None;
+        })
+        .reflect(node_writer);
+    let pod_cfg =
+        watcher::Config::default().fields(&format!("spec.schedulerName={}", names.scheduler_name));
+    let pods = watcher(Api::<Pod>::all(client.clone()), pod_cfg)
+        .default_backoff()
+        .modify(|p: &mut Pod| p.managed_fields_mut().clear())
+        .reflect(pod_writer);
+    tokio::spawn(async move {
+        nodes
+            .for_each(|e| async move {
+                if let Err(e) = e {
+                    tracing::warn!(error = %e, "node watch error");
+                }
+            })
+            .await;
+    });
+    tokio::spawn(async move {
+        pods.for_each(|e| async move {
+            if let Err(e) = e {
+                tracing::warn!(error = %e, "pod watch error");
+            }
+        })
+        .await;
+    });
+    let view = Arc::new(
+        ClusterView::new(node_store, pod_store, names.clone(), settings.assume_ttl)
+            .with_reservation_ttl(settings.reservation_ttl),
+    );
+    {
+        let view = view.clone();
+        tokio::spawn(async move {
+            match view.wait_synced().await {
+                Ok(()) => tracing::info!("informers synced: nodes and pods listed"),
+                Err(e) => tracing::error!(error = %e, "informers stopped before syncing"),
+            }
+        });
+    }
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (leadership, leader_task) = match &settings.leader {
+        Some(l) => {
+            let state = Arc::new(Leadership::elected(&l.identity));
+            let task = tokio::spawn(leader::run(
+                client.clone(),
+                l.clone(),
+                state.clone(),
+                shutdown_rx.clone(),
+            ));
+            tracing::info!(identity = %l.identity, lease = %format!("{}/{}", l.namespace, l.lease_name), "leader election on");
+            (state, Some(task))
+        }
+        None => (Arc::new(Leadership::always("single")), None),
+    };
+    let identity = leadership.identity().to_owned();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "gpusched-kube".into(),
+            instance: Some(identity),
+        },
+    );
+    let shim = Arc::new(Shim {
+        view,
+        service,
+        kube: Some(client),
+        leader: leadership,
+        recorder: Some(recorder),
+        reserve: settings.reserve,
+        metrics: Metrics::default(),
+    });
+
+    let ext_listener = tokio::net::TcpListener::bind(settings.extender_listen)
+        .await
+        .with_context(|| format!("extender.listen {}", settings.extender_listen))?;
+    let ext_addr = ext_listener.local_addr()?;
+    let webhook = match &settings.webhook {
+        Some(w) => {
+            let l = TlsListener::bind(w.listen, &w.cert, &w.key)
+                .await
+                .with_context(|| format!("webhook {}", w.listen))?;
+            Some((l, w.clone()))
+        }
+        None => None,
+    };
+    let webhook_text = match &webhook {
+        Some((l, _)) => l.local_addr()?.to_string(),
+        None => "off".to_owned(),
+    };
+    println!("gpusched-kube listening extender={ext_addr} webhook={webhook_text}");
+    tracing::info!(extender = %ext_addr, webhook = %webhook_text, "serving");
+
+    let mut tasks = tokio::task::JoinSet::new();
+    {
+        let router = crate::extender::router(shim.clone());
+        let mut rx = shutdown_rx.clone();
+        tasks.spawn(async move {
+            // kube-scheduler sends small requests on kept-alive connections: no Nagle delays.
+            let listener = axum::serve::ListenerExt::tap_io(ext_listener, |tcp| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!(error = %e, "TCP_NODELAY");
+                }
+            });
+            let r = axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = rx.wait_for(|v| *v).await;
+                })
+                .await;
+            if let Err(e) = r {
+                tracing::error!(error = %e, "extender server failed");
+            }
+        });
+    }
+    if let Some((listener, w)) = webhook {
+        let router = webhook::router(WebhookState {
+            shim: shim.clone(),
+            options: WebhookOptions {
+                mutate: w.mutate,
+                ignore_label: w.ignore_label.clone(),
+            },
+        });
+        let rx = shutdown_rx.clone();
+        tasks.spawn(async move { listener.serve(router, rx, Duration::from_secs(10)).await });
+    }
+
+    shutdown_signal().await;
+    tracing::info!("shutting down: releasing the lease, draining connections");
+    let _ = shutdown_tx.send(true);
+    if let Some(t) = leader_task {
+        let _ = tokio::time::timeout(Duration::from_secs(8), t).await;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(15), async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,656 @@
+//! The shim's request logic: filter, prioritize and bind against the cluster view, with every
+//! decision taken by the gpusched service.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use gpusched_client::v1;
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use kube::api::{ObjectMeta, PostParams};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::{Api, Resource};
+
+use crate::extender::{
+    ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority, filter_error,
+    filter_result, pass_all, priorities,
+};
+use crate::leader::Leadership;
+use crate::translate;
+use crate::view::{Assumed, ClusterView};
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    filter: AtomicU64,
+    filter_errors: AtomicU64,
+    prioritize: AtomicU64,
+    prioritize_errors: AtomicU64,
+    bind: AtomicU64,
+    bind_gpu: AtomicU64,
+    bind_failed: AtomicU64,
+    admission_reviews: AtomicU64,
+    admission_denied: AtomicU64,
+    admission_mutated: AtomicU64,
+}
+
+fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Metrics {
+    /// Counts an admission review.
+    pub fn admission(&self, denied: bool, mutated: bool) {
+        inc(&self.admission_reviews);
+        if denied {
+            inc(&self.admission_denied);
+        }
+        if mutated {
+            inc(&self.admission_mutated);
+        }
+    }
+}
+
+/// Result of a bind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BindOutcome {
+    /// Bound; `devices` is the `-allocated` annotation for GPU pods.
+    Bound {
+        /// The node.
+        node: String,
+        /// Cards written.
+        devices: Option<String>,
+    },
+    /// Not bound, with the reason for kube-scheduler.
+    Failed(String),
+}
+
+/// Everything the handlers share.
+pub struct Shim {
+    /// Cluster view.
+    pub view: Arc<ClusterView>,
+    /// gpusched service client.
+    pub service: gpusched_client::Client,
+    /// Kubernetes client (None: bind unavailable, for tests).
+    pub kube: Option<kube::Client>,
+    /// Leadership.
+    pub leader: Arc<Leadership>,
+    /// Event recorder.
+    pub recorder: Option<Recorder>,
+    /// Reserve the preferred node's cards at prioritize (see [`crate::view::Assumed::tentative`]).
+    pub reserve: bool,
+    /// Counters.
+    pub metrics: Metrics,
+}
+
+impl std::fmt::Debug for Shim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shim")
+            .field("view", &self.view)
+            .field("leader", &self.leader)
+            .field("kube", &self.kube.is_some())
+            .field("metrics", &self.metrics)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The text of a service error: INVALID_ARGUMENT field violations as `field: description`
+/// (each names the offending key), anything else prefixed with where it came from.
+pub fn service_error_text(e: &gpusched_client::Error) -> String {
+    if let Some(api) = e.api()
+        && api.is_invalid_argument()
+        && !api.field_violations.is_empty()
+    {
+        let v: Vec<(String, String)> = api
+            .field_violations
+            .iter()
+            .map(|v| (v.field.clone(), v.description.clone()))
+            .collect();
+        return translate::violations_text(&v);
+    }
+    format!("gpusched service: {e}")
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(0))
+}
+
+/// A valid label value (the node name as label value, when it fits).
+fn label_value_ok(v: &str) -> bool {
+    v.len() <= 63
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && v.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && v.chars().last().is_some_and(|c| c.is_ascii_alphanumeric())
+}
+
+impl Shim {
+    /// Why `/readyz` fails, or None when ready (synced and leading).
+    pub fn not_ready_reason(&self) -> Option<String> {
+        if !self.view.is_synced() {
+            return Some("cluster view not synced yet".to_owned());
+        }
+        if !self.leader.is_leader() {
+            return Some(format!(
+                "{} is not the leader (standby replica)",
+                self.leader.identity()
+            ));
+        }
+        None
+    }
+
+    /// The snapshot of these candidates; nodes the informer has not shown yet (kube-scheduler
+    /// may know a node a few milliseconds earlier) are read from the API.
+    async fn snapshot(&self, candidates: &[String], uid: &str) -> crate::view::Snapshot {
+        let missing = self.view.missing_nodes(candidates);
+        let mut fetched = std::collections::HashMap::new();
+        if let (false, Some(kube)) = (missing.is_empty(), &self.kube) {
+            let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(kube.clone());
+            for name in missing {
+                match api.get_opt(&name).await {
+                    Ok(Some(n)) => {
+                        fetched.insert(name, n);
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(node = %name, error = %e, "cannot read node"),
+                }
+            }
+        }
+        self.view.snapshot_with(candidates, uid, &fetched)
+    }
+
+    fn check_pod_scheduler(&self, pod: &Pod) -> Result<(), String> {
+        let names = self.view.names();
+        let got = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            .unwrap_or("");
+        if got == names.scheduler_name {
+            Ok(())
+        } else {
+            Err(format!(
+                "gpusched-kube: pod has spec.schedulerName {got:?}, not {:?}: its GPU bookings \
+                 would not be counted; set spec.schedulerName: {}",
+                names.scheduler_name, names.scheduler_name
+            ))
+        }
+    }
+
+    /// `/filter`: every feasible candidate, and why the others fail.
+    pub async fn filter(&self, args: &ExtenderArgs) -> ExtenderFilterResult {
+        inc(&self.metrics.filter);
+        let start = Instant::now();
+        let r = self.filter_inner(args).await;
+        tracing::debug!(
+            pod = ?args.pod.as_ref().and_then(|p| p.metadata.name.as_deref()),
+            feasible = r.node_names.as_ref().map_or(0, Vec::len),
+            us = start.elapsed().as_micros() as u64, "filter"
+        );
+        if !r.error.is_empty() {
+            inc(&self.metrics.filter_errors);
+            tracing::info!(error = %r.error, "filter error");
+        }
+        r
+    }
+
+    async fn filter_inner(&self, args: &ExtenderArgs) -> ExtenderFilterResult {
+        if let Some(r) = self.not_ready_reason() {
+            return filter_error(format!("gpusched-kube: {r}; retry"));
+        }
+        let Some(pod) = &args.pod else {
+            return filter_error("gpusched-kube: ExtenderArgs without Pod");
+        };
+        let names = self.view.names();
+        if !translate::requests_gpu(pod, names) {
+            return pass_all(args);
+        }
+        if let Err(e) = self.check_pod_scheduler(pod) {
+            return filter_error(e);
+        }
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let t = Instant::now();
+        let snap = self.snapshot(&args.candidates(), &uid).await;
+        let req = v1::FilterRequest {
+            nodes: snap.nodes,
+            workload: Some(translate::workload(pod, names)),
+            options: None,
+        };
+        let snap_us = t.elapsed().as_micros() as u64;
+        let resp = self.service.filter_request(req).await;
+        tracing::trace!(
+            snap_us,
+            rpc_us = t.elapsed().as_micros() as u64 - snap_us,
+            "filter timing"
+        );
+        match resp {
+            Ok(resp) if !resp.requests_gpu => pass_all(args),
+            Ok(resp) => {
+                let out = filter_result(args, &resp, &snap.unusable);
+                // kube-scheduler does not call prioritize when one node is left: reserve here.
+                if let Some([only]) = out.node_names.as_deref() {
+                    self.reserve(pod, &uid, only, None).await;
+                }
+                out
+            }
+            Err(e) => filter_error(service_error_text(&e)),
+        }
+    }
+
+    /// `/prioritize`: the service's node scores on the extender's 0..10 scale.
+    pub async fn prioritize(&self, args: &ExtenderArgs) -> Result<Vec<HostPriority>, String> {
+        inc(&self.metrics.prioritize);
+        let start = Instant::now();
+        let r = self.prioritize_inner(args).await;
+        tracing::debug!(
+            pod = ?args.pod.as_ref().and_then(|p| p.metadata.name.as_deref()),
+            us = start.elapsed().as_micros() as u64, "prioritize"
+        );
+        if r.is_err() {
+            inc(&self.metrics.prioritize_errors);
+        }
+        r
+    }
+
+    async fn prioritize_inner(&self, args: &ExtenderArgs) -> Result<Vec<HostPriority>, String> {
+        if let Some(r) = self.not_ready_reason() {
+            return Err(r);
+        }
+        let pod = args.pod.as_ref().ok_or("ExtenderArgs without Pod")?;
+        let names = self.view.names();
+        let candidates = args.candidates();
+        if !translate::requests_gpu(pod, names) {
+            return Ok(priorities(&candidates, &[]));
+        }
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let snap = self.snapshot(&candidates, &uid).await;
+        let req = v1::ScoreRequest {
+            nodes: snap.nodes.clone(),
+            workload: Some(translate::workload(pod, names)),
+            options: None,
+        };
+        let resp = self
+            .service
+            .score_request(req)
+            .await
+            .map_err(|e| service_error_text(&e))?;
+        let list = priorities(&candidates, &resp.scores);
+        // The top node is where kube-scheduler will assume the pod (the extender's 10 outweighs
+        // its plugins): reserve the cards Allocate would give there until the bind comes.
+        if let Some(top) = resp.scores.first()
+            && let Some(node) = snap.nodes.into_iter().find(|n| n.name == top.node_name)
+        {
+            self.reserve(pod, &uid, &top.node_name, Some(node)).await;
+        }
+        Ok(list)
+    }
+
+    /// Books, tentatively, what `Allocate` gives the pod on `node` (see
+    /// [`crate::view::Assumed::tentative`]): the next pods' filter and prioritize then see the
+    /// capacity kube-scheduler has already assumed taken, instead of finding out at bind.
+    async fn reserve(&self, pod: &Pod, uid: &str, node: &str, current: Option<v1::Node>) {
+        if !self.reserve || uid.is_empty() {
+            return;
+        }
+        let node_msg = match current {
+            Some(n) => n,
+            None => {
+                let snap = self.snapshot(&[node.to_owned()], uid).await;
+                match snap.nodes.into_iter().next() {
+                    Some(n) => n,
+                    None => return,
+                }
+            }
+        };
+        let req = v1::AllocateRequest {
+            nodes: vec![node_msg],
+            workload: Some(translate::workload(pod, self.view.names())),
+            options: None,
+            restrict_to_node_names: vec![node.to_owned()],
+        };
+        match self.service.allocate_request(req).await {
+            Ok(r) if r.placed && r.requests_gpu => self.view.reserve(Assumed {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                uid: uid.to_owned(),
+                node: node.to_owned(),
+                bookings: gpusched_hami::bookings(&r),
+                annotation: String::new(),
+                at: Instant::now(),
+                seen: false,
+                tentative: true,
+            }),
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, node, "reservation not made"),
+        }
+    }
+
+    /// `/bind`: Allocate on the chosen node against the current view, then one Binding that
+    /// carries HAMi's annotations (and the `hami.io/vgpu-node` label): nodeName and the
+    /// decision are written atomically, so no crash can leave one without the other.
+    pub async fn bind(&self, args: &ExtenderBindingArgs) -> BindOutcome {
+        inc(&self.metrics.bind);
+        let start = Instant::now();
+        let out = self.bind_inner(args).await;
+        match &out {
+            BindOutcome::Bound { node, devices } => {
+                if devices.is_some() {
+                    inc(&self.metrics.bind_gpu);
+                }
+                tracing::info!(
+                    pod = %args.pod_name, namespace = %args.pod_namespace, node = %node,
+                    devices = devices.as_deref().unwrap_or(""),
+                    ms = start.elapsed().as_millis() as u64, "bound"
+                );
+            }
+            BindOutcome::Failed(e) => {
+                inc(&self.metrics.bind_failed);
+                self.view.forget_reservation(&args.pod_uid);
+                tracing::warn!(
+                    pod = %args.pod_name, namespace = %args.pod_namespace, node = %args.node,
+                    error = %e, "bind failed"
+                );
+                self.publish_failure(args, e);
+            }
+        }
+        out
+    }
+
+    fn publish_failure(&self, args: &ExtenderBindingArgs, error: &str) {
+        let Some(recorder) = self.recorder.clone() else {
+            return;
+        };
+        if !self.leader.is_leader() {
+            return;
+        }
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(args.pod_name.clone()),
+            namespace: Some(args.pod_namespace.clone()),
+            uid: Some(args.pod_uid.clone()).filter(|u| !u.is_empty()),
+            ..ObjectReference::default()
+        };
+        let mut note = if error.contains(&args.node) {
+            error.to_owned()
+        } else {
+            format!("node {}: {error}", args.node)
+        };
+        if note.len() > 1000 {
+            let mut cut = 1000;
+            while !note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note.truncate(cut);
+        }
+        let ev = KubeEvent {
+            type_: EventType::Warning,
+            reason: "GpuschedBindFailed".into(),
+            note: Some(note),
+            action: "Bind".into(),
+            secondary: None,
+        };
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&ev, &reference).await {
+                tracing::debug!(error = %e, "could not publish event");
+            }
+        });
+    }
+
+    async fn bind_inner(&self, args: &ExtenderBindingArgs) -> BindOutcome {
+        if let Some(r) = self.not_ready_reason() {
+            return BindOutcome::Failed(format!("gpusched-kube: {r}; retry"));
+        }
+        let Some(kube) = &self.kube else {
+            return BindOutcome::Failed("gpusched-kube: no Kubernetes client".into());
+        };
+        let api: Api<Pod> = Api::namespaced(kube.clone(), &args.pod_namespace);
+        let pod = match self
+            .view
+            .pod(&args.pod_namespace, &args.pod_name, &args.pod_uid)
+        {
+            Some(p) => p,
+            None => match api.get(&args.pod_name).await {
+                Ok(p) => Arc::new(p),
+                Err(e) => {
+                    return BindOutcome::Failed(format!(
+                        "gpusched-kube: cannot read pod {}/{}: {e}",
+                        args.pod_namespace, args.pod_name
+                    ));
+                }
+            },
+        };
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if !args.pod_uid.is_empty() && uid != args.pod_uid {
+            return BindOutcome::Failed(format!(
+                "gpusched-kube: pod {}/{} has uid {uid}, not {}",
+                args.pod_namespace, args.pod_name, args.pod_uid
+            ));
+        }
+        let names = self.view.names().clone();
+        if !translate::requests_gpu(&pod, &names) {
+            return match create_binding(&api, args, &uid, None).await {
+                Ok(()) => BindOutcome::Bound {
+                    node: args.node.clone(),
+                    devices: None,
+                },
+                Err(e) => BindOutcome::Failed(format!("gpusched-kube: binding failed: {e}")),
+            };
+        }
+        if let Err(e) = self.check_pod_scheduler(&pod) {
+            return BindOutcome::Failed(e);
+        }
+        let node = args.node.clone();
+        let guard = self.view.lock_node(&node).await;
+        if !self.leader.is_leader() {
+            return BindOutcome::Failed("gpusched-kube: lost leadership; retry".into());
+        }
+        let snap = self.snapshot(std::slice::from_ref(&node), &uid).await;
+        if snap.nodes.is_empty() {
+            let why = snap
+                .unusable
+                .first()
+                .map_or_else(|| "unknown node".to_owned(), |u| u.1.clone());
+            return BindOutcome::Failed(format!("node {node}: {why}"));
+        }
+        let req = v1::AllocateRequest {
+            nodes: snap.nodes,
+            workload: Some(translate::workload(&pod, &names)),
+            options: None,
+            restrict_to_node_names: vec![node.clone()],
+        };
+        let result = match self.service.allocate_request(req).await {
+            Ok(r) => r,
+            Err(e) => return BindOutcome::Failed(service_error_text(&e)),
+        };
+        if !result.requests_gpu {
+            return match create_binding(&api, args, &uid, None).await {
+                Ok(()) => BindOutcome::Bound {
+                    node,
+                    devices: None,
+                },
+                Err(e) => BindOutcome::Failed(format!("gpusched-kube: binding failed: {e}")),
+            };
+        }
+        if !result.placed || result.node_name != node {
+            let why = result
+                .failed_nodes
+                .iter()
+                .find(|f| f.node_name == node)
+                .map_or_else(|| "not placed".to_owned(), |f| f.message.clone());
+            return BindOutcome::Failed(format!("node {node} cannot host the pod now: {why}"));
+        }
+        let annotations = translate::bind_annotations(&result, &node, unix_now(), &names);
+        let devices = annotations
+            .get(&names.annotations.devices_allocated)
+            .cloned()
+            .unwrap_or_default();
+        self.view.assume(Assumed {
+            namespace: args.pod_namespace.clone(),
+            name: args.pod_name.clone(),
+            uid: uid.clone(),
+            node: node.clone(),
+            bookings: gpusched_hami::bookings(&result),
+            annotation: devices.clone(),
+            at: Instant::now(),
+            seen: false,
+            tentative: false,
+        });
+        // The decision is in the assume cache: the next bind to this node sees it, so the
+        // Binding itself (an API round trip) runs outside the node's lock.
+        drop(guard);
+        if !self.leader.is_leader() {
+            self.view.forget(&uid);
+            return BindOutcome::Failed("gpusched-kube: lost leadership; retry".into());
+        }
+        let mut labels = std::collections::BTreeMap::new();
+        if label_value_ok(&node) {
+            labels.insert(names.annotations.vgpu_node.clone(), node.clone());
+        }
+        match create_binding(&api, args, &uid, Some((annotations, labels))).await {
+            Ok(()) => BindOutcome::Bound {
+                node,
+                devices: Some(devices),
+            },
+            Err(e) => {
+                self.view.forget(&uid);
+                BindOutcome::Failed(format!("gpusched-kube: binding failed: {e}"))
+            }
+        }
+    }
+
+    /// Prometheus text.
+    pub fn metrics_text(&self) -> String {
+        let m = &self.metrics;
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut out = String::new();
+        let mut counter = |name: &str, help: &str, v: u64| {
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n"
+            ));
+        };
+        counter(
+            "gpusched_kube_filter_total",
+            "Extender filter calls.",
+            g(&m.filter),
+        );
+        counter(
+            "gpusched_kube_filter_errors_total",
+            "Filter calls answered with an error.",
+            g(&m.filter_errors),
+        );
+        counter(
+            "gpusched_kube_prioritize_total",
+            "Extender prioritize calls.",
+            g(&m.prioritize),
+        );
+        counter(
+            "gpusched_kube_prioritize_errors_total",
+            "Failed prioritize calls.",
+            g(&m.prioritize_errors),
+        );
+        counter(
+            "gpusched_kube_bind_total",
+            "Extender bind calls.",
+            g(&m.bind),
+        );
+        counter(
+            "gpusched_kube_bind_gpu_total",
+            "Pods bound with a GPU decision.",
+            g(&m.bind_gpu),
+        );
+        counter(
+            "gpusched_kube_bind_failed_total",
+            "Failed bind calls.",
+            g(&m.bind_failed),
+        );
+        counter(
+            "gpusched_kube_admission_reviews_total",
+            "Admission reviews answered.",
+            g(&m.admission_reviews),
+        );
+        counter(
+            "gpusched_kube_admission_denied_total",
+            "Admission reviews denied.",
+            g(&m.admission_denied),
+        );
+        counter(
+            "gpusched_kube_admission_mutated_total",
+            "Pods whose schedulerName was set.",
+            g(&m.admission_mutated),
+        );
+        let mut gauge = |name: &str, help: &str, v: u64| {
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n"
+            ));
+        };
+        gauge(
+            "gpusched_kube_leader",
+            "1 when this replica leads.",
+            u64::from(self.leader.is_leader()),
+        );
+        gauge(
+            "gpusched_kube_synced",
+            "1 once the informers have synced.",
+            u64::from(self.view.is_synced()),
+        );
+        gauge(
+            "gpusched_kube_assumed_pods",
+            "Bind decisions not yet seen by the informer.",
+            self.view.assumed_len() as u64,
+        );
+        out
+    }
+}
+
+/// Creates the pod's Binding (with the uid as precondition), carrying annotations and labels
+/// that the API server merges into the pod in the same write.
+async fn create_binding(
+    api: &Api<Pod>,
+    args: &ExtenderBindingArgs,
+    uid: &str,
+    metadata: Option<(
+        std::collections::BTreeMap<String, String>,
+        std::collections::BTreeMap<String, String>,
+    )>,
+) -> Result<(), kube::Error> {
+    let (annotations, labels) = metadata.unwrap_or_default();
+    let binding = Binding {
+        metadata: ObjectMeta {
+            name: Some(args.pod_name.clone()),
+            namespace: Some(args.pod_namespace.clone()),
+            uid: Some(uid.to_owned()).filter(|u| !u.is_empty()),
+            annotations: Some(annotations).filter(|m| !m.is_empty()),
+            labels: Some(labels).filter(|m| !m.is_empty()),
+            ..ObjectMeta::default()
+        },
+        target: ObjectReference {
+            api_version: Some(
+                <k8s_openapi::api::core::v1::Node as Resource>::api_version(&()).into_owned(),
+            ),
+            kind: Some("Node".into()),
+            name: Some(args.node.clone()),
+            ..ObjectReference::default()
+        },
+    };
+    let _: serde_json::Value = api
+        .create_subresource("binding", &args.pod_name, &PostParams::default(), &binding)
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_names_as_label_values() {
+        assert!(label_value_ok("gpu-node-1"));
+        assert!(label_value_ok("node.example.com"));
+        assert!(!label_value_ok(&"n".repeat(64)));
+        assert!(!label_value_ok("-x"));
+        assert!(!label_value_ok(""));
+    }
+}

@@ -1,0 +1,685 @@
+//! The cluster view: Nodes and Pods from kube-rs reflectors, plus an assume cache of decisions
+//! already bound but not yet seen by the informer, plus per-node bind locks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use gpusched_client::v1;
+use gpusched_hami::Booking;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::config::Names;
+use crate::translate::{self, PodUsage};
+
+/// A bind decision written by this instance and not yet confirmed by the informer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assumed {
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Pod uid.
+    pub uid: String,
+    /// Chosen node.
+    pub node: String,
+    /// Per container bookings.
+    pub bookings: Vec<Vec<Booking>>,
+    /// The `-allocated` annotation written.
+    pub annotation: String,
+    /// When it was assumed.
+    pub at: Instant,
+    /// Whether the informer has shown the pod since.
+    pub seen: bool,
+    /// A reservation made when kube-scheduler was told the preferred node (prioritize), before
+    /// its bind: it makes the next pods' filter see the capacity kube-scheduler has already
+    /// assumed taken. Replaced by the real decision at bind; expires after the reservation TTL.
+    pub tentative: bool,
+}
+
+/// How the informer currently shows an assumed pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Observed {
+    /// Not in the store (not seen yet, or deleted).
+    Absent,
+    /// In the store; with the usage it counts for (None: counts nothing, e.g. finished or its
+    /// annotation is not written yet).
+    Present(Option<PodUsage>),
+}
+
+/// Decides what happens to an assumed entry given what the informer shows:
+/// `Some(true)` = keep counting the assumed bookings, `Some(false)` = the store already counts
+/// the same decision (drop the entry), `None` = the decision is void (pod gone/finished/expired;
+/// drop the entry).
+pub fn assumed_fate(
+    a: &mut Assumed,
+    observed: &Observed,
+    now: Instant,
+    ttl: Duration,
+) -> Option<bool> {
+    match observed {
+        Observed::Present(Some(u)) if u.annotation == a.annotation && u.node == a.node => {
+            Some(false)
+        }
+        // A reservation is void once the store shows a real decision for the pod.
+        Observed::Present(Some(_)) if a.tentative => None,
+        Observed::Present(_) => {
+            a.seen = true;
+            if now.duration_since(a.at) > ttl {
+                None
+            } else {
+                Some(true)
+            }
+        }
+        Observed::Absent if a.seen => None,
+        Observed::Absent => {
+            if now.duration_since(a.at) > ttl {
+                None
+            } else {
+                Some(true)
+            }
+        }
+    }
+}
+
+/// What the candidate nodes look like to the service.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Nodes with a readable inventory, with usage.
+    pub nodes: Vec<v1::Node>,
+    /// Nodes left out: name, reason, unresolvable.
+    pub unusable: Vec<(String, String, bool)>,
+}
+
+/// The shared cluster view.
+#[derive(Debug)]
+pub struct ClusterView {
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+    names: Names,
+    ttl: Duration,
+    reservation_ttl: Duration,
+    assumed: std::sync::Mutex<HashMap<String, Assumed>>,
+    locks: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    synced: AtomicBool,
+    /// Decoded inventories by node name, valid for one resourceVersion.
+    inventories: std::sync::Mutex<HashMap<String, (String, Arc<translate::Inventory>)>>,
+    /// Decoded pod usage by uid, valid for one resourceVersion.
+    usages: std::sync::Mutex<HashMap<String, CachedUsage>>,
+}
+
+/// A pod's decoded usage and the resourceVersion it was decoded from.
+type CachedUsage = (String, Option<Arc<PodUsage>>);
+
+type UsageByNode = HashMap<String, Vec<Arc<PodUsage>>>;
+
+impl ClusterView {
+    /// A view over these reflector stores.
+    pub fn new(nodes: Store<Node>, pods: Store<Pod>, names: Names, ttl: Duration) -> Self {
+        ClusterView {
+            nodes,
+            pods,
+            names,
+            ttl,
+            reservation_ttl: Duration::from_secs(10),
+            assumed: std::sync::Mutex::new(HashMap::new()),
+            locks: std::sync::Mutex::new(HashMap::new()),
+            synced: AtomicBool::new(false),
+            inventories: std::sync::Mutex::new(HashMap::new()),
+            usages: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Sets how long a reservation (see [`Assumed::tentative`]) lives without its bind.
+    pub fn with_reservation_ttl(mut self, ttl: Duration) -> Self {
+        self.reservation_ttl = ttl;
+        self
+    }
+
+    /// Names.
+    pub fn names(&self) -> &Names {
+        &self.names
+    }
+
+    /// Waits until both informers have listed everything once.
+    pub async fn wait_synced(&self) -> anyhow::Result<()> {
+        self.nodes.wait_until_ready().await?;
+        self.pods.wait_until_ready().await?;
+        self.synced.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Whether the initial sync is done.
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::SeqCst)
+    }
+
+    /// Marks the view synced (tests).
+    pub fn mark_synced(&self) {
+        self.synced.store(true, Ordering::SeqCst);
+    }
+
+    /// The pod in the store with this uid, if any.
+    pub fn pod(&self, namespace: &str, name: &str, uid: &str) -> Option<Arc<Pod>> {
+        self.pods
+            .get(&ObjectRef::new(name).within(namespace))
+            .filter(|p| uid.is_empty() || p.metadata.uid.as_deref() == Some(uid))
+    }
+
+    /// Number of assumed decisions.
+    pub fn assumed_len(&self) -> usize {
+        self.assumed.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// Records a bind decision.
+    pub fn assume(&self, a: Assumed) {
+        if let Ok(mut m) = self.assumed.lock() {
+            m.insert(a.uid.clone(), a);
+        }
+    }
+
+    /// Records a reservation (tentative decision), unless a real decision exists for the pod.
+    pub fn reserve(&self, a: Assumed) {
+        if let Ok(mut m) = self.assumed.lock() {
+            if m.get(&a.uid).is_some_and(|old| !old.tentative) {
+                return;
+            }
+            m.insert(
+                a.uid.clone(),
+                Assumed {
+                    tentative: true,
+                    ..a
+                },
+            );
+        }
+    }
+
+    /// Drops the pod's reservation, if it has one (its bind failed before any decision).
+    pub fn forget_reservation(&self, uid: &str) {
+        if let Ok(mut m) = self.assumed.lock()
+            && m.get(uid).is_some_and(|a| a.tentative)
+        {
+            m.remove(uid);
+        }
+    }
+
+    /// Drops a decision (its bind failed).
+    pub fn forget(&self, uid: &str) {
+        if let Ok(mut m) = self.assumed.lock() {
+            m.remove(uid);
+        }
+    }
+
+    /// The bind lock of a node: binds to one node run one at a time.
+    pub async fn lock_node(&self, node: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = match self.locks.lock() {
+            Ok(mut m) => m.entry(node.to_owned()).or_default().clone(),
+            Err(_) => Arc::new(tokio::sync::Mutex::new(())),
+        };
+        lock.lock_owned().await
+    }
+
+    /// Usage per node (only for `wanted` nodes), from the store and the assume cache, leaving
+    /// out the pod `exclude_uid` (the pod being placed: a retried pod's own earlier decision must
+    /// not count against it).
+    fn usage(&self, wanted: &dyn Fn(&str) -> bool, exclude_uid: &str) -> UsageByNode {
+        // One consistent copy of the store: the assumed entries are judged against the very
+        // objects counted here (the informer may update the store meanwhile). Decoded usages are
+        // reused while a pod's resourceVersion is unchanged.
+        let pods = self.pods.state();
+        let mut current: HashMap<String, Option<Arc<PodUsage>>> =
+            HashMap::with_capacity(pods.len());
+        {
+            let mut cache = match self.usages.lock() {
+                Ok(c) => c,
+                Err(p) => p.into_inner(),
+            };
+            let mut fresh = HashMap::with_capacity(pods.len());
+            for p in &pods {
+                let uid = p.metadata.uid.clone().unwrap_or_default();
+                let rv = p.metadata.resource_version.clone().unwrap_or_default();
+                let u = match cache.remove(&uid) {
+                    Some((old_rv, u)) if old_rv == rv && !rv.is_empty() => u,
+                    _ => translate::pod_usage(p, &self.names).map(Arc::new),
+                };
+                current.insert(uid.clone(), u.clone());
+                fresh.insert(uid, (rv, u));
+            }
+            *cache = fresh;
+        }
+        let now = Instant::now();
+        let mut assumed_usage: Vec<(String, Arc<PodUsage>)> = Vec::new();
+        if let Ok(mut assumed) = self.assumed.lock() {
+            assumed.retain(|uid, a| {
+                let observed = match current.get(uid) {
+                    None => Observed::Absent,
+                    Some(u) => Observed::Present(u.as_deref().cloned()),
+                };
+                let ttl = if a.tentative {
+                    self.reservation_ttl
+                } else {
+                    self.ttl
+                };
+                match assumed_fate(a, &observed, now, ttl) {
+                    Some(true) => {
+                        assumed_usage.push((
+                            uid.clone(),
+                            Arc::new(PodUsage {
+                                node: a.node.clone(),
+                                bookings: a.bookings.clone(),
+                                annotation: a.annotation.clone(),
+                            }),
+                        ));
+                        true
+                    }
+                    Some(false) | None => false,
+                }
+            });
+        }
+        // An assumed decision replaces whatever older decision the store shows for the pod.
+        for (uid, u) in assumed_usage {
+            current.insert(uid, Some(u));
+        }
+        if !exclude_uid.is_empty() {
+            current.remove(exclude_uid);
+        }
+        let mut by_node: UsageByNode = HashMap::new();
+        for u in current.into_values().flatten() {
+            if wanted(&u.node) {
+                by_node.entry(u.node.clone()).or_default().push(u);
+            }
+        }
+        by_node
+    }
+
+    fn inventory(&self, node: &Node) -> Arc<translate::Inventory> {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let rv = node.metadata.resource_version.clone().unwrap_or_default();
+        let mut cache = match self.inventories.lock() {
+            Ok(c) => c,
+            Err(p) => p.into_inner(),
+        };
+        if let Some((old_rv, inv)) = cache.get(&name)
+            && *old_rv == rv
+            && !rv.is_empty()
+        {
+            return inv.clone();
+        }
+        let inv = Arc::new(translate::inventory(node, &self.names));
+        if cache.len() > 4 * self.nodes.len().max(16) {
+            cache.clear();
+        }
+        cache.insert(name, (rv, inv.clone()));
+        inv
+    }
+
+    /// Candidates the node informer has not shown yet (just created nodes).
+    pub fn missing_nodes(&self, node_names: &[String]) -> Vec<String> {
+        node_names
+            .iter()
+            .filter(|n| self.nodes.get(&ObjectRef::new(n)).is_none())
+            .cloned()
+            .collect()
+    }
+
+    /// The candidate nodes with their cards and current usage.
+    pub fn snapshot(&self, node_names: &[String], exclude_uid: &str) -> Snapshot {
+        self.snapshot_with(node_names, exclude_uid, &HashMap::new())
+    }
+
+    /// Like [`ClusterView::snapshot`], with nodes read from the API for those the informer has
+    /// not shown yet.
+    pub fn snapshot_with(
+        &self,
+        node_names: &[String],
+        exclude_uid: &str,
+        fetched: &HashMap<String, Node>,
+    ) -> Snapshot {
+        let set: std::collections::HashSet<&str> = node_names.iter().map(String::as_str).collect();
+        let usage = self.usage(&|n| set.contains(n), exclude_uid);
+        let mut snap = Snapshot::default();
+        for name in node_names {
+            let cached = self.nodes.get(&ObjectRef::new(name));
+            let Some(node) = cached.as_deref().or_else(|| fetched.get(name)) else {
+                snap.unusable.push((
+                    name.clone(),
+                    "node not in gpusched-kube's cache yet".to_owned(),
+                    false,
+                ));
+                continue;
+            };
+            let inv = self.inventory(node);
+            if let Some(problem) = &inv.problem {
+                snap.unusable.push((name.clone(), problem.clone(), true));
+                continue;
+            }
+            let pods = usage.get(name);
+            snap.nodes.push(translate::node_with_usage(
+                name,
+                &inv,
+                pods.into_iter().flatten().map(|u| u.bookings.as_slice()),
+                &self.names,
+            ));
+        }
+        snap
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+    use serde_json::json;
+
+    fn names() -> Names {
+        Names {
+            scheduler_name: "gpusched-scheduler".into(),
+            ..Names::default()
+        }
+    }
+
+    fn gpu_node(name: &str, cards: u32) -> Node {
+        let cards = gpusched_client::node(name, cards, 10000, "NVIDIA-T4").cards;
+        serde_json::from_value(json!({"metadata": {"name": name, "annotations": {
+            "hami.io/node-nvidia-register": gpusched_hami::encode_register(&cards)
+        }}}))
+        .unwrap()
+    }
+
+    fn pod(name: &str, uid: &str, scheduler: &str, node: Option<&str>, devices: &str) -> Pod {
+        let mut ann = serde_json::Map::new();
+        if !devices.is_empty() {
+            ann.insert("hami.io/vgpu-devices-allocated".into(), json!(devices));
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": uid, "annotations": ann},
+            "spec": {"schedulerName": scheduler, "nodeName": node, "containers": [{"name": "c"}]},
+            "status": {"phase": "Pending"}
+        }))
+        .unwrap()
+    }
+
+    fn view(nodes: Vec<Node>, pods: Vec<Pod>) -> (ClusterView, reflector::store::Writer<Pod>) {
+        let (nr, mut nw) = reflector::store::<Node>();
+        let (pr, mut pw) = reflector::store::<Pod>();
+        for n in nodes {
+            nw.apply_watcher_event(&Event::Apply(n));
+        }
+        for p in pods {
+            pw.apply_watcher_event(&Event::Apply(p));
+        }
+        drop(nw);
+        (
+            ClusterView::new(nr, pr, names(), Duration::from_secs(60)),
+            pw,
+        )
+    }
+
+    fn used(snap: &Snapshot, node: &str, card: usize) -> (u32, u64, u32) {
+        let n = snap.nodes.iter().find(|n| n.name == node).unwrap();
+        let u = n.cards[card].usage.unwrap_or_default();
+        (u.used_slots, u.used_mem_mib, u.used_cores)
+    }
+
+    #[test]
+    fn snapshot_sums_usage_of_our_pods_only() {
+        let (v, _w) = view(
+            vec![
+                gpu_node("n1", 2),
+                gpu_node("n2", 2),
+                serde_json::from_value(json!({"metadata": {"name": "cpu"}})).unwrap(),
+            ],
+            vec![
+                pod(
+                    "a",
+                    "ua",
+                    "gpusched-scheduler",
+                    Some("n1"),
+                    "n1-gpu0,NVIDIA,1000,10:;",
+                ),
+                pod(
+                    "b",
+                    "ub",
+                    "gpusched-scheduler",
+                    Some("n1"),
+                    "n1-gpu0,NVIDIA,2000,20:;",
+                ),
+                pod(
+                    "forged",
+                    "uf",
+                    "default-scheduler",
+                    Some("n1"),
+                    "n1-gpu1,NVIDIA,9000,90:;",
+                ),
+                pod(
+                    "other-node",
+                    "uo",
+                    "gpusched-scheduler",
+                    Some("n2"),
+                    "n2-gpu1,NVIDIA,500,0:;",
+                ),
+            ],
+        );
+        let s = v.snapshot(
+            &["n1".into(), "n2".into(), "cpu".into(), "ghost".into()],
+            "",
+        );
+        assert_eq!(used(&s, "n1", 0), (2, 3000, 30));
+        assert_eq!(
+            used(&s, "n1", 1),
+            (0, 0, 0),
+            "the default-scheduler pod's annotation is ignored"
+        );
+        assert_eq!(used(&s, "n2", 1), (1, 500, 0));
+        assert_eq!(s.unusable.len(), 2);
+        assert!(
+            s.unusable
+                .iter()
+                .any(|(n, m, unres)| n == "cpu" && m.contains("missing") && *unres)
+        );
+        assert!(
+            s.unusable
+                .iter()
+                .any(|(n, _, unres)| n == "ghost" && !*unres)
+        );
+        // The pod being placed does not count against itself.
+        let s = v.snapshot(&["n1".into()], "ua");
+        assert_eq!(used(&s, "n1", 0), (1, 2000, 20));
+    }
+
+    fn assumed(uid: &str, name: &str, node: &str, annotation: &str) -> Assumed {
+        Assumed {
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: uid.into(),
+            node: node.into(),
+            bookings: gpusched_hami::decode_pod_devices(annotation).unwrap(),
+            annotation: annotation.into(),
+            at: Instant::now(),
+            seen: false,
+            tentative: false,
+        }
+    }
+
+    #[test]
+    fn assumed_decisions_count_until_the_informer_shows_them() {
+        let ann = "n1-gpu1,NVIDIA,4000,0:;";
+        let (v, mut w) = view(
+            vec![gpu_node("n1", 2)],
+            vec![pod("p", "up", "gpusched-scheduler", None, "")],
+        );
+        v.assume(assumed("up", "p", "n1", ann));
+        // The store shows the pod without the annotation: the assumed decision counts.
+        let s = v.snapshot(&["n1".into()], "");
+        assert_eq!(used(&s, "n1", 1), (1, 4000, 0));
+        assert_eq!(v.assumed_len(), 1);
+        // The informer catches up: counted once, from the store; the entry expires.
+        w.apply_watcher_event(&Event::Apply(pod(
+            "p",
+            "up",
+            "gpusched-scheduler",
+            Some("n1"),
+            ann,
+        )));
+        let s = v.snapshot(&["n1".into()], "");
+        assert_eq!(used(&s, "n1", 1), (1, 4000, 0));
+        assert_eq!(v.assumed_len(), 0);
+    }
+
+    #[test]
+    fn assumed_decision_replaces_a_stale_annotation_and_expires_when_pod_is_gone() {
+        let old = "n1-gpu0,NVIDIA,1000,0:;";
+        let new = "n1-gpu1,NVIDIA,2000,0:;";
+        // A pod carrying an older decision (an interrupted bind) is re-bound: only the new one counts.
+        let mut stale = pod("p", "up", "gpusched-scheduler", None, old);
+        stale
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("hami.io/vgpu-node".into(), "n1".into());
+        let (v, mut w) = view(vec![gpu_node("n1", 2)], vec![stale.clone()]);
+        v.assume(assumed("up", "p", "n1", new));
+        let s = v.snapshot(&["n1".into()], "");
+        assert_eq!(used(&s, "n1", 0), (0, 0, 0));
+        assert_eq!(used(&s, "n1", 1), (1, 2000, 0));
+        // The pod is deleted after it was seen: the decision is void.
+        w.apply_watcher_event(&Event::Delete(stale));
+        let s = v.snapshot(&["n1".into()], "");
+        assert_eq!(used(&s, "n1", 1), (0, 0, 0));
+        assert_eq!(v.assumed_len(), 0);
+    }
+
+    #[test]
+    fn assumed_fate_rules() {
+        let ttl = Duration::from_secs(10);
+        let now = Instant::now();
+        let ann = "g,NVIDIA,1,0:;";
+        let mut a = assumed("u", "p", "n1", ann);
+        // Never seen, young: keep.
+        assert_eq!(
+            assumed_fate(&mut a, &Observed::Absent, now, ttl),
+            Some(true)
+        );
+        // Seen without the annotation: keep, and remember it was seen.
+        assert_eq!(
+            assumed_fate(&mut a, &Observed::Present(None), now, ttl),
+            Some(true)
+        );
+        assert!(a.seen);
+        // Gone after being seen: void.
+        assert_eq!(assumed_fate(&mut a, &Observed::Absent, now, ttl), None);
+        // Confirmed: the store counts it.
+        let confirmed = PodUsage {
+            node: "n1".into(),
+            bookings: vec![],
+            annotation: ann.into(),
+        };
+        assert_eq!(
+            assumed_fate(
+                &mut assumed("u", "p", "n1", ann),
+                &Observed::Present(Some(confirmed.clone())),
+                now,
+                ttl
+            ),
+            Some(false)
+        );
+        // Same annotation on another node is not a confirmation.
+        let elsewhere = PodUsage {
+            node: "n2".into(),
+            ..confirmed
+        };
+        assert_eq!(
+            assumed_fate(
+                &mut assumed("u", "p", "n1", ann),
+                &Observed::Present(Some(elsewhere)),
+                now,
+                ttl
+            ),
+            Some(true)
+        );
+        // A reservation gives way to any real decision the store shows.
+        let mut r = assumed("u", "p", "n1", "");
+        r.tentative = true;
+        let real = PodUsage {
+            node: "n2".into(),
+            bookings: vec![],
+            annotation: ann.into(),
+        };
+        assert_eq!(
+            assumed_fate(&mut r, &Observed::Present(Some(real)), now, ttl),
+            None
+        );
+        // Never seen and too old: void.
+        let mut old = assumed("u", "p", "n1", ann);
+        assert_eq!(
+            assumed_fate(
+                &mut old,
+                &Observed::Absent,
+                now + Duration::from_secs(11),
+                ttl
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn reservations_count_until_replaced_or_expired() {
+        let (v, _w) = view(
+            vec![gpu_node("n1", 2)],
+            vec![pod("p", "up", "gpusched-scheduler", None, "")],
+        );
+        let v = v.with_reservation_ttl(Duration::from_millis(200));
+        v.reserve(assumed("up", "p", "n1", "n1-gpu0,NVIDIA,1000,0:;"));
+        assert_eq!(used(&v.snapshot(&["n1".into()], ""), "n1", 0), (1, 1000, 0));
+        // Not against the pod itself.
+        assert_eq!(used(&v.snapshot(&["n1".into()], "up"), "n1", 0), (0, 0, 0));
+        // The bind's real decision replaces it; a later reservation does not replace a real one.
+        v.assume(assumed("up", "p", "n1", "n1-gpu1,NVIDIA,500,0:;"));
+        v.reserve(assumed("up", "p", "n1", "n1-gpu0,NVIDIA,1000,0:;"));
+        let s = v.snapshot(&["n1".into()], "");
+        assert_eq!(
+            (used(&s, "n1", 0), used(&s, "n1", 1)),
+            ((0, 0, 0), (1, 500, 0))
+        );
+        // A reservation whose bind never comes expires.
+        v.forget("up");
+        v.reserve(assumed("up", "p", "n1", "n1-gpu0,NVIDIA,1000,0:;"));
+        std::thread::sleep(Duration::from_millis(250));
+        assert_eq!(used(&v.snapshot(&["n1".into()], ""), "n1", 0), (0, 0, 0));
+        assert_eq!(v.assumed_len(), 0);
+    }
+
+    #[tokio::test]
+    async fn binds_to_one_node_are_serialised() {
+        let (v, _w) = view(vec![], vec![]);
+        let v = Arc::new(v);
+        let g = v.lock_node("n1").await;
+        let v2 = v.clone();
+        let other = tokio::spawn(async move {
+            let _g = v2.lock_node("n2").await;
+        });
+        tokio::time::timeout(Duration::from_secs(2), other)
+            .await
+            .unwrap()
+            .unwrap();
+        let v3 = v.clone();
+        let mut same = tokio::spawn(async move {
+            let _g = v3.lock_node("n1").await;
+        });
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), &mut same)
+                .await
+                .is_err()
+        );
+        drop(g);
+        tokio::time::timeout(Duration::from_secs(2), same)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}

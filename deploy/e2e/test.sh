@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# End-to-end test of gpusched on a real control plane (etcd + kube-apiserver + kube-scheduler on
+# 127.0.0.1, no kubelet): the kube-scheduler runs deploy/kube-scheduler/scheduler-config.yaml with
+# the extender pointed at the local gpusched-kube, the RBAC and webhook configurations of deploy/
+# are applied to the apiserver (and every manifest is validated server-side), gpusched-kube runs
+# with a ServiceAccount token bound only by that RBAC, then clients/kube-shim/tests/e2e.rs runs
+# the scenarios (seed stories, weights, admission, mutex, bursts, restart, two replicas).
+#
+#   deploy/e2e/test.sh                 # called by scripts/test.sh (stage e2e)
+#
+# Env: E2E_TEST_WORKDIR (default ${TMPDIR:-/tmp}/gpusched-e2e-test; the cluster there is recreated
+#      empty), CARGO_TARGET_DIR, E2E_KEEP=1 (leave the cluster and processes running),
+#      E2E_UPDATE_README=1 (write the measured numbers into deploy/e2e/README.md),
+#      E2E_RELEASE=1 (optimised gpusched-server and gpusched-kube, for the throughput numbers),
+#      GPUSCHED_SERVER_BIN (a prebuilt gpusched-server instead of the one built here),
+#      E2E_SHIM_LOG (gpusched-kube log filter, default info),
+#      E2E_FILTER (comma list: run only the scenarios whose name contains one of them).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+cd "$REPO"
+WORK="${E2E_TEST_WORKDIR:-${TMPDIR:-/tmp}/gpusched-e2e-test}"
+mkdir -p "$WORK"
+WORK="$(cd "$WORK" && pwd)"
+CLUSTER="$WORK/cluster"
+TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
+export PATH="$PATH:/usr/local/go/bin"
+
+log() { echo "[e2e] $*" >&2; }
+die() { log "FAIL: $*"; exit 1; }
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+SERVER_PID=""
+cleanup() {
+  local rc=$?
+  if [[ "${E2E_KEEP:-0}" == 1 ]]; then
+    log "E2E_KEEP=1: leaving the cluster ($CLUSTER) and gpusched-server (pid $SERVER_PID) running"
+    exit $rc
+  fi
+  if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then kill -TERM "$SERVER_PID" 2>/dev/null || true; fi
+  "$HERE/cluster-down.sh" "$CLUSTER" >/dev/null 2>&1 || true
+  if (( rc != 0 )); then
+    log "logs: $WORK/*.log, $CLUSTER/logs/"
+    f="$CLUSTER/logs/kube-scheduler.log"
+    if [[ -f "$f" ]]; then log "--- tail $f"; tail -n 30 "$f" >&2; fi
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+
+# ---- build ---------------------------------------------------------------------------------------
+PROFILE=debug
+PROFILE_FLAG=()
+if [[ "${E2E_RELEASE:-0}" == 1 ]]; then PROFILE=release; PROFILE_FLAG=(--release); fi
+log "building gpusched-server, gpusched-kube ($PROFILE) and the e2e test"
+nice cargo build -q "${PROFILE_FLAG[@]}" -p gpusched-server -p gpusched-kube
+nice cargo test -q -p gpusched-kube --test e2e --no-run 2>/dev/null
+SERVER_BIN="${GPUSCHED_SERVER_BIN:-$TARGET_DIR/$PROFILE/gpusched-server}"
+KUBE_SHIM_BIN="$TARGET_DIR/$PROFILE/gpusched-kube"
+[[ -x "$SERVER_BIN" && -x "$KUBE_SHIM_BIN" ]] || die "binaries missing in $TARGET_DIR/$PROFILE"
+
+# ---- webhook certificate (CA + serving cert for 127.0.0.1 and the in-cluster Service name) ---------
+PKI="$WORK/webhook-pki"
+mkdir -p "$PKI"
+if [[ ! -s "$PKI/tls.crt" ]]; then
+  openssl genrsa -out "$PKI/ca.key" 2048 2>/dev/null
+  openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=gpusched-e2e-webhook-ca" -days 3650 -sha256 \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -out "$PKI/ca.crt" 2>/dev/null
+  openssl genrsa -out "$PKI/tls.key" 2048 2>/dev/null
+  openssl req -new -key "$PKI/tls.key" -subj "/CN=gpusched-kube.gpusched-system.svc" -out "$PKI/tls.csr" 2>/dev/null
+  printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
+    "extendedKeyUsage=serverAuth" \
+    "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:gpusched-kube.gpusched-system.svc" >"$PKI/tls.ext"
+  openssl x509 -req -in "$PKI/tls.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+    -days 825 -sha256 -extfile "$PKI/tls.ext" -out "$PKI/tls.crt" 2>/dev/null
+fi
+
+# ---- control plane, with the scheduler configuration from deploy/ -------------------------------
+EXT_PORT="$(free_port)"
+WH_PORT="$(free_port)"
+SCHED_SRC="$REPO/deploy/kube-scheduler/scheduler-config.yaml"
+grep -q 'urlPrefix: "http://gpusched-kube.gpusched-system.svc:8888"' "$SCHED_SRC" ||
+  die "$SCHED_SRC: extender urlPrefix not found (the sed below would not apply)"
+sed "s#http://gpusched-kube.gpusched-system.svc:8888#http://127.0.0.1:$EXT_PORT#" "$SCHED_SRC" >"$WORK/scheduler-config.yaml"
+log "starting a fresh control plane in $CLUSTER (extender at 127.0.0.1:$EXT_PORT)"
+"$HERE/cluster-down.sh" "$CLUSTER" >/dev/null 2>&1 || true
+KUBE_SCHEDULER_CONFIG="$WORK/scheduler-config.yaml" "$HERE/cluster-up.sh" "$CLUSTER" >/dev/null
+# shellcheck disable=SC1091
+. "$CLUSTER/env.sh"
+
+# ---- gpusched-server -------------------------------------------------------------------------------
+"$SERVER_BIN" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 >"$WORK/server.out" 2>"$WORK/server.log" &
+SERVER_PID=$!
+SERVICE_ADDR=""
+for _ in $(seq 100); do
+  SERVICE_ADDR="$(sed -n 's/.*grpc=\([^ ]*\).*/\1/p' "$WORK/server.out" 2>/dev/null | head -n1)"
+  [[ -n "$SERVICE_ADDR" ]] && break
+  kill -0 "$SERVER_PID" 2>/dev/null || die "gpusched-server exited: $(tail -n 20 "$WORK/server.log")"
+  sleep 0.1
+done
+[[ -n "$SERVICE_ADDR" ]] || die "gpusched-server did not print its address"
+log "gpusched-server at $SERVICE_ADDR"
+
+# ---- manifests of deploy/: all validated by the apiserver; RBAC and webhooks applied --------------
+log "validating every manifest of deploy/ server-side (kubectl apply --dry-run=server -k deploy/)"
+kubectl apply -f deploy/namespace.yaml >/dev/null
+kubectl apply --dry-run=server -k deploy/ >"$WORK/dry-run.txt" || die "server-side validation of deploy/ failed"
+# The agent's manifests (deploy/agent/, owned by the agent) are validated too, as a warning only.
+if [[ -f deploy/agent/daemonset.yaml ]]; then
+  kubectl apply --dry-run=server -f deploy/agent/daemonset.yaml >>"$WORK/dry-run.txt" 2>&1 ||
+    log "WARNING: deploy/agent/daemonset.yaml does not pass server-side validation (see $WORK/dry-run.txt)"
+fi
+kubectl apply -f deploy/kube-shim/serviceaccount.yaml -f deploy/kube-shim/rbac.yaml >/dev/null
+TOKEN="$(kubectl -n gpusched-system create token gpusched-kube --duration=2h)"
+cat >"$WORK/shim.kubeconfig" <<KCFG
+apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: $APISERVER_URL
+    certificate-authority: $KUBE_CA_FILE
+users:
+- name: gpusched-kube
+  user:
+    token: $TOKEN
+contexts:
+- name: gpusched-kube@e2e
+  context: {cluster: e2e, user: gpusched-kube, namespace: gpusched-system}
+current-context: gpusched-kube@e2e
+KCFG
+chmod 600 "$WORK/shim.kubeconfig"
+# The token is bound by exactly that RBAC: check a few things it may and may not do.
+SA=(--kubeconfig "$WORK/shim.kubeconfig")
+[[ "$(kubectl "${SA[@]}" auth can-i create pods --subresource=binding -A)" == yes ]] || die "SA cannot bind pods"
+[[ "$(kubectl "${SA[@]}" auth can-i watch nodes 2>/dev/null)" == yes ]] || die "SA cannot watch nodes"
+[[ "$(kubectl "${SA[@]}" auth can-i update leases/gpusched-kube -n gpusched-system)" == yes ]] || die "SA cannot update its lease"
+[[ "$(kubectl "${SA[@]}" auth can-i patch pods -A 2>/dev/null || true)" == no ]] || die "SA may patch pods (more than needed)"
+[[ "$(kubectl "${SA[@]}" auth can-i update leases/kube-scheduler -n kube-system 2>/dev/null || true)" == no ]] || die "SA may touch other leases"
+
+CA_B64="$(base64 -w0 <"$PKI/ca.crt")"
+WEBHOOKS_SRC="$REPO/deploy/webhook/webhooks.yaml"
+for p in validate mutate; do
+  grep -q "service: {name: gpusched-kube, namespace: gpusched-system, path: /$p, port: 443}" "$WEBHOOKS_SRC" ||
+    die "$WEBHOOKS_SRC: clientConfig for /$p not found (the sed below would not apply)"
+done
+sed -e "s#service: {name: gpusched-kube, namespace: gpusched-system, path: \(/[a-z]*\), port: 443}#url: \"https://127.0.0.1:$WH_PORT\1\"#" \
+    -e "s|# caBundle: <base64 CA PEM>|caBundle: $CA_B64|" "$WEBHOOKS_SRC" >"$WORK/webhooks.yaml"
+kubectl apply -f "$WORK/webhooks.yaml" >/dev/null
+log "applied RBAC and webhook configurations from deploy/ (webhooks at https://127.0.0.1:$WH_PORT)"
+
+# ---- the scenarios ---------------------------------------------------------------------------------
+export GPUSCHED_E2E=1
+export E2E_WORKDIR="$WORK"
+export E2E_SHIM_BIN="$KUBE_SHIM_BIN"
+export E2E_SHIM_KUBECONFIG="$WORK/shim.kubeconfig"
+export E2E_SERVICE_ADDR="http://$SERVICE_ADDR"
+export E2E_EXTENDER_PROXY_PORT="$EXT_PORT"
+export E2E_WEBHOOK_PROXY_PORT="$WH_PORT"
+export E2E_WEBHOOK_CERT="$PKI/tls.crt"
+export E2E_WEBHOOK_KEY="$PKI/tls.key"
+export E2E_WEBHOOKS_FILE="$WORK/webhooks.yaml"
+export E2E_SCHEDULER_KUBECONFIG="$CLUSTER/scheduler.kubeconfig"
+export E2E_RESULTS="$WORK/results.md"
+rm -f "$E2E_RESULTS"
+log "running clients/kube-shim/tests/e2e.rs"
+nice cargo test -q -p gpusched-kube --test e2e -- --ignored --nocapture --test-threads=1
+
+if [[ -s "$E2E_RESULTS" ]]; then
+  log "results:"
+  cat "$E2E_RESULTS" >&2
+  if [[ "${E2E_UPDATE_README:-0}" == 1 ]]; then
+    python3 - "$HERE/README.md" "$E2E_RESULTS" <<'PY'
+import sys, re
+readme, results = sys.argv[1], open(sys.argv[2]).read().strip()
+text = open(readme).read()
+block = "<!-- e2e-results:begin -->\n" + results + "\n<!-- e2e-results:end -->"
+if "<!-- e2e-results:begin -->" in text:
+    text = re.sub(r"<!-- e2e-results:begin -->.*?<!-- e2e-results:end -->", lambda m: block, text, flags=re.S)
+else:
+    text = text.rstrip() + "\n\n## Measured results (last `E2E_UPDATE_README=1 deploy/e2e/test.sh`)\n\n" + block + "\n"
+open(readme, "w").write(text)
+PY
+    log "wrote the results into deploy/e2e/README.md"
+  fi
+fi
+log "PASS"
