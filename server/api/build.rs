@@ -22,6 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .build_client(true)
         .btree_map(".")
+        .codec_path("crate::codec::SliceCodec")
         .compile_fds(fds)?;
     Ok(())
 }

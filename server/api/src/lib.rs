@@ -18,3 +18,5 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/gpusched_descriptor.bin"));
 
 pub mod json;
+
+pub mod codec;
