@@ -8,7 +8,7 @@ use bytes::{Buf as _, BufMut as _, Bytes};
 use http::uri::PathAndQuery;
 use serde::Serialize;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::synth::Encoded;
 
@@ -87,22 +87,17 @@ impl Codec for RawCodec {
 /// Largest message either way (the server's default limit).
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
-/// Opens `n` HTTP/2 connections to `addr` (`host:port` or a URI).
+/// Opens `n` HTTP/2 connections to `addr` (`host:port` or a URI), through the Rust client's
+/// connection builder.
 pub async fn connect(addr: &str, n: usize) -> anyhow::Result<Vec<Channel>> {
-    let uri = if addr.contains("://") {
-        addr.to_owned()
-    } else {
-        format!("http://{addr}")
-    };
+    let builder = gpusched_client::ClientBuilder::new(addr).connect_timeout(Duration::from_secs(5));
     let mut out = Vec::with_capacity(n.max(1));
     for _ in 0..n.max(1) {
-        // One Endpoint::connect is one TCP connection (one HTTP/2 session).
-        let ch = Endpoint::from_shared(uri.clone())?
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .connect()
+        // One connect is one TCP connection (one HTTP/2 session).
+        let ch = builder
+            .connect_channel()
             .await
-            .map_err(|e| anyhow::anyhow!("connecting to {uri}: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("connecting to {addr}: {e}"))?;
         out.push(ch);
     }
     Ok(out)

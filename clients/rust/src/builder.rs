@@ -147,6 +147,12 @@ impl ClientBuilder {
         Ok(self.client(channel))
     }
 
+    /// Connects and returns the configured channel itself (address, TLS, connect timeout), for
+    /// callers that bring their own codec, such as the load tester sending pre-encoded requests.
+    pub async fn connect_channel(&self) -> Result<tonic::transport::Channel, Error> {
+        Ok(self.endpoint()?.connect().await?)
+    }
+
     /// Connects on first use.
     pub fn connect_lazy(self) -> Result<Client, Error> {
         let channel = self.endpoint()?.connect_lazy();
