@@ -7,6 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 case "$target_dir" in /*) ;; *) target_dir="$PWD/$target_dir" ;; esac
-cargo build -q -p gpusched-server -p gpusched-loadtest
+cargo build -q -p gpusched-service -p gpusched-loadtest
 GPUSCHED_SERVER_BIN="$target_dir/debug/gpusched-server" \
   cargo test -q -p gpusched-loadtest --test smoke -- --nocapture

@@ -20,7 +20,7 @@ target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 server_bin() {
   # One build of the server for every non-Rust suite.
   if [ -z "${GPUSCHED_SERVER_BIN:-}" ]; then
-    cargo build -p gpusched-server
+    cargo build -p gpusched-service
     export GPUSCHED_SERVER_BIN="$target_dir/debug/gpusched-server"
   fi
   export GPUSCHED_SKIP_CARGO_BUILD=1
@@ -51,7 +51,7 @@ for stage in "${stages[@]}"; do
       if [ -x loadtest/smoke.sh ]; then log "loadtest smoke run"; loadtest/smoke.sh; fi
       ;;
     e2e)
-      if [ -x clients/node-agent/e2e-test.sh ]; then log "node agent on a real kube-apiserver"; clients/node-agent/e2e-test.sh; fi
+      if [ -x clients/agent/e2e-test.sh ]; then log "node agent on a real kube-apiserver"; clients/agent/e2e-test.sh; fi
       if [ -x deploy/e2e/test.sh ]; then log "scheduler extender and webhook on a real control plane"; deploy/e2e/test.sh; fi
       ;;
     *) echo "unknown stage $stage (proto | rust | go | python | loadtest | e2e)" >&2; exit 2 ;;

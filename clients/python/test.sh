@@ -52,8 +52,8 @@ if [[ -z "${GPUSCHED_SERVER_BIN:-}" ]]; then
   target="${CARGO_TARGET_DIR:-target}"
   [[ "$target" = /* ]] || target="$REPO/$target"
   if [[ "${GPUSCHED_SKIP_CARGO_BUILD:-0}" != 1 ]]; then
-    step "cargo build -p gpusched-server"
-    if ! (cd "$REPO" && cargo build -p gpusched-server); then
+    step "cargo build -p gpusched-service"
+    if ! (cd "$REPO" && cargo build -p gpusched-service); then
       if [[ "${GPUSCHED_ALLOW_SKIP:-0}" == 1 ]]; then
         echo "test.sh: cargo build failed; GPUSCHED_ALLOW_SKIP=1, live-server tests will be skipped" >&2
       else

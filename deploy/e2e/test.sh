@@ -3,7 +3,7 @@
 # 127.0.0.1, no kubelet): the kube-scheduler runs deploy/kube-scheduler/scheduler-config.yaml with
 # the extender pointed at the local gpusched-kube, the RBAC and webhook configurations of deploy/
 # are applied to the apiserver (and every manifest is validated server-side), gpusched-kube runs
-# with a ServiceAccount token bound only by that RBAC, then clients/kube-shim/tests/e2e.rs runs
+# with a ServiceAccount token bound only by that RBAC, then clients/kube/tests/e2e.rs runs
 # the scenarios (seed stories, weights, admission, mutex, bursts, restart, two replicas).
 #
 #   deploy/e2e/test.sh                 # called by scripts/test.sh (stage e2e)
@@ -57,7 +57,7 @@ PROFILE=debug
 PROFILE_FLAG=()
 if [[ "${E2E_RELEASE:-0}" == 1 ]]; then PROFILE=release; PROFILE_FLAG=(--release); fi
 log "building gpusched-server, gpusched-kube ($PROFILE) and the e2e test"
-nice cargo build -q "${PROFILE_FLAG[@]}" -p gpusched-server -p gpusched-kube
+nice cargo build -q "${PROFILE_FLAG[@]}" -p gpusched-service -p gpusched-kube
 nice cargo test -q -p gpusched-kube --test e2e --no-run 2>/dev/null
 SERVER_BIN="${GPUSCHED_SERVER_BIN:-$TARGET_DIR/$PROFILE/gpusched-server}"
 KUBE_SHIM_BIN="$TARGET_DIR/$PROFILE/gpusched-kube"
@@ -168,7 +168,7 @@ export E2E_WEBHOOKS_FILE="$WORK/webhooks.yaml"
 export E2E_SCHEDULER_KUBECONFIG="$CLUSTER/scheduler.kubeconfig"
 export E2E_RESULTS="$WORK/results.md"
 rm -f "$E2E_RESULTS"
-log "running clients/kube-shim/tests/e2e.rs"
+log "running clients/kube/tests/e2e.rs"
 nice cargo test -q -p gpusched-kube --test e2e -- --ignored --nocapture --test-threads=1
 
 if [[ -s "$E2E_RESULTS" ]]; then

@@ -503,7 +503,7 @@ fn server(
         Some(b) => b.clone(),
         None => default_server_bin().ok_or_else(|| {
             anyhow!(
-                "no gpusched-server binary found: build it (cargo build --release -p gpusched-server) or give --server-bin"
+                "no gpusched-server binary found: build it (cargo build --release -p gpusched-service) or give --server-bin"
             )
         })?,
     };

@@ -14,9 +14,9 @@ use anyhow::anyhow;
 use bytes::BytesMut;
 use gpusched_api::v1;
 use gpusched_engine as engine;
-use gpusched_server::Settings;
-use gpusched_server::convert;
-use gpusched_server::error::ServiceError;
+use gpusched_service::Settings;
+use gpusched_service::convert;
+use gpusched_service::error::ServiceError;
 use prost::Message as _;
 
 use crate::report::{Collector, RunReport, STAGES};
@@ -26,7 +26,7 @@ use crate::wire::{Rpc, Summary, summarize};
 /// The server's default settings (embedded configuration, no file, no environment).
 pub fn default_settings() -> anyhow::Result<Settings> {
     let env = BTreeMap::new();
-    let file = gpusched_server::config::load(None, &env, &gpusched_server::Overrides::default())?;
+    let file = gpusched_service::config::load(None, &env, &gpusched_service::Overrides::default())?;
     Ok(file.validate(&env)?)
 }
 

@@ -695,7 +695,7 @@ mod tests {
                 assert!(ws.iter().any(|(k, _)| *k == kind), "{kind} missing");
             }
             for (kind, w) in ws {
-                let parsed = gpusched_server::convert::workload_in(
+                let parsed = gpusched_service::convert::workload_in(
                     Some(w),
                     "workload",
                     &settings.defaults,

@@ -81,7 +81,7 @@ func needServer(t testing.TB) {
 	if allowSkip() {
 		t.Skipf("no gpusched-server (GPUSCHED_ALLOW_SKIP=1): %s", serverMissing)
 	}
-	t.Fatalf("no gpusched-server: %s (set GPUSCHED_SERVER_BIN, build it with `cargo build -p gpusched-server`, or set GPUSCHED_ALLOW_SKIP=1 to skip)", serverMissing)
+	t.Fatalf("no gpusched-server: %s (set GPUSCHED_SERVER_BIN, build it with `cargo build -p gpusched-service`, or set GPUSCHED_ALLOW_SKIP=1 to skip)", serverMissing)
 }
 
 // clientsGoDir is clients/go (the directory of go.mod).

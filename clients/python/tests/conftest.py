@@ -73,7 +73,7 @@ def start_server(extra_args: list[str], log_path: Path) -> RunningServer:
     if not binary.is_file():
         msg = (
             f"gpusched-server binary not found at {binary} (set GPUSCHED_SERVER_BIN, or build it: "
-            "cargo build -p gpusched-server)"
+            "cargo build -p gpusched-service)"
         )
         if os.environ.get("GPUSCHED_ALLOW_SKIP") == "1":
             pytest.skip(msg)

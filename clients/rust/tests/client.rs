@@ -15,17 +15,17 @@ use tonic::{Code, Request, Response, Status};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::layer::SubscriberExt;
 
-async fn live() -> gpusched_server::Running {
-    let flags = gpusched_server::Overrides {
+async fn live() -> gpusched_service::Running {
+    let flags = gpusched_service::Overrides {
         listen: Some("127.0.0.1:0".into()),
         no_metrics: true,
         ..Default::default()
     };
-    let settings = gpusched_server::config::load(None, &BTreeMap::new(), &flags)
+    let settings = gpusched_service::config::load(None, &BTreeMap::new(), &flags)
         .unwrap()
         .validate(&BTreeMap::new())
         .unwrap();
-    gpusched_server::start(settings, Arc::new(gpusched_server::Metrics::new()))
+    gpusched_service::start(settings, Arc::new(gpusched_service::Metrics::new()))
         .await
         .unwrap()
 }
@@ -77,18 +77,18 @@ async fn invalid_annotation_is_a_typed_error() {
 
 #[tokio::test]
 async fn resource_exhausted_names_the_limit() {
-    let flags = gpusched_server::Overrides {
+    let flags = gpusched_service::Overrides {
         listen: Some("127.0.0.1:0".into()),
         no_metrics: true,
         ..Default::default()
     };
     let env: BTreeMap<String, String> =
         [("GPUSCHED_LIMITS__MAX_NODES".to_owned(), "1".to_owned())].into();
-    let settings = gpusched_server::config::load(None, &env, &flags)
+    let settings = gpusched_service::config::load(None, &env, &flags)
         .unwrap()
         .validate(&BTreeMap::new())
         .unwrap();
-    let server = gpusched_server::start(settings, Arc::new(gpusched_server::Metrics::new()))
+    let server = gpusched_service::start(settings, Arc::new(gpusched_service::Metrics::new()))
         .await
         .unwrap();
     let client = ClientBuilder::new(server.grpc_addr.to_string())

@@ -10,17 +10,17 @@ use gpusched_api::json::{from_json, to_json};
 use gpusched_client::{Client, ClientBuilder, Error, v1};
 use serde_json::Value;
 
-async fn server() -> (gpusched_server::Running, Client) {
-    let flags = gpusched_server::Overrides {
+async fn server() -> (gpusched_service::Running, Client) {
+    let flags = gpusched_service::Overrides {
         listen: Some("127.0.0.1:0".into()),
         no_metrics: true,
         ..Default::default()
     };
-    let settings = gpusched_server::config::load(None, &BTreeMap::new(), &flags)
+    let settings = gpusched_service::config::load(None, &BTreeMap::new(), &flags)
         .unwrap()
         .validate(&BTreeMap::new())
         .unwrap();
-    let running = gpusched_server::start(settings, Arc::new(gpusched_server::Metrics::new()))
+    let running = gpusched_service::start(settings, Arc::new(gpusched_service::Metrics::new()))
         .await
         .unwrap();
     let client = ClientBuilder::new(format!("http://{}", running.grpc_addr))

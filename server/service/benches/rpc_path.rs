@@ -1,4 +1,4 @@
-//! `cargo bench -p gpusched-server --bench rpc_path`: where the time of one Allocate goes on
+//! `cargo bench -p gpusched-service --bench rpc_path`: where the time of one Allocate goes on
 //! the server, without the network: protobuf decode, conversion to engine types, the
 //! decision, the response encode.
 
@@ -8,7 +8,7 @@ use std::hint::black_box;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use gpusched_api::v1;
 use gpusched_engine::allocate;
-use gpusched_server::convert;
+use gpusched_service::convert;
 use prost::Message;
 
 // As in the gpusched-server binary.
@@ -74,10 +74,10 @@ fn request(nodes: usize) -> v1::AllocateRequest {
 }
 
 fn bench(c: &mut Criterion) {
-    let settings = gpusched_server::config::load(
+    let settings = gpusched_service::config::load(
         None,
         &BTreeMap::new(),
-        &gpusched_server::Overrides::default(),
+        &gpusched_service::Overrides::default(),
     )
     .and_then(|c| c.validate(&BTreeMap::new()))
     .expect("default settings");

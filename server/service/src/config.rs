@@ -201,7 +201,7 @@ pub struct AnnotationsConfig {
 pub struct TelemetryConfig {
     /// `text` | `json`.
     pub log_format: String,
-    /// A `tracing` filter, e.g. `info` or `gpusched_server=debug`.
+    /// A `tracing` filter, e.g. `info` or `gpusched_service=debug`.
     pub log_level: String,
     /// OTLP/gRPC endpoint for traces, e.g. `http://127.0.0.1:4317`; empty = traces off
     /// (the standard `OTEL_EXPORTER_OTLP_ENDPOINT` also turns them on).

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Parser;
-use gpusched_server::{FileConfig, Metrics, Overrides};
+use gpusched_service::{FileConfig, Metrics, Overrides};
 
 // Decoding a request allocates a string per card id and type: mimalloc makes that several
 // times cheaper than the system allocator.
@@ -51,7 +51,7 @@ struct Cli {
     /// Log format (text | json).
     #[arg(long, value_name = "FORMAT")]
     log_format: Option<String>,
-    /// Log filter, e.g. info or gpusched_server=debug.
+    /// Log filter, e.g. info or gpusched_service=debug.
     #[arg(long, value_name = "FILTER")]
     log_level: Option<String>,
     /// OTLP/gRPC endpoint for traces, e.g. http://127.0.0.1:4317.
@@ -98,7 +98,7 @@ fn main() -> std::process::ExitCode {
         otlp_endpoint: cli.otlp_endpoint,
     };
     let file_config: FileConfig =
-        match gpusched_server::config::load(cli.config.as_deref(), &env, &flags) {
+        match gpusched_service::config::load(cli.config.as_deref(), &env, &flags) {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("gpusched-server: {e}");
@@ -125,15 +125,15 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run(settings: gpusched_server::Settings) -> anyhow::Result<()> {
+fn run(settings: gpusched_service::Settings) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("tokio runtime")?;
     runtime.block_on(async move {
-        let _telemetry = gpusched_server::telemetry::init(&settings.telemetry)?;
+        let _telemetry = gpusched_service::telemetry::init(&settings.telemetry)?;
         let metrics = Arc::new(Metrics::new());
-        let running = gpusched_server::start(settings, metrics).await?;
+        let running = gpusched_service::start(settings, metrics).await?;
         let metrics_text = running
             .metrics_addr
             .map_or_else(|| "off".to_owned(), |a| a.to_string());

@@ -644,16 +644,16 @@ async fn deadlines_are_honoured() {
     let mut md = tonic::metadata::MetadataMap::new();
     md.insert("grpc-timeout", "250m".parse().unwrap());
     assert_eq!(
-        gpusched_server::call::grpc_timeout(&md),
+        gpusched_service::call::grpc_timeout(&md),
         Some(std::time::Duration::from_millis(250))
     );
     md.insert("grpc-timeout", "3S".parse().unwrap());
     assert_eq!(
-        gpusched_server::call::grpc_timeout(&md),
+        gpusched_service::call::grpc_timeout(&md),
         Some(std::time::Duration::from_secs(3))
     );
     md.insert("grpc-timeout", "x".parse().unwrap());
-    assert_eq!(gpusched_server::call::grpc_timeout(&md), None);
+    assert_eq!(gpusched_service::call::grpc_timeout(&md), None);
     let server = TestServer::start(&[("limits.blocking_threshold_cards", "1")]).await;
     // A reasonable deadline passes, on the blocking pool too.
     let mut req = tonic::Request::new(allocate_req(vec![node("a", 1, 8000)], one_gpu()));

@@ -51,9 +51,9 @@ async fn tls_server(dir: &std::path::Path, pki: &Pki, client_ca: Option<&Pki>) -
         overrides.push(("tls.client_ca", ca_path.as_str()));
     }
     let settings = settings(&overrides);
-    let running = gpusched_server::start(
+    let running = gpusched_service::start(
         settings,
-        std::sync::Arc::new(gpusched_server::Metrics::new()),
+        std::sync::Arc::new(gpusched_service::Metrics::new()),
     )
     .await
     .unwrap();

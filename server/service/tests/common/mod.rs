@@ -7,7 +7,7 @@ use std::sync::Arc;
 use gpusched_api::v1;
 use gpusched_api::v1::inventory_service_client::InventoryServiceClient;
 use gpusched_api::v1::placement_service_client::PlacementServiceClient;
-use gpusched_server::{Metrics, Overrides, Running, Settings};
+use gpusched_service::{Metrics, Overrides, Running, Settings};
 use tonic::transport::Channel;
 
 /// Settings from the embedded defaults, ports 0, with `env`-style overrides
@@ -27,7 +27,7 @@ pub fn settings(overrides: &[(&str, &str)]) -> Settings {
         metrics_listen: Some("127.0.0.1:0".into()),
         ..Overrides::default()
     };
-    gpusched_server::config::load(None, &env, &flags)
+    gpusched_service::config::load(None, &env, &flags)
         .unwrap()
         .validate(&BTreeMap::new())
         .unwrap()
@@ -44,7 +44,7 @@ impl TestServer {
     }
 
     pub async fn start_with(settings: Settings) -> TestServer {
-        let running = gpusched_server::start(settings, Arc::new(Metrics::new()))
+        let running = gpusched_service::start(settings, Arc::new(Metrics::new()))
             .await
             .unwrap();
         let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))

@@ -12,7 +12,7 @@
 #     they stay;
 #  5. the Rust test tests/kube_e2e.rs (ignored in plain `cargo test`) runs against the cluster.
 #
-#   clients/node-agent/e2e-test.sh            # exit 0 = PASS
+#   clients/agent/e2e-test.sh            # exit 0 = PASS
 #
 # Env: AGENT_E2E_CLUSTER=DIR reuse/keep a cluster workdir (default: a fresh one, torn down);
 #      KEEP=1 keep the work directory; CARGO_TARGET_DIR as for cargo; CC (default cc).
@@ -65,7 +65,7 @@ wait_until() {
 
 # ---- build --------------------------------------------------------------------------------------
 log "building gpusched-agent and gpusched-server"
-(cd "$REPO" && nice cargo build -q -p gpusched-agent -p gpusched-server)
+(cd "$REPO" && nice cargo build -q -p gpusched-agent -p gpusched-service)
 BIN="${CARGO_TARGET_DIR:-$REPO/target}/debug"
 [[ -x "$BIN/gpusched-agent" && -x "$BIN/gpusched-server" ]] || fail "binaries not found in $BIN"
 

@@ -141,17 +141,17 @@ pub fn uuid(i: u32) -> String {
 }
 
 /// A gpusched-server on 127.0.0.1:0 with its embedded default configuration.
-pub async fn start_server() -> gpusched_server::Running {
-    let flags = gpusched_server::Overrides {
+pub async fn start_server() -> gpusched_service::Running {
+    let flags = gpusched_service::Overrides {
         listen: Some("127.0.0.1:0".into()),
         no_metrics: true,
         ..Default::default()
     };
-    let settings = gpusched_server::config::load(None, &BTreeMap::new(), &flags)
+    let settings = gpusched_service::config::load(None, &BTreeMap::new(), &flags)
         .expect("server config")
         .validate(&BTreeMap::new())
         .expect("server settings");
-    gpusched_server::start(settings, Arc::new(gpusched_server::Metrics::new()))
+    gpusched_service::start(settings, Arc::new(gpusched_service::Metrics::new()))
         .await
         .expect("server start")
 }

@@ -4,7 +4,7 @@
 # embedded default configuration: split count 10, no scaling) and print
 # `gpusched-agent inventory --format json` on stdout. Exit 0 when the inventory was printed.
 #
-#   clients/node-agent/scripts/gpu-check.sh > inventory.json
+#   clients/agent/scripts/gpu-check.sh > inventory.json
 #
 # stderr gets the progress, nvidia-smi -L (when present), the raw NVML facts and the gres.conf
 # and HAMi forms, so the whole output can be pasted into a report.
@@ -33,7 +33,7 @@ trap cleanup EXIT
 # ---- binaries -----------------------------------------------------------------------------------
 if [[ -z "${AGENT_BIN:-}" || -z "${SERVER_BIN:-}" ]]; then
   command -v cargo >/dev/null || { log "cargo not found (install Rust, or set AGENT_BIN and SERVER_BIN)"; exit 1; }
-  flags=(-p gpusched-agent -p gpusched-server)
+  flags=(-p gpusched-agent -p gpusched-service)
   [[ "$PROFILE" == release ]] && flags+=(--release)
   log "building gpusched-agent and gpusched-server ($PROFILE)"
   if ! (cd "$REPO" && cargo build -q "${flags[@]}"); then

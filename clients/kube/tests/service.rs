@@ -19,17 +19,17 @@ use kube::runtime::reflector;
 use kube::runtime::watcher::Event;
 use serde_json::json;
 
-async fn server() -> gpusched_server::Running {
-    let flags = gpusched_server::Overrides {
+async fn server() -> gpusched_service::Running {
+    let flags = gpusched_service::Overrides {
         listen: Some("127.0.0.1:0".into()),
         no_metrics: true,
         ..Default::default()
     };
-    let settings = gpusched_server::config::load(None, &BTreeMap::new(), &flags)
+    let settings = gpusched_service::config::load(None, &BTreeMap::new(), &flags)
         .unwrap()
         .validate(&BTreeMap::new())
         .unwrap();
-    gpusched_server::start(settings, Arc::new(gpusched_server::Metrics::new()))
+    gpusched_service::start(settings, Arc::new(gpusched_service::Metrics::new()))
         .await
         .unwrap()
 }
@@ -69,7 +69,7 @@ fn holder(name: &str, node: &str, devices: &str) -> Pod {
 }
 
 struct Fixture {
-    _server: gpusched_server::Running,
+    _server: gpusched_service::Running,
     shim: Arc<Shim>,
     leader: Arc<Leadership>,
 }

@@ -1,5 +1,5 @@
 //! The Kubernetes publisher against a real kube-apiserver. Ignored in a plain `cargo test`
-//! (there is no cluster); `clients/node-agent/e2e-test.sh` starts one and runs it with
+//! (there is no cluster); `clients/agent/e2e-test.sh` starts one and runs it with
 //! `--ignored` and `GPUSCHED_AGENT_E2E=1`. When run without a cluster it fails: it never passes
 //! silently.
 
@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
 async fn client() -> kube::Client {
-    let hint = "a kube-apiserver is required: run clients/node-agent/e2e-test.sh";
+    let hint = "a kube-apiserver is required: run clients/agent/e2e-test.sh";
     assert!(
         std::env::var("KUBECONFIG").is_ok_and(|k| !k.is_empty()),
         "KUBECONFIG is not set ({hint}; GPUSCHED_AGENT_E2E={:?})",
@@ -46,7 +46,7 @@ fn capacity(node: &Node) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a kube-apiserver: clients/node-agent/e2e-test.sh runs it"]
+#[ignore = "needs a kube-apiserver: clients/agent/e2e-test.sh runs it"]
 async fn publisher_on_a_real_apiserver() {
     let client = client().await;
     let nodes: Api<Node> = Api::all(client.clone());
