@@ -1,0 +1,102 @@
+//! Installs the process's `tracing` subscriber: logs (text or JSON on stderr) filtered by
+//! `log_level` and, when an OTLP endpoint is set, the binary's spans exported over OTLP/gRPC.
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, filter};
+
+use crate::telemetry::{LogFormat, Telemetry};
+
+/// Logging or tracing could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    /// The OTLP exporter could not be built.
+    #[error("OTLP exporter {endpoint}: {reason}")]
+    Exporter {
+        /// The endpoint.
+        endpoint: String,
+        /// Why.
+        reason: String,
+    },
+    /// The filter was refused or a global subscriber was already set.
+    #[error("logging: {0}")]
+    Subscriber(String),
+}
+
+/// Flushes and stops the trace pipeline when dropped; keep it alive in `main`.
+#[derive(Debug)]
+pub struct TelemetryGuard {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Drop for TelemetryGuard {
+    fn drop(&mut self) {
+        if let Some(p) = self.provider.take() {
+            let _ = p.force_flush();
+            let _ = p.shutdown();
+        }
+    }
+}
+
+/// Installs the subscriber. `span_target` is the crate whose spans are exported (e.g.
+/// `gpusched_service`), independently of the log level; call inside a tokio runtime when an
+/// OTLP endpoint is set.
+pub fn init(t: &Telemetry, span_target: &'static str) -> Result<TelemetryGuard, TelemetryError> {
+    let log_filter =
+        EnvFilter::try_new(&t.log_level).map_err(|e| TelemetryError::Subscriber(e.to_string()))?;
+    let fmt = match t.log_format {
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(std::io::stderr)
+            .with_filter(log_filter)
+            .boxed(),
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .with_filter(log_filter)
+            .boxed(),
+    };
+    let mut provider = None;
+    let otel = match &t.otlp_endpoint {
+        None => None,
+        Some(endpoint) => {
+            use opentelemetry_otlp::WithExportConfig;
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(endpoint.clone())
+                .build()
+                .map_err(|e| TelemetryError::Exporter {
+                    endpoint: endpoint.clone(),
+                    reason: e.to_string(),
+                })?;
+            let p = SdkTracerProvider::builder()
+                .with_batch_exporter(exporter)
+                .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+                    t.sample_ratio,
+                ))))
+                .with_resource(
+                    Resource::builder()
+                        .with_service_name(t.service_name.clone())
+                        .build(),
+                )
+                .build();
+            let tracer = p.tracer(t.service_name.clone());
+            provider = Some(p);
+            let spans = filter::Targets::new().with_target(span_target, tracing::Level::INFO);
+            Some(
+                tracing_opentelemetry::layer()
+                    .with_tracer(tracer)
+                    .with_filter(spans),
+            )
+        }
+    };
+    tracing_subscriber::registry()
+        .with(fmt)
+        .with(otel)
+        .try_init()
+        .map_err(|e| TelemetryError::Subscriber(e.to_string()))?;
+    Ok(TelemetryGuard { provider })
+}
