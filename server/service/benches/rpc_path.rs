@@ -74,13 +74,7 @@ fn request(nodes: usize) -> v1::AllocateRequest {
 }
 
 fn bench(c: &mut Criterion) {
-    let settings = gpusched_service::config::load(
-        None,
-        &BTreeMap::new(),
-        &gpusched_service::Overrides::default(),
-    )
-    .and_then(|c| c.validate(&BTreeMap::new()))
-    .expect("default settings");
+    let settings = gpusched_service::config::default_settings().expect("default settings");
     let mut g = c.benchmark_group("allocate_rpc_path");
     for n in [100usize, 1000] {
         let req = request(n);

@@ -13,8 +13,11 @@ pub mod metrics;
 pub mod placement;
 pub mod server;
 pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 
-pub use config::{ConfigError, FileConfig, Overrides, Settings};
+pub use config::{FileConfig, Settings};
+pub use gpusched_runtime::ConfigError;
 pub use error::ServiceError;
 pub use metrics::Metrics;
 pub use server::{Running, ServeError, start};

@@ -1,137 +1,103 @@
 //! `gpusched-server`: runs the placement service with the embedded default configuration,
-//! layered with an optional file, `GPUSCHED_...` variables and flags.
+//! layered with an optional file, `GPUSCHED_SERVER_...` variables and flags.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Parser;
-use gpusched_service::{FileConfig, Metrics, Overrides};
+use gpusched_runtime::CommonArgs;
+use gpusched_runtime::flags::{negate, not_given};
+use gpusched_service::config::{FileConfig, SPEC};
+use gpusched_service::{Metrics, Settings};
+use serde::Serialize;
 
 // Decoding a request allocates a string per card id and type: mimalloc makes that several
 // times cheaper than the system allocator.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// The stateless GPU placement service.
-#[derive(Debug, Parser)]
+/// The stateless GPU placement service. Each flag sets the configuration key it names.
+#[derive(Debug, Parser, Serialize)]
 #[command(name = "gpusched-server", version, about)]
 struct Cli {
-    /// Configuration file (.toml, .yaml or .yml); defaults are embedded.
-    #[arg(long, value_name = "PATH")]
-    config: Option<PathBuf>,
-    /// Print the effective configuration (TOML) and exit.
-    #[arg(long)]
-    print_config: bool,
-    /// gRPC listen address (port 0 picks a free port).
+    #[command(flatten)]
+    #[serde(flatten)]
+    common: CommonArgs,
+    /// gRPC listen address (port 0 picks a free port). Key: listen.
     #[arg(long, value_name = "ADDR")]
+    #[serde(rename = "listen", skip_serializing_if = "Option::is_none")]
     listen: Option<String>,
-    /// Metrics (Prometheus) listen address.
+    /// Metrics (Prometheus) listen address. Key: metrics.listen.
     #[arg(long, value_name = "ADDR")]
+    #[serde(rename = "metrics.listen", skip_serializing_if = "Option::is_none")]
     metrics_listen: Option<String>,
-    /// Do not serve metrics.
+    /// Do not serve metrics. Key: metrics.enabled.
     #[arg(long)]
+    #[serde(
+        rename = "metrics.enabled",
+        serialize_with = "negate",
+        skip_serializing_if = "not_given"
+    )]
     no_metrics: bool,
-    /// Server certificate chain (PEM): turns TLS on.
+    /// Server certificate chain (PEM): turns TLS on. Key: tls.cert.
     #[arg(long, value_name = "PEM")]
+    #[serde(rename = "tls.cert", skip_serializing_if = "Option::is_none")]
     tls_cert: Option<PathBuf>,
-    /// Server private key (PEM).
+    /// Server private key (PEM). Key: tls.key.
     #[arg(long, value_name = "PEM")]
+    #[serde(rename = "tls.key", skip_serializing_if = "Option::is_none")]
     tls_key: Option<PathBuf>,
-    /// CA for client certificates (PEM): mutual TLS.
+    /// CA for client certificates (PEM): mutual TLS. Key: tls.client_ca.
     #[arg(long, value_name = "PEM")]
+    #[serde(rename = "tls.client_ca", skip_serializing_if = "Option::is_none")]
     tls_client_ca: Option<PathBuf>,
-    /// Default node policy (binpack | spread).
+    /// Default node policy (binpack | spread). Key: policy.node_scheduler_policy.
     #[arg(long, value_name = "POLICY")]
+    #[serde(
+        rename = "policy.node_scheduler_policy",
+        skip_serializing_if = "Option::is_none"
+    )]
     node_policy: Option<String>,
     /// Default GPU policy (binpack | spread | mutex | topology-aware | numa | a chain).
+    /// Key: policy.gpu_scheduler_policy.
     #[arg(long, value_name = "POLICY")]
+    #[serde(
+        rename = "policy.gpu_scheduler_policy",
+        skip_serializing_if = "Option::is_none"
+    )]
     gpu_policy: Option<String>,
-    /// Log format (text | json).
-    #[arg(long, value_name = "FORMAT")]
-    log_format: Option<String>,
-    /// Log filter, e.g. info or gpusched_service=debug.
-    #[arg(long, value_name = "FILTER")]
-    log_level: Option<String>,
-    /// OTLP/gRPC endpoint for traces, e.g. http://127.0.0.1:4317.
-    #[arg(long, value_name = "URL")]
-    otlp_endpoint: Option<String>,
 }
 
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
-fn main() -> std::process::ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     let env: BTreeMap<String, String> = std::env::vars().collect();
-    let flags = Overrides {
-        listen: cli.listen,
-        metrics_listen: cli.metrics_listen,
-        no_metrics: cli.no_metrics,
-        tls_cert: cli.tls_cert,
-        tls_key: cli.tls_key,
-        tls_client_ca: cli.tls_client_ca,
-        node_policy: cli.node_policy,
-        gpu_policy: cli.gpu_policy,
-        log_format: cli.log_format,
-        log_level: cli.log_level,
-        otlp_endpoint: cli.otlp_endpoint,
+    let file: FileConfig = match SPEC.start(&cli.common, &cli, &env) {
+        Ok(c) => c,
+        Err(code) => return code,
     };
-    let file_config: FileConfig =
-        match gpusched_service::config::load(cli.config.as_deref(), &env, &flags) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("gpusched-server: {e}");
-                return std::process::ExitCode::from(2);
-            }
-        };
-    if cli.print_config {
-        print!("{}", file_config.to_toml());
-        return std::process::ExitCode::SUCCESS;
-    }
-    let settings = match file_config.validate(&env) {
+    let settings = match SPEC.check(file.validate(&env)) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("gpusched-server: {e}");
-            return std::process::ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     match run(settings) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpusched-server: {e:#}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }
 
-fn run(settings: gpusched_service::Settings) -> anyhow::Result<()> {
+fn run(settings: Settings) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("tokio runtime")?;
     runtime.block_on(async move {
-        let _telemetry = gpusched_service::telemetry::init(&settings.telemetry)?;
+        let _telemetry = gpusched_runtime::logging::init(&settings.telemetry, "gpusched_service")?;
         let metrics = Arc::new(Metrics::new());
         let running = gpusched_service::start(settings, metrics).await?;
         let metrics_text = running
@@ -142,7 +108,7 @@ fn run(settings: gpusched_service::Settings) -> anyhow::Result<()> {
             running.grpc_addr
         );
         tracing::info!(grpc = %running.grpc_addr, metrics = %metrics_text, "serving");
-        shutdown_signal().await;
+        gpusched_runtime::shutdown::signal().await;
         tracing::info!("shutting down: health NOT_SERVING, draining in-flight calls");
         running.shutdown().await?;
         tracing::info!("stopped");

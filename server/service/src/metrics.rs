@@ -1,6 +1,7 @@
-//! Prometheus metrics (prometheus-client; the registry is built in `main` and passed down).
+//! Prometheus metrics (prometheus-client; built in `main` and passed down; the registry is
+//! served by `gpusched_runtime::metrics`).
 
-use std::sync::Mutex;
+use std::sync::Arc;
 
 use gpusched_engine::Reason;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -45,7 +46,7 @@ fn nodes_histogram() -> Histogram {
 /// The service's metric families.
 #[derive(Debug)]
 pub struct Metrics {
-    registry: Mutex<Registry>,
+    registry: Arc<Registry>,
     requests: Family<RpcLabels, Counter>,
     latency: Family<RpcLabels, Histogram, fn() -> Histogram>,
     decisions: Family<DecisionLabels, Counter>,
@@ -97,7 +98,7 @@ impl Metrics {
             nodes.clone(),
         );
         Metrics {
-            registry: Mutex::new(registry),
+            registry: Arc::new(registry),
             requests,
             latency,
             decisions,
@@ -151,13 +152,13 @@ impl Metrics {
         }
     }
 
+    /// The registry holding every family (what the metrics endpoint serves).
+    pub fn registry(&self) -> Arc<Registry> {
+        Arc::clone(&self.registry)
+    }
+
     /// Prometheus text exposition.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        if let Ok(registry) = self.registry.lock() {
-            // Writing to a String cannot fail.
-            let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
-        }
-        out
+        gpusched_runtime::metrics::encode(&self.registry)
     }
 }

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::TcpListenerStream;
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::transport::Server;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
@@ -35,8 +35,14 @@ pub enum ServeError {
         source: std::io::Error,
     },
     /// TLS files could not be read or used.
+    #[error(transparent)]
+    Tls(#[from] gpusched_runtime::tls::TlsError),
+    /// The metrics endpoint could not start.
+    #[error(transparent)]
+    Metrics(#[from] gpusched_runtime::metrics::MetricsError),
+    /// tonic refused the TLS configuration.
     #[error("TLS: {0}")]
-    Tls(String),
+    TlsConfig(String),
     /// Reflection could not be built.
     #[error("reflection: {0}")]
     Reflection(String),
@@ -110,10 +116,6 @@ impl Running {
     }
 }
 
-fn read(path: &std::path::Path) -> Result<Vec<u8>, ServeError> {
-    std::fs::read(path).map_err(|e| ServeError::Tls(format!("{}: {e}", path.display())))
-}
-
 /// Binds and starts serving. Returns once both listeners are bound.
 pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running, ServeError> {
     let listener = TcpListener::bind(settings.listen)
@@ -126,33 +128,24 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
         addr: settings.listen,
         source,
     })?;
-    let metrics_listener = match settings.metrics_listen {
+    let mut builder = Server::builder();
+    if let Some(tls) = &settings.tls {
+        builder = builder
+            .tls_config(tls.load()?)
+            .map_err(|e| ServeError::TlsConfig(e.to_string()))?;
+    }
+    let (stop, stop_rx) = watch::channel(false);
+    let wait_stop = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    let metrics_server = match settings.metrics_listen {
         Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| ServeError::Bind { addr, source })?,
+            gpusched_runtime::metrics::serve(addr, metrics.registry(), wait_stop(stop_rx.clone()))
+                .await?,
         ),
         None => None,
     };
-    let metrics_addr = match &metrics_listener {
-        Some(l) => Some(l.local_addr().map_err(|source| ServeError::Bind {
-            addr: grpc_addr,
-            source,
-        })?),
-        None => None,
-    };
 
-    let mut builder = Server::builder();
-    if let Some(tls) = &settings.tls {
-        let mut cfg =
-            ServerTlsConfig::new().identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?));
-        if let Some(ca) = &tls.client_ca {
-            cfg = cfg.client_ca_root(Certificate::from_pem(read(ca)?));
-        }
-        builder = builder
-            .tls_config(cfg)
-            .map_err(|e| ServeError::Tls(e.to_string()))?;
-    }
     let max = settings.limits.max_message_bytes;
     // Deadlines are enforced in `call::run` (DEADLINE_EXCEEDED); tonic's server-wide timeout
     // would answer CANCELLED, so it is not set.
@@ -193,10 +186,6 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
 
-    let (stop, stop_rx) = watch::channel(false);
-    let wait_stop = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|v| *v).await;
-    };
     let router = builder
         .layer(tower::layer::layer_fn(StatusCodeFixes))
         .add_service(health_service)
@@ -215,36 +204,14 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
         }),
         wait_stop(stop_rx.clone()),
     ));
-    let metrics_task = metrics_listener.map(|l| {
-        let app = axum::Router::new().route(
-            "/metrics",
-            axum::routing::get(move || {
-                let m = Arc::clone(&metrics);
-                async move {
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        m.encode(),
-                    )
-                }
-            }),
-        );
-        tokio::spawn(async move {
-            axum::serve(l, app)
-                .with_graceful_shutdown(wait_stop(stop_rx))
-                .await
-        })
-    });
     Ok(Running {
         grpc_addr,
-        metrics_addr,
+        metrics_addr: metrics_server.as_ref().map(|m| m.addr),
         health,
         drain_timeout,
         stop,
         grpc,
-        metrics: metrics_task,
+        metrics: metrics_server.map(|m| m.task),
     })
 }
 

@@ -74,7 +74,7 @@ fn terminate(mut child: Child) -> (i32, String) {
 fn print_config_shows_the_effective_configuration() {
     let out = clean_env(&mut Command::new(BIN))
         .arg("--print-config")
-        .env("GPUSCHED_POLICY__GPU_SCHEDULER_POLICY", "binpack,numa")
+        .env("GPUSCHED_SERVER_POLICY__GPU_SCHEDULER_POLICY", "binpack,numa")
         .arg("--listen")
         .arg("0.0.0.0:7000")
         .output()
@@ -97,12 +97,12 @@ fn a_bad_value_stops_the_process_with_one_line_naming_the_key() {
     type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str], &'a str);
     let cases: &[Case<'_>] = &[
         (
-            &[("GPUSCHED_POLICY__GPU_SCHEDULER_POLICY", "pack")],
+            &[("GPUSCHED_SERVER_POLICY__GPU_SCHEDULER_POLICY", "pack")],
             &[],
             "policy.gpu_scheduler_policy",
         ),
         (
-            &[("GPUSCHED_LIMITS__MAX_NODES", "lots")],
+            &[("GPUSCHED_SERVER_LIMITS__MAX_NODES", "lots")],
             &[],
             "limits.max_nodes",
         ),

@@ -50,13 +50,7 @@ async fn tls_server(dir: &std::path::Path, pki: &Pki, client_ca: Option<&Pki>) -
         std::fs::write(&ca_path, &ca.ca_pem).unwrap();
         overrides.push(("tls.client_ca", ca_path.as_str()));
     }
-    let settings = settings(&overrides);
-    let running = gpusched_service::start(
-        settings,
-        std::sync::Arc::new(gpusched_service::Metrics::new()),
-    )
-    .await
-    .unwrap();
+    let running = gpusched_service::testing::start_server(&overrides).await;
     // The test server's plaintext channel is unused for TLS servers.
     let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
         .unwrap()

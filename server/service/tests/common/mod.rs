@@ -2,35 +2,17 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use gpusched_api::v1;
 use gpusched_api::v1::inventory_service_client::InventoryServiceClient;
 use gpusched_api::v1::placement_service_client::PlacementServiceClient;
-use gpusched_service::{Metrics, Overrides, Running, Settings};
+use gpusched_service::{Running, Settings};
 use tonic::transport::Channel;
 
-/// Settings from the embedded defaults, ports 0, with `env`-style overrides
+/// Settings from the embedded defaults, ports 0, with dotted-key overrides
 /// (`("limits.max_nodes", "3")`).
 pub fn settings(overrides: &[(&str, &str)]) -> Settings {
-    let env: BTreeMap<String, String> = overrides
-        .iter()
-        .map(|(k, v)| {
-            (
-                format!("GPUSCHED_{}", k.replace('.', "__").to_uppercase()),
-                (*v).to_owned(),
-            )
-        })
-        .collect();
-    let flags = Overrides {
-        listen: Some("127.0.0.1:0".into()),
-        metrics_listen: Some("127.0.0.1:0".into()),
-        ..Overrides::default()
-    };
-    gpusched_service::config::load(None, &env, &flags)
-        .unwrap()
-        .validate(&BTreeMap::new())
-        .unwrap()
+    gpusched_service::testing::settings(overrides)
 }
 
 pub struct TestServer {
@@ -44,9 +26,7 @@ impl TestServer {
     }
 
     pub async fn start_with(settings: Settings) -> TestServer {
-        let running = gpusched_service::start(settings, Arc::new(Metrics::new()))
-            .await
-            .unwrap();
+        let running = gpusched_service::testing::start_with(settings).await;
         let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
             .unwrap()
             .connect()

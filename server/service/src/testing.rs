@@ -1,0 +1,40 @@
+//! Test support (feature `testing`): an in-process server on 127.0.0.1 port 0 with the embedded
+//! defaults and dotted-key overrides, for the integration tests of every crate.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use gpusched_runtime::Sources;
+
+use crate::config::{Settings, load};
+use crate::metrics::Metrics;
+use crate::server::{Running, start};
+
+/// Settings from the embedded defaults with gRPC and metrics on 127.0.0.1 port 0 and the
+/// given overrides by dotted key (`("limits.max_nodes", "3")`, `("metrics.enabled",
+/// "false")`), as flags would set them. Panics on an invalid configuration.
+pub fn settings(overrides: &[(&str, &str)]) -> Settings {
+    let mut flags: BTreeMap<&str, &str> = [("listen", "127.0.0.1:0"), ("metrics.listen", "127.0.0.1:0")].into();
+    flags.extend(overrides.iter().copied());
+    let env = BTreeMap::new();
+    load(Sources { file: None, env: &env }, &flags)
+        .and_then(|c| c.validate(&env))
+        .expect("test server configuration")
+}
+
+/// Starts a server with [`settings`]; its address is `grpc_addr`, and `shutdown()` stops it.
+pub async fn start_server(overrides: &[(&str, &str)]) -> Running {
+    start_with(settings(overrides)).await
+}
+
+/// Starts a server with these settings.
+pub async fn start_with(settings: Settings) -> Running {
+    start(settings, Arc::new(Metrics::new()))
+        .await
+        .expect("test server start")
+}
+
+/// The server's gRPC URL (`http://127.0.0.1:PORT`).
+pub fn url(running: &Running) -> String {
+    format!("http://{}", running.grpc_addr)
+}
