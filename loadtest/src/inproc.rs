@@ -6,7 +6,6 @@
 //!   metrics: protobuf decode, `convert` in (limits, options, workload, snapshot), the engine,
 //!   `convert` out, protobuf encode, each stage timed.
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -25,9 +24,7 @@ use crate::wire::{Rpc, Summary, summarize};
 
 /// The server's default settings (embedded configuration, no file, no environment).
 pub fn default_settings() -> anyhow::Result<Settings> {
-    let env = BTreeMap::new();
-    let file = gpusched_service::config::load(None, &env, &gpusched_service::Overrides::default())?;
-    Ok(file.validate(&env)?)
+    Ok(gpusched_service::config::default_settings()?)
 }
 
 /// Snapshot and workloads converted once, for the engine-only measurement.

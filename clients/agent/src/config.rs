@@ -1,35 +1,31 @@
-//! Configuration: embedded defaults < file (`--config`, TOML or YAML) < environment
-//! (`GPUSCHED_AGENT_<KEY>`, `__` between levels, e.g. `GPUSCHED_AGENT_SERVICE__ADDRESS`) < flags.
-//! Checked at start-up; a bad value is one error line naming the key.
+//! The agent's configuration sections and their validation. Loading (defaults < `--config`
+//! file < `GPUSCHED_AGENT_SECTION__KEY` variables < flags), `--print-config` and the one-line
+//! errors are `gpusched-runtime`'s; a bad value names its key.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
+use gpusched_runtime::checks::{non_empty, nonzero_duration, optional};
+use gpusched_runtime::tls::{ClientTlsFiles, pair};
+use gpusched_runtime::{ConfigError, Spec, Telemetry, TelemetryConfig};
 use serde::{Deserialize, Serialize};
 
 /// The embedded defaults (what `--print-config` starts from).
 pub const DEFAULT_CONFIG: &str = include_str!("default-config.toml");
 
-/// Prefix of the environment variables.
-pub const ENV_PREFIX: &str = "GPUSCHED_AGENT";
+/// How the configuration is layered: variables `GPUSCHED_AGENT_SECTION__KEY`.
+pub const SPEC: Spec = Spec {
+    binary: "gpusched-agent",
+    defaults: DEFAULT_CONFIG,
+    env_prefix: "GPUSCHED_AGENT",
+    legacy_env_prefix: None,
+    list_keys: &["card_health.ignored_xids"],
+};
 
-/// A configuration error: the key (or source) and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("config {key}: {message}")]
-pub struct ConfigError {
-    /// Key, flag or file.
-    pub key: String,
-    /// What is wrong.
-    pub message: String,
-}
-
-fn err(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
-    ConfigError {
-        key: key.into(),
-        message: message.into(),
-    }
+fn err(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::new(key, message)
 }
 
 /// The configuration file's shape.
@@ -58,8 +54,8 @@ pub struct FileConfig {
     pub http: HttpConfig,
     /// Backoff.
     pub retry: RetryConfig,
-    /// Logs.
-    pub log: LogConfig,
+    /// Logs and traces.
+    pub telemetry: TelemetryConfig,
 }
 
 /// `[service]`.
@@ -131,8 +127,8 @@ pub struct KubernetesConfig {
 pub struct OutputConfig {
     /// File path; empty = off.
     pub path: String,
-    /// `json` | `hami` | `slurm-gres`.
-    pub format: String,
+    /// `json` | `hami` | `slurm-gres` | `raw`.
+    pub format: OutputFormat,
 }
 
 /// `[http]`.
@@ -153,153 +149,6 @@ pub struct RetryConfig {
     /// Largest backoff.
     #[serde(with = "humantime_serde")]
     pub max_backoff: Duration,
-}
-
-/// `[log]`.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct LogConfig {
-    /// `text` | `json`.
-    pub format: String,
-    /// tracing filter.
-    pub level: String,
-}
-
-/// Values given as command-line flags (highest precedence).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Overrides {
-    /// `--node-name`.
-    pub node_name: Option<String>,
-    /// `--interval`.
-    pub interval: Option<String>,
-    /// `--poll-interval`.
-    pub poll_interval: Option<String>,
-    /// `--service-address`.
-    pub service_address: Option<String>,
-    /// `--tls-ca`.
-    pub tls_ca: Option<PathBuf>,
-    /// `--tls-cert`.
-    pub tls_cert: Option<PathBuf>,
-    /// `--tls-key`.
-    pub tls_key: Option<PathBuf>,
-    /// `--tls-domain`.
-    pub tls_domain: Option<String>,
-    /// `--nvml-library`.
-    pub nvml_library: Option<PathBuf>,
-    /// `--publish-empty-when-missing`.
-    pub publish_empty_when_missing: bool,
-    /// `--sysfs-root`.
-    pub sysfs_root: Option<PathBuf>,
-    /// `--no-kubernetes`.
-    pub no_kubernetes: bool,
-    /// `--remove-on-shutdown`.
-    pub remove_on_shutdown: bool,
-    /// `--patch-capacity`.
-    pub patch_capacity: bool,
-    /// `--output-path`.
-    pub output_path: Option<PathBuf>,
-    /// `--output-format`.
-    pub output_format: Option<String>,
-    /// `--health-listen`.
-    pub health_listen: Option<String>,
-    /// `--log-format`.
-    pub log_format: Option<String>,
-    /// `--log-level`.
-    pub log_level: Option<String>,
-}
-
-/// Loads the layered configuration. `env` is the process environment (passed in for tests).
-pub fn load(
-    file: Option<&Path>,
-    env: &BTreeMap<String, String>,
-    flags: &Overrides,
-) -> Result<FileConfig, ConfigError> {
-    let mut builder = config::Config::builder().add_source(config::File::from_str(
-        DEFAULT_CONFIG,
-        config::FileFormat::Toml,
-    ));
-    if let Some(path) = file {
-        let format = match path.extension().and_then(|e| e.to_str()) {
-            Some("toml") => config::FileFormat::Toml,
-            Some("yaml" | "yml") => config::FileFormat::Yaml,
-            _ => {
-                return Err(err(
-                    "--config",
-                    format!("{}: use a .toml, .yaml or .yml file", path.display()),
-                ));
-            }
-        };
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| err("--config", format!("{}: {e}", path.display())))?;
-        builder = builder.add_source(config::File::from_str(&text, format));
-    }
-    let prefix = format!("{ENV_PREFIX}_");
-    let env_map: config::Map<String, String> = env
-        .iter()
-        .filter(|(k, _)| k.starts_with(&prefix))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    builder = builder.add_source(
-        config::Environment::with_prefix(ENV_PREFIX)
-            .prefix_separator("_")
-            .separator("__")
-            .try_parsing(true)
-            .list_separator(",")
-            .with_list_parse_key("card_health.ignored_xids")
-            .source(Some(env_map)),
-    );
-    type B = config::ConfigBuilder<config::builder::DefaultState>;
-    let set = |b: B, key: &str, v: Option<String>| -> Result<B, ConfigError> {
-        match v {
-            Some(v) => b.set_override(key, v).map_err(|e| err(key, e.to_string())),
-            None => Ok(b),
-        }
-    };
-    let flag = |b: B, key: &str, on: bool| -> Result<B, ConfigError> {
-        if on {
-            b.set_override(key, true)
-                .map_err(|e| err(key, e.to_string()))
-        } else {
-            Ok(b)
-        }
-    };
-    let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
-    builder = set(builder, "node_name", flags.node_name.clone())?;
-    builder = set(builder, "interval", flags.interval.clone())?;
-    builder = set(builder, "poll_interval", flags.poll_interval.clone())?;
-    builder = set(builder, "service.address", flags.service_address.clone())?;
-    builder = set(builder, "service.tls.ca", path(&flags.tls_ca))?;
-    builder = set(builder, "service.tls.cert", path(&flags.tls_cert))?;
-    builder = set(builder, "service.tls.key", path(&flags.tls_key))?;
-    builder = set(builder, "service.tls.domain", flags.tls_domain.clone())?;
-    builder = set(builder, "nvml.library", path(&flags.nvml_library))?;
-    builder = flag(
-        builder,
-        "nvml.publish_empty_when_missing",
-        flags.publish_empty_when_missing,
-    )?;
-    builder = set(builder, "nvml.sysfs_root", path(&flags.sysfs_root))?;
-    if flags.no_kubernetes {
-        builder = builder
-            .set_override("kubernetes.enabled", false)
-            .map_err(|e| err("kubernetes.enabled", e.to_string()))?;
-    }
-    builder = flag(
-        builder,
-        "kubernetes.remove_on_shutdown",
-        flags.remove_on_shutdown,
-    )?;
-    builder = flag(builder, "kubernetes.patch_capacity", flags.patch_capacity)?;
-    builder = set(builder, "output.path", path(&flags.output_path))?;
-    builder = set(builder, "output.format", flags.output_format.clone())?;
-    builder = set(builder, "http.listen", flags.health_listen.clone())?;
-    builder = set(builder, "log.format", flags.log_format.clone())?;
-    builder = set(builder, "log.level", flags.log_level.clone())?;
-    let cfg = builder
-        .build()
-        .map_err(|e| err("configuration", e.to_string()))?;
-    cfg.try_deserialize::<FileConfig>()
-        .map_err(|e| err("configuration", e.to_string()))
 }
 
 /// How the inventory is written to a file or printed.
@@ -330,15 +179,30 @@ impl std::str::FromStr for OutputFormat {
     }
 }
 
-/// TLS material read from the configured files.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct TlsFiles {
-    /// CA PEM path.
-    pub ca: Option<PathBuf>,
-    /// Client certificate and key paths.
-    pub identity: Option<(PathBuf, PathBuf)>,
-    /// Server name.
-    pub domain: Option<String>,
+impl OutputFormat {
+    /// The name in the configuration and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutputFormat::Json => "json",
+            OutputFormat::Hami => "hami",
+            OutputFormat::SlurmGres => "slurm-gres",
+            OutputFormat::Raw => "raw",
+        }
+    }
+}
+
+impl Serialize for OutputFormat {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for OutputFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
 }
 
 /// Checked settings.
@@ -354,8 +218,8 @@ pub struct Settings {
     pub service_address: String,
     /// Call deadline.
     pub service_timeout: Duration,
-    /// TLS, when on.
-    pub tls: Option<TlsFiles>,
+    /// TLS, when on (a CA, an identity, a domain or an https:// address).
+    pub tls: Option<ClientTlsFiles>,
     /// NVML library (None = standard names).
     pub nvml_library: Option<PathBuf>,
     /// Publish zero cards without NVML.
@@ -376,10 +240,8 @@ pub struct Settings {
     pub initial_backoff: Duration,
     /// Largest backoff.
     pub max_backoff: Duration,
-    /// Log as JSON.
-    pub log_json: bool,
-    /// Log filter.
-    pub log_level: String,
+    /// Logs and traces.
+    pub telemetry: Telemetry,
 }
 
 /// Kubernetes publishing settings.
@@ -402,30 +264,31 @@ pub fn host_name() -> Option<String> {
         .find(|s| !s.is_empty())
 }
 
-fn opt(s: &str) -> Option<PathBuf> {
-    (!s.trim().is_empty()).then(|| PathBuf::from(s.trim()))
+fn path(s: &str) -> Option<PathBuf> {
+    optional(Some(s)).map(PathBuf::from)
+}
+
+/// The host name, from the kernel (no libc call).
+pub fn host_name() -> Option<String> {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .find_map(|s| optional(Some(&s)))
 }
 
 impl FileConfig {
-    /// The effective configuration as TOML.
-    pub fn to_toml(&self) -> String {
-        toml::to_string(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
-    }
-
-    /// Checks values and resolves the node name (`env` gives `NODE_NAME`).
+    /// Checks values and resolves the node name (`env` gives `NODE_NAME` and the standard
+    /// `OTEL_*` variables).
     pub fn validate(&self, env: &BTreeMap<String, String>) -> Result<Settings, ConfigError> {
-        let node_name = if !self.node_name.trim().is_empty() {
-            self.node_name.trim().to_owned()
-        } else if let Some(n) = env.get("NODE_NAME").filter(|n| !n.trim().is_empty()) {
-            n.trim().to_owned()
-        } else {
-            host_name().ok_or_else(|| {
+        let node_name = optional(Some(&self.node_name))
+            .or_else(|| optional(env.get("NODE_NAME").map(String::as_str)))
+            .or_else(host_name)
+            .ok_or_else(|| {
                 err(
                     "node_name",
                     "empty, NODE_NAME is not set and the host name is unknown",
                 )
-            })?
-        };
+            })?;
         if node_name.len() > 253
             || !node_name
                 .chars()
@@ -442,105 +305,65 @@ impl FileConfig {
         if self.poll_interval < Duration::from_millis(100) || self.poll_interval > self.interval {
             return Err(err("poll_interval", "must be between 100ms and interval"));
         }
-        if self.service.address.trim().is_empty() {
-            return Err(err("service.address", "must not be empty"));
-        }
-        if self.service.timeout.is_zero() {
-            return Err(err("service.timeout", "must be above 0"));
-        }
+        let service_address = non_empty("service.address", &self.service.address)?;
         let t = &self.service.tls;
-        let identity = match (opt(&t.cert), opt(&t.key)) {
-            (Some(c), Some(k)) => Some((c, k)),
-            (None, None) => None,
-            _ => {
-                return Err(err("service.tls", "cert and key must be given together"));
-            }
-        };
-        let tls = if opt(&t.ca).is_some()
+        let identity = pair(
+            ("service.tls.cert", path(&t.cert)),
+            ("service.tls.key", path(&t.key)),
+        )?;
+        let domain = optional(Some(&t.domain));
+        let tls = (path(&t.ca).is_some()
             || identity.is_some()
-            || !t.domain.trim().is_empty()
-            || self.service.address.starts_with("https://")
-        {
-            Some(TlsFiles {
-                ca: opt(&t.ca),
-                identity,
-                domain: (!t.domain.trim().is_empty()).then(|| t.domain.trim().to_owned()),
+            || domain.is_some()
+            || service_address.starts_with("https://"))
+        .then(|| ClientTlsFiles {
+            ca: path(&t.ca),
+            identity,
+            domain,
+        });
+        let kubernetes = if self.kubernetes.enabled {
+            Some(KubeSettings {
+                remove_on_shutdown: self.kubernetes.remove_on_shutdown,
+                patch_capacity: self.kubernetes.patch_capacity,
+                resource_name: non_empty(
+                    "kubernetes.resource_name",
+                    &self.kubernetes.resource_name,
+                )?,
             })
         } else {
             None
         };
-        if self.kubernetes.enabled && self.kubernetes.resource_name.trim().is_empty() {
-            return Err(err("kubernetes.resource_name", "must not be empty"));
-        }
-        let output = match opt(&self.output.path) {
-            Some(p) => Some((
-                p,
-                self.output
-                    .format
-                    .parse::<OutputFormat>()
-                    .map_err(|e| err("output.format", e))?,
-            )),
-            None => None,
-        };
-        let http_listen = if self.http.listen.trim().is_empty() {
-            None
-        } else {
-            Some(
-                self.http
-                    .listen
-                    .trim()
-                    .parse::<SocketAddr>()
-                    .map_err(|e| err("http.listen", format!("{:?}: {e}", self.http.listen)))?,
-            )
-        };
-        if self.retry.initial_backoff.is_zero()
-            || self.retry.max_backoff < self.retry.initial_backoff
-        {
+        let http_listen = optional(Some(&self.http.listen))
+            .map(|l| {
+                l.parse::<SocketAddr>()
+                    .map_err(|e| err("http.listen", format!("{l:?}: {e}")))
+            })
+            .transpose()?;
+        let initial_backoff = nonzero_duration("retry.initial_backoff", self.retry.initial_backoff)?;
+        if self.retry.max_backoff < initial_backoff {
             return Err(err(
-                "retry",
-                "initial_backoff must be above 0 and at most max_backoff",
-            ));
-        }
-        let log_json = match self.log.format.as_str() {
-            "text" => false,
-            "json" => true,
-            other => {
-                return Err(err("log.format", format!("{other:?}: use text or json")));
-            }
-        };
-        if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
-            return Err(err(
-                "log.level",
-                format!("{:?} is not a tracing filter", self.log.level),
+                "retry.max_backoff",
+                "must be at least retry.initial_backoff",
             ));
         }
         Ok(Settings {
             node_name,
             interval: self.interval,
             poll_interval: self.poll_interval,
-            service_address: self.service.address.trim().to_owned(),
-            service_timeout: self.service.timeout,
+            service_address,
+            service_timeout: nonzero_duration("service.timeout", self.service.timeout)?,
             tls,
-            nvml_library: opt(&self.nvml.library),
+            nvml_library: path(&self.nvml.library),
             publish_empty_when_missing: self.nvml.publish_empty_when_missing,
-            sysfs_root: PathBuf::from(if self.nvml.sysfs_root.trim().is_empty() {
-                "/sys"
-            } else {
-                self.nvml.sysfs_root.trim()
-            }),
+            sysfs_root: path(&self.nvml.sysfs_root).unwrap_or_else(|| PathBuf::from("/sys")),
             ignored_xids: self.card_health.ignored_xids.clone(),
             retired_pages_limit: self.card_health.retired_pages_limit,
-            kubernetes: self.kubernetes.enabled.then(|| KubeSettings {
-                remove_on_shutdown: self.kubernetes.remove_on_shutdown,
-                patch_capacity: self.kubernetes.patch_capacity,
-                resource_name: self.kubernetes.resource_name.trim().to_owned(),
-            }),
-            output,
+            kubernetes,
+            output: path(&self.output.path).map(|p| (p, self.output.format)),
             http_listen,
-            initial_backoff: self.retry.initial_backoff,
+            initial_backoff,
             max_backoff: self.retry.max_backoff,
-            log_json,
-            log_level: self.log.level.clone(),
+            telemetry: self.telemetry.validate(env)?,
         })
     }
 }
@@ -548,6 +371,7 @@ impl FileConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpusched_runtime::Sources;
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -556,9 +380,23 @@ mod tests {
             .collect()
     }
 
+    fn load(
+        file: Option<&std::path::Path>,
+        vars: &[(&str, &str)],
+        flags: &[(&str, &str)],
+    ) -> Result<FileConfig, ConfigError> {
+        SPEC.load(
+            Sources {
+                file,
+                env: &env(vars),
+            },
+            &env(flags),
+        )
+    }
+
     #[test]
     fn defaults_validate_with_node_name_from_env() {
-        let cfg = load(None, &BTreeMap::new(), &Overrides::default()).unwrap();
+        let cfg = load(None, &[], &[]).unwrap();
         assert_eq!(cfg.interval, Duration::from_secs(30));
         assert_eq!(cfg.card_health.ignored_xids, vec![13, 31, 43, 45, 68, 109]);
         let s = cfg.validate(&env(&[("NODE_NAME", "gpu-1")])).unwrap();
@@ -566,6 +404,7 @@ mod tests {
         assert!(s.kubernetes.is_some());
         assert!(s.tls.is_none());
         assert_eq!(s.http_listen, Some("0.0.0.0:9465".parse().unwrap()));
+        assert_eq!(s.telemetry.service_name, "gpusched-agent");
     }
 
     #[test]
@@ -577,28 +416,28 @@ mod tests {
             "interval: 20s\nservice:\n  address: http://file:1\nkubernetes:\n  patch_capacity: true\n",
         )
         .unwrap();
-        let e = env(&[
+        let vars = [
             ("GPUSCHED_AGENT_SERVICE__ADDRESS", "http://env:2"),
             ("GPUSCHED_AGENT_NODE_NAME", "from-env"),
             ("GPUSCHED_AGENT_CARD_HEALTH__IGNORED_XIDS", "13,43"),
             ("GPUSCHED_AGENT_KUBERNETES__REMOVE_ON_SHUTDOWN", "true"),
+            ("GPUSCHED_AGENT_E2E", "not config"),
             ("GPUSCHED_LISTEN", "ignored: the server's variable"),
-        ]);
-        let cfg = load(Some(&file), &e, &Overrides::default()).unwrap();
+        ];
+        let cfg = load(Some(&file), &vars, &[]).unwrap();
         assert_eq!(cfg.interval, Duration::from_secs(20));
         assert_eq!(cfg.service.address, "http://env:2");
         assert_eq!(cfg.node_name, "from-env");
         assert_eq!(cfg.card_health.ignored_xids, vec![13, 43]);
         assert!(cfg.kubernetes.remove_on_shutdown && cfg.kubernetes.patch_capacity);
-        let flags = Overrides {
-            service_address: Some("http://flag:3".into()),
-            node_name: Some("from-flag".into()),
-            interval: Some("45s".into()),
-            no_kubernetes: true,
-            output_path: Some("/tmp/x.json".into()),
-            ..Overrides::default()
-        };
-        let s = load(Some(&file), &e, &flags)
+        let flags = [
+            ("service.address", "http://flag:3"),
+            ("node_name", "from-flag"),
+            ("interval", "45s"),
+            ("kubernetes.enabled", "false"),
+            ("output.path", "/tmp/x.json"),
+        ];
+        let s = load(Some(&file), &vars, &flags)
             .unwrap()
             .validate(&BTreeMap::new())
             .unwrap();
@@ -611,80 +450,42 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_key() {
-        let cases: Vec<(Overrides, &str)> = vec![
-            (
-                Overrides {
-                    interval: Some("0s".into()),
-                    ..Overrides::default()
-                },
-                "interval",
-            ),
-            (
-                Overrides {
-                    health_listen: Some("nonsense".into()),
-                    ..Overrides::default()
-                },
-                "http.listen",
-            ),
-            (
-                Overrides {
-                    tls_cert: Some("c.pem".into()),
-                    ..Overrides::default()
-                },
-                "service.tls",
-            ),
-            (
-                Overrides {
-                    log_format: Some("xml".into()),
-                    ..Overrides::default()
-                },
-                "log.format",
-            ),
-            (
-                Overrides {
-                    node_name: Some("bad name!".into()),
-                    ..Overrides::default()
-                },
-                "node_name",
-            ),
+        let cases: &[(&str, &str, &str)] = &[
+            ("interval", "0s", "interval"),
+            ("http.listen", "nonsense", "http.listen"),
+            ("service.tls.cert", "c.pem", "service.tls.key"),
+            ("telemetry.log_format", "xml", "telemetry.log_format"),
+            ("telemetry.log_level", "chatty", "telemetry.log_level"),
+            ("node_name", "bad name!", "node_name"),
+            ("output.format", "yaml", "output.format"),
+            ("retired_pages_limit", "1", "retired_pages_limit"),
+            ("card_health.retired_pages_limit", "-1", "card_health.retired_pages_limit"),
         ];
-        for (flags, key) in cases {
-            let e = load(None, &BTreeMap::new(), &flags)
+        for (key, value, expected) in cases {
+            let e = load(None, &[], &[(key, value)])
                 .and_then(|c| c.validate(&env(&[("NODE_NAME", "n")])))
                 .unwrap_err();
-            assert_eq!(e.key, key, "{e}");
+            assert_eq!(e.key, *expected, "{e}");
         }
-        let e = load(
-            None,
-            &env(&[("GPUSCHED_AGENT_INTERVAL", "soon")]),
-            &Overrides::default(),
-        )
-        .unwrap_err();
-        assert!(e.message.contains("interval"), "{e}");
+        let e = load(None, &[("GPUSCHED_AGENT_INTERVAL", "soon")], &[]).unwrap_err();
+        assert_eq!(e.key, "interval", "{e}");
     }
 
     #[test]
     fn print_config_round_trips() {
-        let cfg = load(None, &BTreeMap::new(), &Overrides::default()).unwrap();
+        let cfg = load(None, &[], &[]).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("printed.toml");
-        std::fs::write(&file, cfg.to_toml()).unwrap();
-        assert_eq!(
-            load(Some(&file), &BTreeMap::new(), &Overrides::default()).unwrap(),
-            cfg
-        );
+        std::fs::write(&file, gpusched_runtime::to_toml(&cfg).unwrap()).unwrap();
+        assert_eq!(load(Some(&file), &[], &[]).unwrap(), cfg);
     }
 
     #[test]
     fn https_address_turns_tls_on() {
-        let flags = Overrides {
-            service_address: Some("https://svc:443".into()),
-            ..Overrides::default()
-        };
-        let s = load(None, &BTreeMap::new(), &flags)
+        let s = load(None, &[], &[("service.address", "https://svc:443")])
             .unwrap()
             .validate(&env(&[("NODE_NAME", "n")]))
             .unwrap();
-        assert_eq!(s.tls, Some(TlsFiles::default()));
+        assert_eq!(s.tls, Some(ClientTlsFiles::default()));
     }
 }

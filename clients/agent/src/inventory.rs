@@ -8,7 +8,7 @@ use std::time::Duration;
 use gpusched_api::v1;
 use gpusched_client::{ClientBuilder, TlsOptions};
 
-use crate::config::TlsFiles;
+use gpusched_runtime::tls::ClientTlsFiles;
 use crate::discovery::CardFacts;
 
 /// The request for `node` with these cards (no config: the service's own applies).
@@ -51,23 +51,16 @@ impl ServiceNormalizer {
     /// is down.
     pub fn connect_lazy(
         address: &str,
-        tls: Option<&TlsFiles>,
+        tls: Option<&ClientTlsFiles>,
         timeout: Duration,
     ) -> Result<Self, NormalizeError> {
         let mut b = ClientBuilder::new(address).timeout(Some(timeout));
         if let Some(t) = tls {
-            let read = |p: &std::path::Path| {
-                std::fs::read(p).map_err(|e| NormalizeError::Other(format!("{}: {e}", p.display())))
-            };
-            let ca_pem = t.ca.as_deref().map(read).transpose()?;
-            let identity = match &t.identity {
-                Some((c, k)) => Some((read(c)?, read(k)?)),
-                None => None,
-            };
+            let pem = t.load().map_err(|e| NormalizeError::Other(e.to_string()))?;
             b = b.tls(TlsOptions {
-                ca_pem,
-                identity,
-                domain: t.domain.clone(),
+                ca_pem: pem.ca,
+                identity: pem.identity,
+                domain: pem.domain,
             });
         }
         Ok(ServiceNormalizer {

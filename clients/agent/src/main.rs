@@ -9,8 +9,11 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use gpusched_runtime::CommonArgs;
+use gpusched_runtime::flags::{negate, not_given};
+use serde::Serialize;
 use gpusched_agent::agent::{self, AgentState, LoopSettings};
-use gpusched_agent::config::{self, OutputFormat, Overrides, Settings};
+use gpusched_agent::config::{FileConfig, OutputFormat, SPEC, Settings};
 use gpusched_agent::discovery::nvml::{NvmlOptions, NvmlSource};
 use gpusched_agent::discovery::{DiscoveryError, EmptySource, GpuSource};
 use gpusched_agent::format::{NodeInventory, render};
@@ -19,75 +22,100 @@ use gpusched_agent::inventory::{self, Normalizer as _, ServiceNormalizer};
 use gpusched_agent::publish::{FilePublisher, KubePublisher, Sinks};
 
 /// gpusched node agent: NVML inventory, normalised by the gpusched service, published for
-/// HAMi-compatible schedulers (Node annotations), Slurm (gres.conf) and files.
-#[derive(Debug, Parser)]
+/// HAMi-compatible schedulers (Node annotations), Slurm (gres.conf) and files. Each flag sets
+/// the configuration key it names.
+#[derive(Debug, Parser, Serialize)]
 #[command(name = "gpusched-agent", version, about)]
 struct Cli {
     #[command(subcommand)]
+    #[serde(skip)]
     command: Option<Command>,
-    /// Configuration file (.toml, .yaml or .yml); defaults are embedded.
-    #[arg(long, global = true, value_name = "PATH")]
-    config: Option<PathBuf>,
-    /// Print the effective configuration (TOML) and exit.
-    #[arg(long, global = true)]
-    print_config: bool,
-    /// Node name (default: $NODE_NAME, else the host name).
+    #[command(flatten)]
+    #[serde(flatten)]
+    common: CommonArgs,
+    /// Node name (default: $NODE_NAME, else the host name). Key: node_name.
     #[arg(long, global = true, value_name = "NAME")]
+    #[serde(rename = "node_name", skip_serializing_if = "Option::is_none")]
     node_name: Option<String>,
-    /// gpusched service address, e.g. http://gpusched:50051.
+    /// gpusched service address, e.g. http://gpusched:50051. Key: service.address.
     #[arg(long, global = true, value_name = "ADDR")]
+    #[serde(rename = "service.address", skip_serializing_if = "Option::is_none")]
     service_address: Option<String>,
-    /// CA of the service's certificate (PEM): turns TLS on.
+    /// CA of the service's certificate (PEM): turns TLS on. Key: service.tls.ca.
     #[arg(long, global = true, value_name = "PEM")]
+    #[serde(rename = "service.tls.ca", skip_serializing_if = "Option::is_none")]
     tls_ca: Option<PathBuf>,
-    /// Client certificate (PEM) for mutual TLS.
+    /// Client certificate (PEM) for mutual TLS. Key: service.tls.cert.
     #[arg(long, global = true, value_name = "PEM")]
+    #[serde(rename = "service.tls.cert", skip_serializing_if = "Option::is_none")]
     tls_cert: Option<PathBuf>,
-    /// Client key (PEM) for mutual TLS.
+    /// Client key (PEM) for mutual TLS. Key: service.tls.key.
     #[arg(long, global = true, value_name = "PEM")]
+    #[serde(rename = "service.tls.key", skip_serializing_if = "Option::is_none")]
     tls_key: Option<PathBuf>,
-    /// Server name to verify the service certificate against.
+    /// Server name to verify the service certificate against. Key: service.tls.domain.
     #[arg(long, global = true, value_name = "NAME")]
+    #[serde(rename = "service.tls.domain", skip_serializing_if = "Option::is_none")]
     tls_domain: Option<String>,
-    /// Longest time between publications, e.g. 30s.
+    /// Longest time between publications, e.g. 30s. Key: interval.
     #[arg(long, global = true, value_name = "DURATION")]
+    #[serde(rename = "interval", skip_serializing_if = "Option::is_none")]
     interval: Option<String>,
-    /// Time between reads of the cards, e.g. 5s.
+    /// Time between reads of the cards, e.g. 5s. Key: poll_interval.
     #[arg(long, global = true, value_name = "DURATION")]
+    #[serde(rename = "poll_interval", skip_serializing_if = "Option::is_none")]
     poll_interval: Option<String>,
-    /// NVML library to load (default: libnvidia-ml.so.1, then libnvidia-ml.so).
+    /// NVML library to load (default: libnvidia-ml.so.1, then libnvidia-ml.so). Key:
+    /// nvml.library.
     #[arg(long, global = true, value_name = "PATH")]
+    #[serde(rename = "nvml.library", skip_serializing_if = "Option::is_none")]
     nvml_library: Option<PathBuf>,
-    /// Publish zero cards when NVML cannot be loaded (instead of exiting with an error).
+    /// Publish zero cards when NVML cannot be loaded (instead of exiting with an error). Key:
+    /// nvml.publish_empty_when_missing.
     #[arg(long, global = true)]
+    #[serde(
+        rename = "nvml.publish_empty_when_missing",
+        skip_serializing_if = "not_given"
+    )]
     publish_empty_when_missing: bool,
-    /// sysfs root (tests).
+    /// sysfs root (tests). Key: nvml.sysfs_root.
     #[arg(long, global = true, value_name = "PATH", hide = true)]
+    #[serde(rename = "nvml.sysfs_root", skip_serializing_if = "Option::is_none")]
     sysfs_root: Option<PathBuf>,
-    /// Do not publish to Kubernetes.
+    /// Do not publish to Kubernetes. Key: kubernetes.enabled.
     #[arg(long, global = true)]
+    #[serde(
+        rename = "kubernetes.enabled",
+        serialize_with = "negate",
+        skip_serializing_if = "not_given"
+    )]
     no_kubernetes: bool,
-    /// Remove our Node annotations (and patched capacity) on clean shutdown.
+    /// Remove our Node annotations (and patched capacity) on clean shutdown. Key:
+    /// kubernetes.remove_on_shutdown.
     #[arg(long, global = true)]
+    #[serde(
+        rename = "kubernetes.remove_on_shutdown",
+        skip_serializing_if = "not_given"
+    )]
     remove_on_shutdown: bool,
-    /// Also patch the Node's status capacity/allocatable nvidia.com/gpu (healthy slots).
+    /// Also patch the Node's status capacity/allocatable nvidia.com/gpu (healthy slots). Key:
+    /// kubernetes.patch_capacity.
     #[arg(long, global = true)]
+    #[serde(rename = "kubernetes.patch_capacity", skip_serializing_if = "not_given")]
     patch_capacity: bool,
-    /// Also write the inventory to this file on every change.
+    /// Also write the inventory to this file on every change. Key: output.path.
     #[arg(long, global = true, value_name = "PATH")]
+    #[serde(rename = "output.path", skip_serializing_if = "Option::is_none")]
     output_path: Option<PathBuf>,
-    /// Format of --output-path: json | hami | slurm-gres.
+    /// Format of --output-path: json | hami | slurm-gres. Key: output.format.
     #[arg(long, global = true, value_name = "FORMAT")]
+    #[serde(rename = "output.format", skip_serializing_if = "Option::is_none")]
     output_format: Option<String>,
-    /// Health endpoint listen address (empty = off; port 0 picks a free port).
+    /// Health endpoint listen address (empty = off; port 0 picks a free port). Key:
+    /// http.listen.
     #[arg(long, global = true, value_name = "ADDR")]
+    #[serde(rename = "http.listen", skip_serializing_if = "Option::is_none")]
     health_listen: Option<String>,
-    /// Log format: text | json.
-    #[arg(long, global = true, value_name = "FORMAT")]
-    log_format: Option<String>,
-    /// Log filter, e.g. info or gpusched_agent=debug.
-    #[arg(long, global = true, value_name = "FILTER")]
-    log_level: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -100,43 +128,6 @@ enum Command {
         #[arg(long, default_value = "json")]
         format: OutputFormat,
     },
-}
-
-fn overrides(cli: &Cli) -> Overrides {
-    Overrides {
-        node_name: cli.node_name.clone(),
-        interval: cli.interval.clone(),
-        poll_interval: cli.poll_interval.clone(),
-        service_address: cli.service_address.clone(),
-        tls_ca: cli.tls_ca.clone(),
-        tls_cert: cli.tls_cert.clone(),
-        tls_key: cli.tls_key.clone(),
-        tls_domain: cli.tls_domain.clone(),
-        nvml_library: cli.nvml_library.clone(),
-        publish_empty_when_missing: cli.publish_empty_when_missing,
-        sysfs_root: cli.sysfs_root.clone(),
-        no_kubernetes: cli.no_kubernetes,
-        remove_on_shutdown: cli.remove_on_shutdown,
-        patch_capacity: cli.patch_capacity,
-        output_path: cli.output_path.clone(),
-        output_format: cli.output_format.clone(),
-        health_listen: cli.health_listen.clone(),
-        log_format: cli.log_format.clone(),
-        log_level: cli.log_level.clone(),
-    }
-}
-
-fn init_logs(s: &Settings) {
-    let filter = tracing_subscriber::EnvFilter::try_new(&s.log_level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if s.log_json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
 }
 
 /// NVML, or zero cards when NVML is missing and that is allowed.
@@ -159,21 +150,6 @@ fn open_source(s: &Settings, watch_xid_events: bool) -> anyhow::Result<Box<dyn G
              Set nvml.library / --nvml-library to its path, or nvml.publish_empty_when_missing \
              to publish zero cards instead)"
         )),
-    }
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
     }
 }
 
@@ -223,7 +199,15 @@ async fn run_agent(s: Settings) -> anyhow::Result<()> {
         max_backoff: s.max_backoff,
         withdraw_on_shutdown: s.kubernetes.as_ref().is_some_and(|k| k.remove_on_shutdown),
     };
-    agent::run(source, normalizer, sinks, cfg, state, shutdown_signal()).await;
+    agent::run(
+        source,
+        normalizer,
+        sinks,
+        cfg,
+        state,
+        gpusched_runtime::shutdown::signal(),
+    )
+    .await;
     tracing::info!("stopped");
     Ok(())
 }
@@ -265,25 +249,14 @@ async fn print_inventory(s: Settings, format: OutputFormat) -> anyhow::Result<()
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let env: BTreeMap<String, String> = std::env::vars().collect();
-    let file_config = match config::load(cli.config.as_deref(), &env, &overrides(&cli)) {
+    let file: FileConfig = match SPEC.start(&cli.common, &cli, &env) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("gpusched-agent: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    if cli.print_config {
-        print!("{}", file_config.to_toml());
-        return ExitCode::SUCCESS;
-    }
-    let mut settings = match file_config.validate(&env) {
+    let mut settings = match SPEC.check(file.validate(&env)) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("gpusched-agent: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    init_logs(&settings);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -294,14 +267,18 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = match cli.command.unwrap_or(Command::Run) {
-        Command::Run => runtime.block_on(run_agent(settings)),
-        Command::Inventory { format } => {
-            // One read: no health endpoint, no publication.
-            settings.http_listen = None;
-            runtime.block_on(print_inventory(settings, format))
+    let command = cli.command.unwrap_or(Command::Run);
+    let result = runtime.block_on(async move {
+        let _telemetry = gpusched_runtime::logging::init(&settings.telemetry, "gpusched_agent")?;
+        match command {
+            Command::Run => run_agent(settings).await,
+            Command::Inventory { format } => {
+                // One read: no health endpoint, no publication.
+                settings.http_listen = None;
+                print_inventory(settings, format).await
+            }
         }
-    };
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

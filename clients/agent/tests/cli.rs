@@ -17,7 +17,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_gpusched-agent");
 fn agent(m: Option<&FakeMachine>, args: &[&str]) -> Command {
     let mut c = Command::new(BIN);
     c.env_remove("NODE_NAME")
-        .env("GPUSCHED_AGENT_LOG__LEVEL", "warn")
+        .env("GPUSCHED_AGENT_TELEMETRY__LOG_LEVEL", "warn")
         .args(["--node-name", "gpu-node-1"]);
     if let Some(m) = m {
         c.env("FAKE_NVML_STATE", &m.state)

@@ -2,110 +2,113 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::Parser;
-use gpusched_kube::config::{self, Overrides};
+use gpusched_kube::config::{FileConfig, SPEC};
+use gpusched_runtime::CommonArgs;
+use gpusched_runtime::flags::{negate, not_given};
+use serde::Serialize;
 
-/// Scheduler extender and admission webhook that let kube-scheduler use gpusched.
-#[derive(Debug, Parser)]
+/// Scheduler extender and admission webhook that let kube-scheduler use gpusched. Each flag
+/// sets the configuration key it names.
+#[derive(Debug, Parser, Serialize)]
 #[command(name = "gpusched-kube", version, about)]
 struct Cli {
-    /// Configuration file (.toml, .yaml or .yml); defaults are embedded.
-    #[arg(long, value_name = "PATH")]
-    config: Option<PathBuf>,
-    /// Print the effective configuration (TOML) and exit.
-    #[arg(long)]
-    print_config: bool,
-    /// gpusched service address, e.g. http://gpusched:50051.
+    #[command(flatten)]
+    #[serde(flatten)]
+    common: CommonArgs,
+    /// gpusched service address, e.g. http://gpusched:50051. Key: service.address.
     #[arg(long, value_name = "URL")]
+    #[serde(rename = "service.address", skip_serializing_if = "Option::is_none")]
     service_addr: Option<String>,
-    /// kube-scheduler profile name whose pods are ours.
+    /// kube-scheduler profile name whose pods are ours. Key: scheduler_name.
     #[arg(long, value_name = "NAME")]
+    #[serde(rename = "scheduler_name", skip_serializing_if = "Option::is_none")]
     scheduler_name: Option<String>,
-    /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config or in-cluster).
+    /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config or in-cluster). Key: kube.kubeconfig.
     #[arg(long, value_name = "PATH")]
+    #[serde(rename = "kube.kubeconfig", skip_serializing_if = "Option::is_none")]
     kubeconfig: Option<PathBuf>,
-    /// Extender (HTTP) listen address; port 0 picks a free port.
+    /// Extender (HTTP) listen address; port 0 picks a free port. Key: extender.listen.
     #[arg(long, value_name = "ADDR")]
+    #[serde(rename = "extender.listen", skip_serializing_if = "Option::is_none")]
     extender_listen: Option<String>,
-    /// Webhook (HTTPS) listen address; port 0 picks a free port.
+    /// Webhook (HTTPS) listen address; port 0 picks a free port. Key: webhook.listen.
     #[arg(long, value_name = "ADDR")]
+    #[serde(rename = "webhook.listen", skip_serializing_if = "Option::is_none")]
     webhook_listen: Option<String>,
-    /// Webhook certificate chain (PEM).
+    /// Webhook certificate chain (PEM). Key: webhook.cert.
     #[arg(long, value_name = "PEM")]
+    #[serde(rename = "webhook.cert", skip_serializing_if = "Option::is_none")]
     webhook_cert: Option<PathBuf>,
-    /// Webhook private key (PEM).
+    /// Webhook private key (PEM). Key: webhook.key.
     #[arg(long, value_name = "PEM")]
+    #[serde(rename = "webhook.key", skip_serializing_if = "Option::is_none")]
     webhook_key: Option<PathBuf>,
-    /// Do not serve the admission webhook.
+    /// Do not serve the admission webhook. Key: webhook.enabled.
     #[arg(long)]
+    #[serde(
+        rename = "webhook.enabled",
+        serialize_with = "negate",
+        skip_serializing_if = "not_given"
+    )]
     no_webhook: bool,
-    /// Do not set schedulerName in the mutating webhook.
+    /// Do not set schedulerName in the mutating webhook. Key: webhook.mutate.
     #[arg(long)]
+    #[serde(
+        rename = "webhook.mutate",
+        serialize_with = "negate",
+        skip_serializing_if = "not_given"
+    )]
     no_mutate: bool,
-    /// Always lead (no Lease; for a single replica).
+    /// Always lead (no Lease; for a single replica). Key: leader_election.enabled.
     #[arg(long)]
+    #[serde(
+        rename = "leader_election.enabled",
+        serialize_with = "negate",
+        skip_serializing_if = "not_given"
+    )]
     no_leader_elect: bool,
-    /// Lease name.
+    /// Lease name. Key: leader_election.lease_name.
     #[arg(long, value_name = "NAME")]
+    #[serde(
+        rename = "leader_election.lease_name",
+        skip_serializing_if = "Option::is_none"
+    )]
     lease_name: Option<String>,
-    /// Lease namespace.
+    /// Lease namespace. Key: leader_election.lease_namespace.
     #[arg(long, value_name = "NAMESPACE")]
+    #[serde(
+        rename = "leader_election.lease_namespace",
+        skip_serializing_if = "Option::is_none"
+    )]
     lease_namespace: Option<String>,
-    /// Holder identity (default: POD_NAME, HOSTNAME).
+    /// Holder identity (default: POD_NAME, HOSTNAME). Key: leader_election.identity.
     #[arg(long, value_name = "ID")]
+    #[serde(
+        rename = "leader_election.identity",
+        skip_serializing_if = "Option::is_none"
+    )]
     identity: Option<String>,
-    /// Log format (text | json).
-    #[arg(long, value_name = "FORMAT")]
-    log_format: Option<String>,
-    /// Log filter, e.g. info or gpusched_kube=debug.
-    #[arg(long, value_name = "FILTER")]
-    log_level: Option<String>,
 }
 
-fn main() -> std::process::ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     let env: BTreeMap<String, String> = std::env::vars().collect();
-    let flags = Overrides {
-        service_addr: cli.service_addr,
-        scheduler_name: cli.scheduler_name,
-        kubeconfig: cli.kubeconfig,
-        extender_listen: cli.extender_listen,
-        webhook_listen: cli.webhook_listen,
-        webhook_cert: cli.webhook_cert,
-        webhook_key: cli.webhook_key,
-        no_webhook: cli.no_webhook,
-        no_mutate: cli.no_mutate,
-        no_leader_elect: cli.no_leader_elect,
-        lease_name: cli.lease_name,
-        lease_namespace: cli.lease_namespace,
-        identity: cli.identity,
-        log_format: cli.log_format,
-        log_level: cli.log_level,
-    };
-    let file_config = match config::load(cli.config.as_deref(), &env, &flags) {
+    let file: FileConfig = match SPEC.start(&cli.common, &cli, &env) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("gpusched-kube: {e}");
-            return std::process::ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    if cli.print_config {
-        print!("{}", file_config.to_toml());
-        return std::process::ExitCode::SUCCESS;
-    }
-    let settings = match file_config.validate(&env) {
+    let settings = match SPEC.check(file.validate(&env)) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("gpusched-kube: {e}");
-            return std::process::ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     match gpusched_kube::run::main(settings) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpusched-kube: {e:#}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }

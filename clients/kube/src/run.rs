@@ -19,42 +19,6 @@ use crate::shim::{Metrics, Shim};
 use crate::view::ClusterView;
 use crate::webhook::{self, TlsListener, WebhookOptions, WebhookState};
 
-fn init_logs(settings: &Settings) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(&settings.log_level)
-        .with_context(|| format!("telemetry.log_level {:?}", settings.log_level))?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let r = if settings.json_logs {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
-    r.map_err(|e| anyhow::anyhow!("logging: {e}"))
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
 async fn kube_client(settings: &Settings) -> anyhow::Result<kube::Client> {
     let config = match &settings.kubeconfig {
         Some(path) => {
@@ -74,24 +38,12 @@ async fn kube_client(settings: &Settings) -> anyhow::Result<kube::Client> {
 fn service_client(settings: &Settings) -> anyhow::Result<gpusched_client::Client> {
     let s = &settings.service;
     let mut b = ClientBuilder::new(s.address.clone()).timeout(Some(s.timeout));
-    if s.tls_ca.is_some() || s.tls_identity.is_some() || s.address.starts_with("https://") {
-        let ca_pem = s
-            .tls_ca
-            .as_ref()
-            .map(std::fs::read)
-            .transpose()
-            .context("service.tls_ca")?;
-        let identity = match &s.tls_identity {
-            Some((c, k)) => Some((
-                std::fs::read(c).context("service.tls_cert")?,
-                std::fs::read(k).context("service.tls_key")?,
-            )),
-            None => None,
-        };
+    if let Some(tls) = &s.tls {
+        let pem = tls.load()?;
         b = b.tls(TlsOptions {
-            ca_pem,
-            identity,
-            domain: s.tls_domain.clone(),
+            ca_pem: pem.ca,
+            identity: pem.identity,
+            domain: pem.domain,
         });
     }
     b.connect_lazy()
@@ -108,7 +60,7 @@ pub fn main(settings: Settings) -> anyhow::Result<()> {
 }
 
 async fn serve(settings: Settings) -> anyhow::Result<()> {
-    init_logs(&settings)?;
+    let _telemetry = gpusched_runtime::logging::init(&settings.telemetry, "gpusched_kube")?;
     let client = kube_client(&settings).await?;
     let service = service_client(&settings)?;
     let names = settings.names.clone();
@@ -247,7 +199,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         tasks.spawn(async move { listener.serve(router, rx, Duration::from_secs(10)).await });
     }
 
-    shutdown_signal().await;
+    gpusched_runtime::shutdown::signal().await;
     tracing::info!("shutting down: releasing the lease, draining connections");
     let _ = shutdown_tx.send(true);
     if let Some(t) = leader_task {

@@ -2,7 +2,6 @@
 //! with the cluster view fed from reflector stores (no Kubernetes API needed).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,18 +19,7 @@ use kube::runtime::watcher::Event;
 use serde_json::json;
 
 async fn server() -> gpusched_service::Running {
-    let flags = gpusched_service::Overrides {
-        listen: Some("127.0.0.1:0".into()),
-        no_metrics: true,
-        ..Default::default()
-    };
-    let settings = gpusched_service::config::load(None, &BTreeMap::new(), &flags)
-        .unwrap()
-        .validate(&BTreeMap::new())
-        .unwrap();
-    gpusched_service::start(settings, Arc::new(gpusched_service::Metrics::new()))
-        .await
-        .unwrap()
+    gpusched_service::testing::start_server(&[("metrics.enabled", "false")]).await
 }
 
 fn names() -> Names {

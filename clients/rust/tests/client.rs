@@ -2,7 +2,6 @@
 //! scripted peer (retry only on UNAVAILABLE, trace-context propagation), and `gpuschedctl`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,18 +15,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::layer::SubscriberExt;
 
 async fn live() -> gpusched_service::Running {
-    let flags = gpusched_service::Overrides {
-        listen: Some("127.0.0.1:0".into()),
-        no_metrics: true,
-        ..Default::default()
-    };
-    let settings = gpusched_service::config::load(None, &BTreeMap::new(), &flags)
-        .unwrap()
-        .validate(&BTreeMap::new())
-        .unwrap();
-    gpusched_service::start(settings, Arc::new(gpusched_service::Metrics::new()))
-        .await
-        .unwrap()
+    gpusched_service::testing::start_server(&[("metrics.enabled", "false")]).await
 }
 
 #[tokio::test]
@@ -77,20 +65,11 @@ async fn invalid_annotation_is_a_typed_error() {
 
 #[tokio::test]
 async fn resource_exhausted_names_the_limit() {
-    let flags = gpusched_service::Overrides {
-        listen: Some("127.0.0.1:0".into()),
-        no_metrics: true,
-        ..Default::default()
-    };
-    let env: BTreeMap<String, String> =
-        [("GPUSCHED_LIMITS__MAX_NODES".to_owned(), "1".to_owned())].into();
-    let settings = gpusched_service::config::load(None, &env, &flags)
-        .unwrap()
-        .validate(&BTreeMap::new())
-        .unwrap();
-    let server = gpusched_service::start(settings, Arc::new(gpusched_service::Metrics::new()))
-        .await
-        .unwrap();
+    let server = gpusched_service::testing::start_server(&[
+        ("metrics.enabled", "false"),
+        ("limits.max_nodes", "1"),
+    ])
+    .await;
     let client = ClientBuilder::new(server.grpc_addr.to_string())
         .connect()
         .await

@@ -2,27 +2,14 @@
 //! `GPUSCHED_UPDATE_VECTORS=1` rewrites the expected answers (review the diff!).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use gpusched_api::json::{from_json, to_json};
 use gpusched_client::{Client, ClientBuilder, Error, v1};
 use serde_json::Value;
 
 async fn server() -> (gpusched_service::Running, Client) {
-    let flags = gpusched_service::Overrides {
-        listen: Some("127.0.0.1:0".into()),
-        no_metrics: true,
-        ..Default::default()
-    };
-    let settings = gpusched_service::config::load(None, &BTreeMap::new(), &flags)
-        .unwrap()
-        .validate(&BTreeMap::new())
-        .unwrap();
-    let running = gpusched_service::start(settings, Arc::new(gpusched_service::Metrics::new()))
-        .await
-        .unwrap();
+    let running = gpusched_service::testing::start_server(&[("metrics.enabled", "false")]).await;
     let client = ClientBuilder::new(format!("http://{}", running.grpc_addr))
         .connect()
         .await

@@ -12,6 +12,7 @@ use gpusched_engine::{
     AnnotationNames, Defaults, GpuPolicy, KubeNames, NodePolicy, NormalizationConfig,
     NormalizationOverride, ResourceNames,
 };
+use gpusched_runtime::checks::{non_empty, nonzero_duration};
 use gpusched_runtime::tls::{ServerTlsFiles, readable};
 use gpusched_runtime::{ConfigError, Sources, Spec, Telemetry, TelemetryConfig};
 use serde::{Deserialize, Serialize};
@@ -282,9 +283,6 @@ impl FileConfig {
             None => None,
         };
         let l = &self.limits;
-        if l.request_timeout.is_zero() {
-            return Err(err("limits.request_timeout", "must be longer than 0s"));
-        }
         let limits = Limits {
             max_message_bytes: l.max_message_bytes.get(),
             max_nodes: l.max_nodes.get(),
@@ -292,7 +290,7 @@ impl FileConfig {
             max_cards: l.max_cards.get(),
             max_workloads: l.max_workloads.get(),
             max_containers: l.max_containers.get(),
-            request_timeout: l.request_timeout,
+            request_timeout: nonzero_duration("limits.request_timeout", l.request_timeout)?,
             max_concurrent_requests: l.max_concurrent_requests.get(),
             blocking_threshold_cards: l.blocking_threshold_cards,
             drain_timeout: l.drain_timeout,
@@ -358,26 +356,16 @@ impl FileConfig {
 
 impl NamesConfig {
     fn validate(&self) -> Result<KubeNames, ConfigError> {
-        for (key, v) in [
-            ("names.resource_count", &self.resource_count),
-            ("names.resource_memory", &self.resource_memory),
-            (
-                "names.resource_memory_percentage",
-                &self.resource_memory_percentage,
-            ),
-            ("names.resource_cores", &self.resource_cores),
-        ] {
-            if v.trim().is_empty() {
-                return Err(err(key, "must not be empty"));
-            }
-        }
         let a = &self.annotations;
         Ok(KubeNames {
             resources: ResourceNames {
-                count: self.resource_count.clone(),
-                memory: self.resource_memory.clone(),
-                memory_percentage: self.resource_memory_percentage.clone(),
-                cores: self.resource_cores.clone(),
+                count: non_empty("names.resource_count", &self.resource_count)?,
+                memory: non_empty("names.resource_memory", &self.resource_memory)?,
+                memory_percentage: non_empty(
+                    "names.resource_memory_percentage",
+                    &self.resource_memory_percentage,
+                )?,
+                cores: non_empty("names.resource_cores", &self.resource_cores)?,
             },
             annotations: AnnotationNames {
                 node_scheduler_policy: a.node_scheduler_policy.clone(),

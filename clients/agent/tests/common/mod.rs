@@ -2,7 +2,6 @@
 //! an in-process gpusched-server and a recording publisher.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -142,18 +141,7 @@ pub fn uuid(i: u32) -> String {
 
 /// A gpusched-server on 127.0.0.1:0 with its embedded default configuration.
 pub async fn start_server() -> gpusched_service::Running {
-    let flags = gpusched_service::Overrides {
-        listen: Some("127.0.0.1:0".into()),
-        no_metrics: true,
-        ..Default::default()
-    };
-    let settings = gpusched_service::config::load(None, &BTreeMap::new(), &flags)
-        .expect("server config")
-        .validate(&BTreeMap::new())
-        .expect("server settings");
-    gpusched_service::start(settings, Arc::new(gpusched_service::Metrics::new()))
-        .await
-        .expect("server start")
+    gpusched_service::testing::start_server(&[("metrics.enabled", "false")]).await
 }
 
 /// Records what the agent publishes; can be told to fail.
