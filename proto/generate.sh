@@ -19,8 +19,10 @@ esac
 clients/go/generate.sh "${mode[@]}"
 clients/python/generate.sh "${mode[@]}"
 CACHE="${GPUSCHED_CACHE:-$HOME/.cache/gpusched}"
-BUF="$(ls "$CACHE"/go/bin/buf-* 2>/dev/null | sort | tail -n 1)"
-[ -x "$BUF" ] || { echo "proto/generate.sh: buf was not installed by clients/go/generate.sh" >&2; exit 1; }
+# No match is not an error here (pipefail would stop the script before the message below);
+# versions are ranked with sort -V (buf-1.10.0 above buf-1.9.0).
+BUF="$( (ls -d "$CACHE"/go/bin/buf-* 2>/dev/null || true) | sort -V | tail -n 1)"
+[ -n "$BUF" ] && [ -x "$BUF" ] || { echo "proto/generate.sh: buf was not installed by clients/go/generate.sh (looked for $CACHE/go/bin/buf-*)" >&2; exit 1; }
 echo "proto/generate.sh: buf lint (STANDARD + COMMENTS)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

@@ -15,6 +15,17 @@ stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(proto rust go python loadtest e2e)
 
 log() { printf '\n=== %s ===\n' "$*"; }
+die() { echo "scripts/test.sh: $*" >&2; exit 1; }
+
+# Runs a stage's script; one that is missing or not executable fails the run (it is never
+# skipped silently).
+run_script() {
+  local script="$1" what="$2"
+  [ -e "$script" ] || die "stage $stage: $script is missing"
+  [ -x "$script" ] || die "stage $stage: $script is not executable (chmod +x $script)"
+  log "$what"
+  "$script"
+}
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 
 server_bin() {
@@ -48,11 +59,11 @@ for stage in "${stages[@]}"; do
       GPUSCHED_SKIP_GEN_CHECK=1 clients/python/test.sh
       ;;
     loadtest)
-      if [ -x loadtest/smoke.sh ]; then log "loadtest smoke run"; loadtest/smoke.sh; fi
+      run_script loadtest/smoke.sh "loadtest smoke run"
       ;;
     e2e)
-      if [ -x clients/agent/e2e-test.sh ]; then log "node agent on a real kube-apiserver"; clients/agent/e2e-test.sh; fi
-      if [ -x deploy/e2e/test.sh ]; then log "scheduler extender and webhook on a real control plane"; deploy/e2e/test.sh; fi
+      run_script clients/agent/e2e-test.sh "node agent on a real kube-apiserver"
+      run_script deploy/e2e/test.sh "scheduler extender and webhook on a real control plane"
       ;;
     *) echo "unknown stage $stage (proto | rust | go | python | loadtest | e2e)" >&2; exit 2 ;;
   esac
