@@ -371,7 +371,6 @@ impl FileConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpusched_runtime::Sources;
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -385,13 +384,7 @@ mod tests {
         vars: &[(&str, &str)],
         flags: &[(&str, &str)],
     ) -> Result<FileConfig, ConfigError> {
-        SPEC.load(
-            Sources {
-                file,
-                env: &env(vars),
-            },
-            &env(flags),
-        )
+        SPEC.load_pairs(file, vars, flags)
     }
 
     #[test]

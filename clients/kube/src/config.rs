@@ -476,7 +476,6 @@ impl NamesConfig {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use gpusched_runtime::Sources;
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -490,13 +489,7 @@ mod tests {
         vars: &[(&str, &str)],
         flags: &[(&str, &str)],
     ) -> Result<FileConfig, ConfigError> {
-        SPEC.load(
-            Sources {
-                file,
-                env: &env(vars),
-            },
-            &env(flags),
-        )
+        SPEC.load_pairs(file, vars, flags)
     }
 
     #[test]

@@ -55,6 +55,29 @@ impl Spec {
             .map_err(|e| self::describe(e, &cfg, |key| accepts_zero::<T>(&builder, key)))
     }
 
+    /// [`Spec::load`] with the environment and the flags as (name, value) pairs, flags by dotted
+    /// key (`("limits.max_nodes", "3")`): for tests and tools.
+    pub fn load_pairs<T: DeserializeOwned>(
+        &self,
+        file: Option<&Path>,
+        env: &[(&str, &str)],
+        flags: &[(&str, &str)],
+    ) -> Result<T, ConfigError> {
+        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        self.load(
+            Sources {
+                file,
+                env: &map(env),
+            },
+            &map(flags),
+        )
+    }
+
     /// The top-level keys of the defaults: variables outside them are not configuration (so
     /// `GPUSCHED_SERVER_BIN` of the test scripts is ignored).
     fn top_level_keys(&self) -> Vec<String> {

@@ -52,6 +52,28 @@ pub fn read_private_key(path: &Path) -> Result<Vec<u8>, TlsError> {
     Ok(pem)
 }
 
+/// A rustls certificate and signing key from PEM files (servers built on rustls directly, such
+/// as an HTTPS webhook that reloads its certificate).
+pub fn certified_key(
+    cert: &Path,
+    key: &Path,
+) -> Result<std::sync::Arc<rustls::sign::CertifiedKey>, TlsError> {
+    let fail = |path: &Path, reason: String| TlsError {
+        path: path.to_owned(),
+        reason,
+    };
+    let certs = CertificateDer::pem_slice_iter(&read_certificates(cert)?)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| fail(cert, e.to_string()))?;
+    let key_der = PrivateKeyDer::from_pem_slice(&read_private_key(key)?)
+        .map_err(|e| fail(key, e.to_string()))?;
+    let signing = rustls::crypto::ring::sign::any_supported_type(&key_der)
+        .map_err(|e| fail(key, e.to_string()))?;
+    Ok(std::sync::Arc::new(rustls::sign::CertifiedKey::new(
+        certs, signing,
+    )))
+}
+
 /// Server TLS files.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerTlsFiles {
@@ -194,6 +216,9 @@ mod tests {
         .load()
         .unwrap();
         assert!(pem.ca.is_some() && pem.identity.is_some());
+        let (c, k) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        certified_key(&c, &k).unwrap();
+        assert_eq!(certified_key(&k, &k).unwrap_err().path, k);
     }
 
     #[test]

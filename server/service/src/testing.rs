@@ -4,9 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use gpusched_runtime::Sources;
-
-use crate::config::{Settings, load};
+use crate::config::{FileConfig, SPEC, Settings};
 use crate::metrics::Metrics;
 use crate::server::{Running, start};
 
@@ -14,11 +12,10 @@ use crate::server::{Running, start};
 /// given overrides by dotted key (`("limits.max_nodes", "3")`, `("metrics.enabled",
 /// "false")`), as flags would set them. Panics on an invalid configuration.
 pub fn settings(overrides: &[(&str, &str)]) -> Settings {
-    let mut flags: BTreeMap<&str, &str> = [("listen", "127.0.0.1:0"), ("metrics.listen", "127.0.0.1:0")].into();
-    flags.extend(overrides.iter().copied());
-    let env = BTreeMap::new();
-    load(Sources { file: None, env: &env }, &flags)
-        .and_then(|c| c.validate(&env))
+    let mut flags = vec![("listen", "127.0.0.1:0"), ("metrics.listen", "127.0.0.1:0")];
+    flags.extend_from_slice(overrides);
+    SPEC.load_pairs::<FileConfig>(None, &[], &flags)
+        .and_then(|c| c.validate(&BTreeMap::new()))
         .expect("test server configuration")
 }
 
