@@ -189,7 +189,7 @@ capacity() { kubectl get node "$NODE" -o jsonpath="{.status.$1.nvidia\\.com/gpu}
 start_agent() { # log-name extra-args...
   local name="$1"; shift
   FAKE_NVML_STATE="$STATE" KUBECONFIG="$AGENT_KUBECONFIG" NODE_NAME="$NODE" \
-    GPUSCHED_AGENT_LOG__LEVEL=info \
+    GPUSCHED_AGENT_TELEMETRY__LOG_LEVEL=info \
     "$BIN/gpusched-agent" run --service-address "$GRPC" \
     --nvml-library "$WORK/nvml/libnvidia-ml.so.1" --sysfs-root "$SYS" \
     --interval 60s --poll-interval 300ms --health-listen 127.0.0.1:0 "$@" \

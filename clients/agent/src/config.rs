@@ -255,15 +255,6 @@ pub struct KubeSettings {
     pub resource_name: String,
 }
 
-/// The host name, from the kernel (no libc call).
-pub fn host_name() -> Option<String> {
-    ["/proc/sys/kernel/hostname", "/etc/hostname"]
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(p).ok())
-        .map(|s| s.trim().to_owned())
-        .find(|s| !s.is_empty())
-}
-
 fn path(s: &str) -> Option<PathBuf> {
     optional(Some(s)).map(PathBuf::from)
 }

@@ -174,7 +174,7 @@ fn failure_modes_and_exit_codes() {
     let o = run(agent(None, &["--interval", "0s", "inventory"]));
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        text(&o.stderr).contains("config interval"),
+        text(&o.stderr).contains("config error: interval:"),
         "{}",
         text(&o.stderr)
     );
