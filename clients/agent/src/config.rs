@@ -330,7 +330,8 @@ impl FileConfig {
                     .map_err(|e| err("http.listen", format!("{l:?}: {e}")))
             })
             .transpose()?;
-        let initial_backoff = nonzero_duration("retry.initial_backoff", self.retry.initial_backoff)?;
+        let initial_backoff =
+            nonzero_duration("retry.initial_backoff", self.retry.initial_backoff)?;
         if self.retry.max_backoff < initial_backoff {
             return Err(err(
                 "retry.max_backoff",
@@ -443,7 +444,11 @@ mod tests {
             ("node_name", "bad name!", "node_name"),
             ("output.format", "yaml", "output.format"),
             ("retired_pages_limit", "1", "retired_pages_limit"),
-            ("card_health.retired_pages_limit", "-1", "card_health.retired_pages_limit"),
+            (
+                "card_health.retired_pages_limit",
+                "-1",
+                "card_health.retired_pages_limit",
+            ),
         ];
         for (key, value, expected) in cases {
             let e = load(None, &[], &[(key, value)])

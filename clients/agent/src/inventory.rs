@@ -8,8 +8,8 @@ use std::time::Duration;
 use gpusched_api::v1;
 use gpusched_client::{ClientBuilder, TlsOptions};
 
-use gpusched_runtime::tls::ClientTlsFiles;
 use crate::discovery::CardFacts;
+use gpusched_runtime::tls::ClientTlsFiles;
 
 /// The request for `node` with these cards (no config: the service's own applies).
 pub fn request(node: &str, cards: &[CardFacts]) -> v1::NormalizeInventoryRequest {

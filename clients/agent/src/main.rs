@@ -9,9 +9,6 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use gpusched_runtime::CommonArgs;
-use gpusched_runtime::flags::{negate, not_given};
-use serde::Serialize;
 use gpusched_agent::agent::{self, AgentState, LoopSettings};
 use gpusched_agent::config::{FileConfig, OutputFormat, SPEC, Settings};
 use gpusched_agent::discovery::nvml::{NvmlOptions, NvmlSource};
@@ -20,6 +17,9 @@ use gpusched_agent::format::{NodeInventory, render};
 use gpusched_agent::health;
 use gpusched_agent::inventory::{self, Normalizer as _, ServiceNormalizer};
 use gpusched_agent::publish::{FilePublisher, KubePublisher, Sinks};
+use gpusched_runtime::CommonArgs;
+use gpusched_runtime::flags::{negate, not_given};
+use serde::Serialize;
 
 /// gpusched node agent: NVML inventory, normalised by the gpusched service, published for
 /// HAMi-compatible schedulers (Node annotations), Slurm (gres.conf) and files. Each flag sets
@@ -101,7 +101,10 @@ struct Cli {
     /// Also patch the Node's status capacity/allocatable nvidia.com/gpu (healthy slots). Key:
     /// kubernetes.patch_capacity.
     #[arg(long, global = true)]
-    #[serde(rename = "kubernetes.patch_capacity", skip_serializing_if = "not_given")]
+    #[serde(
+        rename = "kubernetes.patch_capacity",
+        skip_serializing_if = "not_given"
+    )]
     patch_capacity: bool,
     /// Also write the inventory to this file on every change. Key: output.path.
     #[arg(long, global = true, value_name = "PATH")]

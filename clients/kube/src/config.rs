@@ -365,13 +365,14 @@ impl FileConfig {
             .map(|p| readable("service.tls_ca", p))
             .transpose()?;
         let address = non_empty("service.address", &s.address)?;
-        let tls = (ca.is_some() || identity.is_some() || address.starts_with("https://")).then(
-            || ClientTlsFiles {
-                ca,
-                identity,
-                domain: optional(s.tls_domain.as_deref()),
-            },
-        );
+        let tls =
+            (ca.is_some() || identity.is_some() || address.starts_with("https://")).then(|| {
+                ClientTlsFiles {
+                    ca,
+                    identity,
+                    domain: optional(s.tls_domain.as_deref()),
+                }
+            });
         let service = ServiceSettings {
             address,
             timeout: nonzero_duration("service.timeout", s.timeout)?,
@@ -436,7 +437,10 @@ impl FileConfig {
             leader,
             assume_ttl: nonzero_duration("assume.ttl", self.assume.ttl)?,
             reserve: self.assume.reserve,
-            reservation_ttl: nonzero_duration("assume.reservation_ttl", self.assume.reservation_ttl)?,
+            reservation_ttl: nonzero_duration(
+                "assume.reservation_ttl",
+                self.assume.reservation_ttl,
+            )?,
             telemetry: self.telemetry.validate(env)?,
         })
     }

@@ -158,7 +158,8 @@ impl Spec {
 
 /// The set flags as (dotted key, value).
 fn flag_values(flags: &impl Serialize) -> Result<Vec<(String, config::Value)>, ConfigError> {
-    let value = serde_json::to_value(flags).map_err(|e| ConfigError::new("flags", e.to_string()))?;
+    let value =
+        serde_json::to_value(flags).map_err(|e| ConfigError::new("flags", e.to_string()))?;
     let mut out = Vec::new();
     collect(&mut out, "", &value);
     Ok(out)

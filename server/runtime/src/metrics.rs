@@ -33,7 +33,11 @@ pub fn encode(registry: &Registry) -> String {
 
 /// A `GET /metrics` response for `registry` (to mount on a router of one's own).
 pub fn response(registry: &Registry) -> axum::response::Response {
-    ([(axum::http::header::CONTENT_TYPE, CONTENT_TYPE)], encode(registry)).into_response()
+    (
+        [(axum::http::header::CONTENT_TYPE, CONTENT_TYPE)],
+        encode(registry),
+    )
+        .into_response()
 }
 
 /// A router with `GET /metrics`.

@@ -146,7 +146,13 @@ mod tests {
 
     #[test]
     fn log_levels() {
-        for ok in ["info", "WARN", "info,gpusched_service=debug", "h2::proto=off", "off"] {
+        for ok in [
+            "info",
+            "WARN",
+            "info,gpusched_service=debug",
+            "h2::proto=off",
+            "off",
+        ] {
             check_log_level(ok).unwrap();
         }
         for bad in ["verbose", "info,gpusched_service=loud", ""] {
@@ -156,6 +162,10 @@ mod tests {
                 "{bad}: {e}"
             );
         }
-        assert!(check_log_level("verbose").unwrap_err().contains("\"verbose\""));
+        assert!(
+            check_log_level("verbose")
+                .unwrap_err()
+                .contains("\"verbose\"")
+        );
     }
 }

@@ -88,10 +88,8 @@ pub struct ServerTlsFiles {
 impl ServerTlsFiles {
     /// The tonic server configuration.
     pub fn load(&self) -> Result<ServerTlsConfig, TlsError> {
-        let identity = Identity::from_pem(
-            read_certificates(&self.cert)?,
-            read_private_key(&self.key)?,
-        );
+        let identity =
+            Identity::from_pem(read_certificates(&self.cert)?, read_private_key(&self.key)?);
         let mut cfg = ServerTlsConfig::new().identity(identity);
         if let Some(ca) = &self.client_ca {
             cfg = cfg.client_ca_root(Certificate::from_pem(read_certificates(ca)?));
@@ -181,7 +179,10 @@ mod tests {
         let not_pem = dir.path().join("cert.pem");
         std::fs::write(&not_pem, "hello").unwrap();
         let e = read_certificates(&not_pem).unwrap_err();
-        assert!(e.to_string().contains("cert.pem") && e.to_string().contains("no PEM"), "{e}");
+        assert!(
+            e.to_string().contains("cert.pem") && e.to_string().contains("no PEM"),
+            "{e}"
+        );
         let e = read_private_key(&dir.path().join("missing.key")).unwrap_err();
         assert!(e.to_string().contains("missing.key"), "{e}");
 

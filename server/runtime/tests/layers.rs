@@ -97,14 +97,12 @@ fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn load(file: Option<&std::path::Path>, e: &[(&str, &str)], flags: &Flags) -> Result<File, ConfigError> {
-    SPEC.load(
-        Sources {
-            file,
-            env: &env(e),
-        },
-        flags,
-    )
+fn load(
+    file: Option<&std::path::Path>,
+    e: &[(&str, &str)],
+    flags: &Flags,
+) -> Result<File, ConfigError> {
+    SPEC.load(Sources { file, env: &env(e) }, flags)
 }
 
 fn error(e: &[(&str, &str)]) -> ConfigError {
@@ -118,7 +116,11 @@ fn layers_defaults_file_env_flags() {
     assert_eq!(d.telemetry.log_format, LogFormat::Text);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.yaml");
-    std::fs::write(&path, "listen: 127.0.0.1:1\nlimits:\n  split: 3\n  max_nodes: 7\n").unwrap();
+    std::fs::write(
+        &path,
+        "listen: 127.0.0.1:1\nlimits:\n  split: 3\n  max_nodes: 7\n",
+    )
+    .unwrap();
     let e = [
         ("GPUSCHED_TEST_LISTEN", "127.0.0.1:2"),
         ("GPUSCHED_TEST_LIMITS__MAX_NODES", "8"),
@@ -148,7 +150,10 @@ fn layers_defaults_file_env_flags() {
     // The new prefix wins over the legacy one.
     let c = load(
         None,
-        &[("GPUSCHED_LIMITS__SPLIT", "4"), ("GPUSCHED_TEST_LIMITS__SPLIT", "5")],
+        &[
+            ("GPUSCHED_LIMITS__SPLIT", "4"),
+            ("GPUSCHED_TEST_LIMITS__SPLIT", "5"),
+        ],
         &Flags::default(),
     )
     .unwrap();
@@ -157,7 +162,12 @@ fn layers_defaults_file_env_flags() {
 
 #[test]
 fn printed_config_loads_back() {
-    let c = load(None, &[("GPUSCHED_TEST_FILES__CERT", "/a b.pem")], &Flags::default()).unwrap();
+    let c = load(
+        None,
+        &[("GPUSCHED_TEST_FILES__CERT", "/a b.pem")],
+        &Flags::default(),
+    )
+    .unwrap();
     let text = gpusched_runtime::to_toml(&c).unwrap();
     assert!(text.contains("timeout = \"10s\""), "{text}");
     let dir = tempfile::tempdir().unwrap();
@@ -201,7 +211,10 @@ fn typed_values_name_the_key() {
     assert_eq!(e.key, "limits.timeout");
     let e = error(&[("GPUSCHED_TEST_TELEMETRY__LOG_FORMAT", "xml")]);
     assert_eq!(e.key, "telemetry.log_format");
-    assert!(e.message.contains("text") && e.message.contains("json"), "{e}");
+    assert!(
+        e.message.contains("text") && e.message.contains("json"),
+        "{e}"
+    );
     let e = error(&[("GPUSCHED_TEST_METRICS__ENABLED", "maybe")]);
     assert_eq!(e.key, "metrics.enabled");
 }
@@ -234,7 +247,10 @@ fn telemetry_section_validates() {
     assert!(t.otlp_endpoint.is_none());
     let t = c
         .telemetry
-        .validate(&env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")]))
+        .validate(&env(&[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "http://127.0.0.1:4317",
+        )]))
         .unwrap();
     assert_eq!(t.otlp_endpoint.as_deref(), Some("http://127.0.0.1:4317"));
     let t = c
@@ -246,9 +262,21 @@ fn telemetry_section_validates() {
         .unwrap();
     assert!(t.otlp_endpoint.is_none());
     for (var, value, key) in [
-        ("GPUSCHED_TEST_TELEMETRY__LOG_LEVEL", "verbose", "telemetry.log_level"),
-        ("GPUSCHED_TEST_TELEMETRY__SAMPLE_RATIO", "2", "telemetry.sample_ratio"),
-        ("GPUSCHED_TEST_TELEMETRY__OTLP_ENDPOINT", "collector:4317", "telemetry.otlp_endpoint"),
+        (
+            "GPUSCHED_TEST_TELEMETRY__LOG_LEVEL",
+            "verbose",
+            "telemetry.log_level",
+        ),
+        (
+            "GPUSCHED_TEST_TELEMETRY__SAMPLE_RATIO",
+            "2",
+            "telemetry.sample_ratio",
+        ),
+        (
+            "GPUSCHED_TEST_TELEMETRY__OTLP_ENDPOINT",
+            "collector:4317",
+            "telemetry.otlp_endpoint",
+        ),
     ] {
         let c = load(None, &[(var, value)], &Flags::default()).unwrap();
         let e = c.telemetry.validate(&BTreeMap::new()).unwrap_err();

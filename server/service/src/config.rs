@@ -257,7 +257,14 @@ pub fn load(sources: Sources<'_>, flags: &impl Serialize) -> Result<FileConfig, 
 pub fn default_settings() -> Result<Settings, ConfigError> {
     let env = BTreeMap::new();
     let none: BTreeMap<String, String> = BTreeMap::new();
-    load(Sources { file: None, env: &env }, &none)?.validate(&env)
+    load(
+        Sources {
+            file: None,
+            env: &env,
+        },
+        &none,
+    )?
+    .validate(&env)
 }
 
 impl FileConfig {

@@ -17,7 +17,7 @@ pub mod telemetry;
 pub mod testing;
 
 pub use config::{FileConfig, Settings};
-pub use gpusched_runtime::ConfigError;
 pub use error::ServiceError;
+pub use gpusched_runtime::ConfigError;
 pub use metrics::Metrics;
 pub use server::{Running, ServeError, start};

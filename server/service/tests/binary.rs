@@ -74,7 +74,10 @@ fn terminate(mut child: Child) -> (i32, String) {
 fn print_config_shows_the_effective_configuration() {
     let out = clean_env(&mut Command::new(BIN))
         .arg("--print-config")
-        .env("GPUSCHED_SERVER_POLICY__GPU_SCHEDULER_POLICY", "binpack,numa")
+        .env(
+            "GPUSCHED_SERVER_POLICY__GPU_SCHEDULER_POLICY",
+            "binpack,numa",
+        )
         .arg("--listen")
         .arg("0.0.0.0:7000")
         .output()
