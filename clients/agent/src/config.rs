@@ -364,24 +364,11 @@ impl FileConfig {
 mod tests {
     use super::*;
 
-    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
-
-    fn load(
-        file: Option<&std::path::Path>,
-        vars: &[(&str, &str)],
-        flags: &[(&str, &str)],
-    ) -> Result<FileConfig, ConfigError> {
-        SPEC.load_pairs(file, vars, flags)
-    }
+    use gpusched_runtime::layers::vars as env;
 
     #[test]
     fn defaults_validate_with_node_name_from_env() {
-        let cfg = load(None, &[], &[]).unwrap();
+        let cfg = SPEC.load_pairs::<FileConfig>(None, &[], &[]).unwrap();
         assert_eq!(cfg.interval, Duration::from_secs(30));
         assert_eq!(cfg.card_health.ignored_xids, vec![13, 31, 43, 45, 68, 109]);
         let s = cfg.validate(&env(&[("NODE_NAME", "gpu-1")])).unwrap();
@@ -409,7 +396,9 @@ mod tests {
             ("GPUSCHED_AGENT_E2E", "not config"),
             ("GPUSCHED_LISTEN", "ignored: the server's variable"),
         ];
-        let cfg = load(Some(&file), &vars, &[]).unwrap();
+        let cfg = SPEC
+            .load_pairs::<FileConfig>(Some(&file), &vars, &[])
+            .unwrap();
         assert_eq!(cfg.interval, Duration::from_secs(20));
         assert_eq!(cfg.service.address, "http://env:2");
         assert_eq!(cfg.node_name, "from-env");
@@ -422,7 +411,8 @@ mod tests {
             ("kubernetes.enabled", "false"),
             ("output.path", "/tmp/x.json"),
         ];
-        let s = load(Some(&file), &vars, &flags)
+        let s = SPEC
+            .load_pairs::<FileConfig>(Some(&file), &vars, &flags)
             .unwrap()
             .validate(&BTreeMap::new())
             .unwrap();
@@ -451,27 +441,35 @@ mod tests {
             ),
         ];
         for (key, value, expected) in cases {
-            let e = load(None, &[], &[(key, value)])
+            let e = SPEC
+                .load_pairs::<FileConfig>(None, &[], &[(key, value)])
                 .and_then(|c| c.validate(&env(&[("NODE_NAME", "n")])))
                 .unwrap_err();
             assert_eq!(e.key, *expected, "{e}");
         }
-        let e = load(None, &[("GPUSCHED_AGENT_INTERVAL", "soon")], &[]).unwrap_err();
+        let e = SPEC
+            .load_pairs::<FileConfig>(None, &[("GPUSCHED_AGENT_INTERVAL", "soon")], &[])
+            .unwrap_err();
         assert_eq!(e.key, "interval", "{e}");
     }
 
     #[test]
     fn print_config_round_trips() {
-        let cfg = load(None, &[], &[]).unwrap();
+        let cfg = SPEC.load_pairs::<FileConfig>(None, &[], &[]).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("printed.toml");
         std::fs::write(&file, gpusched_runtime::to_toml(&cfg).unwrap()).unwrap();
-        assert_eq!(load(Some(&file), &[], &[]).unwrap(), cfg);
+        assert_eq!(
+            SPEC.load_pairs::<FileConfig>(Some(&file), &[], &[])
+                .unwrap(),
+            cfg
+        );
     }
 
     #[test]
     fn https_address_turns_tls_on() {
-        let s = load(None, &[], &[("service.address", "https://svc:443")])
+        let s = SPEC
+            .load_pairs::<FileConfig>(None, &[], &[("service.address", "https://svc:443")])
             .unwrap()
             .validate(&env(&[("NODE_NAME", "n")]))
             .unwrap();

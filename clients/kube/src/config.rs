@@ -481,29 +481,17 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
-
-    fn load(
-        file: Option<&std::path::Path>,
-        vars: &[(&str, &str)],
-        flags: &[(&str, &str)],
-    ) -> Result<FileConfig, ConfigError> {
-        SPEC.load_pairs(file, vars, flags)
-    }
+    use gpusched_runtime::layers::vars as env;
 
     #[test]
     fn defaults_load_and_validate_without_webhook() {
-        let c = load(None, &[], &[]).unwrap();
+        let c = SPEC.load_pairs::<FileConfig>(None, &[], &[]).unwrap();
         assert_eq!(c.scheduler_name, "gpusched-scheduler");
         // The webhook is on by default and needs a certificate.
         let e = c.validate(&env(&[])).unwrap_err();
         assert_eq!(e.key, "webhook.cert");
-        let s = load(None, &[], &[("webhook.enabled", "false")])
+        let s = SPEC
+            .load_pairs::<FileConfig>(None, &[], &[("webhook.enabled", "false")])
             .unwrap()
             .validate(&env(&[("POD_NAME", "shim-0"), ("POD_NAMESPACE", "ns1")]))
             .unwrap();
@@ -537,7 +525,9 @@ mod tests {
             ("GPUSCHED_SERVER_UNRELATED", "x"),
             ("GPUSCHED_KUBE_E2E", "not config"),
         ];
-        let c = load(Some(&file), &vars, &[("scheduler_name", "from-flag")]).unwrap();
+        let c = SPEC
+            .load_pairs::<FileConfig>(Some(&file), &vars, &[("scheduler_name", "from-flag")])
+            .unwrap();
         assert_eq!(c.scheduler_name, "from-flag");
         assert_eq!(c.service.address, "http://env:2");
         assert_eq!(c.leader_election.lease_duration, Duration::from_secs(20));
@@ -545,13 +535,18 @@ mod tests {
         // The printed config reads back to the same values.
         let printed = dir.path().join("p.toml");
         std::fs::write(&printed, gpusched_runtime::to_toml(&c).unwrap()).unwrap();
-        assert_eq!(load(Some(&printed), &[], &[]).unwrap(), c);
+        assert_eq!(
+            SPEC.load_pairs::<FileConfig>(Some(&printed), &[], &[])
+                .unwrap(),
+            c
+        );
     }
 
     #[test]
     fn bad_values_name_their_key() {
         let check = |vars: &[(&str, &str)], key: &str| {
-            let e = load(None, vars, &[("webhook.enabled", "false")])
+            let e = SPEC
+                .load_pairs::<FileConfig>(None, vars, &[("webhook.enabled", "false")])
                 .and_then(|c| c.validate(&env(&[])))
                 .unwrap_err();
             assert_eq!(e.key, key, "{vars:?}: {e}");

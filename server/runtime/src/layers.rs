@@ -63,18 +63,12 @@ impl Spec {
         env: &[(&str, &str)],
         flags: &[(&str, &str)],
     ) -> Result<T, ConfigError> {
-        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
-            pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect()
-        };
         self.load(
             Sources {
                 file,
-                env: &map(env),
+                env: &vars(env),
             },
-            &map(flags),
+            &vars(flags),
         )
     }
 
@@ -154,6 +148,14 @@ impl Spec {
         }
         Ok(builder)
     }
+}
+
+/// (name, value) pairs as an environment or a flag map (tests and tools).
+pub fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
 }
 
 /// The set flags as (dotted key, value).

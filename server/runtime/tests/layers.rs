@@ -90,12 +90,7 @@ const SPEC: Spec = Spec {
     list_keys: &[],
 };
 
-fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
+use gpusched_runtime::layers::vars as env;
 
 fn load(
     file: Option<&std::path::Path>,

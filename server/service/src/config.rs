@@ -393,13 +393,7 @@ impl NamesConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use gpusched_runtime::layers::vars;
 
     fn load_env(env: &BTreeMap<String, String>) -> Result<FileConfig, ConfigError> {
         load(Sources { file: None, env }, &vars(&[]))

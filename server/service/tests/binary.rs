@@ -125,6 +125,22 @@ fn a_bad_value_stops_the_process_with_one_line_naming_the_key() {
             "tls.cert",
         ),
         (&[], &["--config", "/nonexistent.toml"], "--config"),
+        (
+            &[("GPUSCHED_SERVER_LIMITS__MAX_NODES", "-1")],
+            &[],
+            "limits.max_nodes: -1 is negative",
+        ),
+        (
+            &[],
+            &["--log-level", "verbose"],
+            "telemetry.log_level: unknown log level \"verbose\"",
+        ),
+        // The older variable names are still read.
+        (
+            &[("GPUSCHED_POLICY__GPU_SCHEDULER_POLICY", "pack")],
+            &[],
+            "policy.gpu_scheduler_policy",
+        ),
     ];
     for (envs, args, key) in cases {
         let out = clean_env(&mut Command::new(BIN))
