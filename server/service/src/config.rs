@@ -289,6 +289,19 @@ impl FileConfig {
             }
             None => None,
         };
+        if let Some(files) = &tls {
+            // The PEM content too, so a wrong file stops start-up with the key (exit 2).
+            files.load().map_err(|e| {
+                let key = if e.path == files.cert {
+                    "tls.cert"
+                } else if e.path == files.key {
+                    "tls.key"
+                } else {
+                    "tls.client_ca"
+                };
+                err(key, format!("{}: {}", e.path.display(), e.reason))
+            })?;
+        }
         let l = &self.limits;
         let limits = Limits {
             max_message_bytes: l.max_message_bytes.get(),

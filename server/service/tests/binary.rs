@@ -163,6 +163,23 @@ fn a_bad_value_stops_the_process_with_one_line_naming_the_key() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8(out.stderr).unwrap().contains("max_nodez"));
+    // A file that is not PEM: the key, the file and the reason, before anything starts.
+    let pem = dir.path().join("not.pem");
+    std::fs::write(&pem, "hello").unwrap();
+    let out = clean_env(&mut Command::new(BIN))
+        .arg("--tls-cert")
+        .arg(&pem)
+        .arg("--tls-key")
+        .arg(&pem)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("tls.cert") && err.contains("not.pem") && err.contains("no PEM certificate"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
