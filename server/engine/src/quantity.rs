@@ -2,7 +2,7 @@
 
 /// Parses a Kubernetes quantity that must be a whole, non-negative number fitting an `i64`
 /// (the values of `nvidia.com/gpu`, `gpumem`, `gpumem-percentage`, `gpucores`).
-pub fn parse_whole(value: &str) -> Result<u64, String> {
+pub(crate) fn parse_whole(value: &str) -> Result<u64, String> {
     let s = value.trim();
     if s.is_empty() {
         return Err("empty quantity".to_owned());
