@@ -407,7 +407,7 @@ fn parse_typed(
     let weights = match t.weights {
         None => ScoringWeights::default(),
         Some(w) => w.validate().unwrap_or_else(|e| {
-            violations.push(Violation::new("scoring_weights", e));
+            violations.push(Violation::new("scoring_weights", e.to_string()));
             ScoringWeights::default()
         }),
     };
@@ -534,7 +534,7 @@ fn parse_kube(
     let mut numa_bind = false;
     if requests_gpu {
         if let Some(v) = get(&keys.node_scheduler_policy) {
-            match NodePolicy::parse(v) {
+            match v.parse::<NodePolicy>() {
                 Ok(p) => node_policy = p,
                 Err(e) => violations.push(Violation::new(
                     annotation_field(&keys.node_scheduler_policy),
@@ -543,7 +543,7 @@ fn parse_kube(
             }
         }
         if let Some(v) = get(&keys.gpu_scheduler_policy) {
-            match GpuPolicy::parse(v) {
+            match v.parse::<GpuPolicy>() {
                 Ok(p) => gpu_policy = p,
                 Err(e) => violations.push(Violation::new(
                     annotation_field(&keys.gpu_scheduler_policy),
@@ -552,7 +552,7 @@ fn parse_kube(
             }
         }
         if let Some(v) = get(&keys.device_scoring_weights) {
-            match ScoringWeights::parse(v) {
+            match v.parse::<ScoringWeights>() {
                 Ok(w) => weights = w,
                 Err(e) => violations.push(Violation::new(
                     annotation_field(&keys.device_scoring_weights),

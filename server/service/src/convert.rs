@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use gpusched_api::v1;
 use gpusched_engine as engine;
 use gpusched_engine::{
-    Allocation, Card, CardMode, CardUsage, Defaults, GpuPolicy, GpuToken, KubeNames, NodePolicy,
-    NodeSpec, PairScore, Reason, Snapshot, Violation, Workload,
+    Allocation, Card, CardMode, CardUsage, DecideOptions, Defaults, GpuPolicy, GpuToken, KubeNames,
+    NodePolicy, NodeSpec, PairScore, Reason, Snapshot, Violation, Workload,
 };
 
 use crate::config::Limits;
@@ -88,7 +88,7 @@ fn node_in(n: v1::Node, i: usize, names: &KubeNames, violations: &mut Vec<Violat
         .filter(|s| !s.is_empty())
         .collect();
     if let Some(v) = annotations.get(&names.annotations.device_cordon) {
-        cordoned.extend(engine::names::split_list(v));
+        cordoned.extend(engine::split_list(v));
     }
     let cards = cards
         .into_iter()
@@ -232,13 +232,13 @@ fn gpu_tokens_in(values: &[i32], field: &str, violations: &mut Vec<Violation>) -
         .collect()
 }
 
-/// The defaults of this request (request options over the server's) and the explain flag.
+/// The defaults of this request (request options over the server's) and the decision options.
 pub fn options_in(
     o: Option<v1::PlacementOptions>,
     server: &Defaults,
-) -> Result<(Defaults, bool), ServiceError> {
+) -> Result<(Defaults, DecideOptions), ServiceError> {
     let Some(o) = o else {
-        return Ok((server.clone(), false));
+        return Ok((server.clone(), DecideOptions::default()));
     };
     let v1::PlacementOptions {
         default_node_policy,
@@ -272,7 +272,7 @@ pub fn options_in(
         );
     }
     if violations.is_empty() {
-        Ok((defaults, explain))
+        Ok((defaults, DecideOptions { explain }))
     } else {
         Err(ServiceError::InvalidArgument(violations))
     }
@@ -635,8 +635,7 @@ pub fn failed_out(
             } = failure;
             v1::FailedNode {
                 node_name: s
-                    .nodes()
-                    .get(*node)
+                    .node(*node)
                     .map(|n| n.name().to_owned())
                     .unwrap_or_default(),
                 reasons: reasons
@@ -666,8 +665,7 @@ pub fn score_out(s: &Snapshot, f: &engine::FeasibleNode) -> v1::NodeScore {
     } = f;
     v1::NodeScore {
         node_name: s
-            .nodes()
-            .get(*node)
+            .node(*node)
             .map(|n| n.name().to_owned())
             .unwrap_or_default(),
         raw_score: score.raw,
@@ -684,7 +682,7 @@ pub fn explanations_out(
     ex.iter()
         .map(|e| {
             let engine::NodeExplanation { node, containers } = e;
-            let n = s.nodes().get(*node);
+            let n = s.node(*node);
             v1::NodeExplanation {
                 node_name: n.map(|n| n.name().to_owned()).unwrap_or_default(),
                 containers: containers
@@ -763,8 +761,9 @@ pub fn allocation_out(
             normalized,
             containers,
             final_usage: _,
+            booked: _,
         } = p;
-        let n = s.nodes().get(*node);
+        let n = s.node(*node);
         out.node_name = n.map(|n| n.name().to_owned()).unwrap_or_default();
         out.node_score = Some(v1::NodeScore {
             node_name: out.node_name.clone(),
