@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"testing"
@@ -33,6 +34,7 @@ type vector struct {
 	Error       *struct {
 		Code            string                    `json:"code"`
 		FieldViolations []gpusched.FieldViolation `json:"fieldViolations"`
+		ErrorInfo       *gpusched.ErrorInfo       `json:"errorInfo"`
 	} `json:"error"`
 }
 
@@ -176,6 +178,9 @@ func runVector(t *testing.T, client *gpusched.Client, path string) {
 		}
 		if !slices.Equal(e.FieldViolations, v.Error.FieldViolations) {
 			t.Fatalf("%s: field violations\n got  %q\n want %q", v.Description, e.FieldViolations, v.Error.FieldViolations)
+		}
+		if !reflect.DeepEqual(e.ErrorInfo, v.Error.ErrorInfo) {
+			t.Fatalf("%s: error info\n got  %+v\n want %+v", v.Description, e.ErrorInfo, v.Error.ErrorInfo)
 		}
 		return
 	}

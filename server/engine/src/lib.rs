@@ -45,7 +45,7 @@ pub use decide::{
     Allocation, AssignedCard, BatchItem, BatchOutcome, ContainerAssignment, Evaluation, FailedNode,
     FeasibleNode, Placement, allocate, allocate_batch, apply, evaluate,
 };
-pub use error::{InvalidInput, Violation};
+pub use error::{InvalidInput, Violation, ViolationKind};
 pub use explain::{CardExplanation, ContainerExplanation, NodeExplanation};
 pub use inventory::{
     LinkKind, NormalizationConfig, NormalizationOverride, NormalizedInventory, RawCard, RawLink,

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::error::{InvalidInput, Violation};
+use crate::error::{InvalidInput, Violation, ViolationKind};
 
 /// How a card is shared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -256,6 +256,7 @@ impl Snapshot {
         for (i, spec) in specs.iter().enumerate() {
             if spec.name.is_empty() {
                 violations.push(Violation::new(
+                    ViolationKind::MissingField,
                     format!("nodes[{i}].name"),
                     "node name must not be empty",
                 ));
@@ -270,6 +271,7 @@ impl Snapshot {
         for (k, &i) in order.iter().enumerate() {
             if k > 0 && !specs[i].name.is_empty() && specs[i].name == specs[order[k - 1]].name {
                 violations.push(Violation::new(
+                    ViolationKind::DuplicateId,
                     format!("nodes[{i}].name"),
                     format!(
                         "duplicate node name {:?} (also nodes[{}])",
@@ -337,11 +339,13 @@ fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
     for (j, card) in spec.cards.iter().enumerate() {
         if card.id.is_empty() {
             violations.push(Violation::new(
+                ViolationKind::MissingField,
                 format!("nodes[{i}].cards[{j}].id"),
                 "card id must not be empty",
             ));
         } else if let Some(first) = spec.cards.iter().take(j).position(|c| c.id == card.id) {
             violations.push(Violation::new(
+                ViolationKind::DuplicateId,
                 format!("nodes[{i}].cards[{j}].id"),
                 format!(
                     "duplicate card id {:?} on node {:?} (also cards[{first}])",
@@ -357,6 +361,7 @@ fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
         ] {
             if !spec.cards.iter().any(|c| c.id == *id) {
                 violations.push(Violation::new(
+                    ViolationKind::UnknownReference,
                     format!("nodes[{i}].pair_scores[{k}].{field}"),
                     format!("card {id:?} is not a card of node {:?}", spec.name),
                 ));
