@@ -994,3 +994,96 @@ pub fn resolved_out(w: &Workload) -> Vec<v1::ResolvedContainer> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn violation_reasons_are_the_kinds_with_the_enum_prefix() {
+        let mut seen = Vec::new();
+        for k in ViolationKind::ALL {
+            let r = violation_reason_out(k);
+            assert_eq!(
+                r.as_str_name(),
+                format!("VIOLATION_REASON_{}", k.as_str()),
+                "{k:?}"
+            );
+            seen.push(r as i32);
+        }
+        // Every value of the proto enum but UNSPECIFIED is some kind: the set is closed both ways.
+        let mut all: Vec<i32> = (0..64)
+            .filter(|n| v1::ViolationReason::try_from(*n).is_ok())
+            .filter(|n| *n != v1::ViolationReason::Unspecified as i32)
+            .collect();
+        all.sort_unstable();
+        seen.sort_unstable();
+        assert_eq!(seen, all);
+    }
+
+    #[test]
+    fn every_defaults_field_maps_to_its_own_option() {
+        for (engine_field, option) in [
+            ("node_policy", "options.default_node_policy"),
+            ("gpu_policy", "options.default_gpu_policy"),
+            ("memory_mib", "options.default_memory_mib"),
+            ("cores", "options.default_cores_percent"),
+            ("something_new", "options.something_new"),
+        ] {
+            assert_eq!(option_field(engine_field), option);
+        }
+    }
+
+    #[test]
+    fn options_keep_the_kind_and_name_their_field() {
+        let server = Defaults::default();
+        let bad = |o: v1::PlacementOptions| match options_in(Some(o), &server) {
+            Err(ServiceError::InvalidArgument(v)) => {
+                v.into_iter().map(|v| (v.field, v.kind)).collect::<Vec<_>>()
+            }
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            bad(v1::PlacementOptions {
+                default_cores_percent: Some(101),
+                ..Default::default()
+            }),
+            vec![(
+                "options.default_cores_percent".to_owned(),
+                ViolationKind::OutOfRange
+            )]
+        );
+        assert_eq!(
+            bad(v1::PlacementOptions {
+                default_node_policy: 3,
+                ..Default::default()
+            }),
+            vec![(
+                "options.default_node_policy".to_owned(),
+                ViolationKind::InvalidNodePolicy
+            )]
+        );
+        assert_eq!(
+            bad(v1::PlacementOptions {
+                default_gpu_policy: vec![v1::GpuPolicy::Unspecified as i32],
+                ..Default::default()
+            }),
+            vec![(
+                "options.default_gpu_policy[0]".to_owned(),
+                ViolationKind::InvalidGpuPolicy
+            )]
+        );
+        // Any memory default is valid (0 = the whole card).
+        for memory in [0, 1, u64::MAX] {
+            let (d, _) = options_in(
+                Some(v1::PlacementOptions {
+                    default_memory_mib: Some(memory),
+                    ..Default::default()
+                }),
+                &server,
+            )
+            .unwrap();
+            assert_eq!(d.memory_mib, memory);
+        }
+    }
+}
