@@ -85,7 +85,7 @@ pub use decide::{
     ContainerAssignment, DecideOptions, Evaluation, FailedNode, FeasibleNode, NodeVerdict,
     Placement, PreparedWorkload, allocate, allocate_batch, apply, evaluate, release,
 };
-pub use error::{InvalidInput, Violation};
+pub use error::{InvalidInput, Violation, ViolationKind};
 pub use explain::{CardExplanation, ContainerExplanation, NodeExplanation};
 pub use fit::TOPOLOGY_EXACT_LIMIT;
 pub use inventory::{

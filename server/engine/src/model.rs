@@ -4,7 +4,7 @@ use std::fmt;
 use std::ops::Index;
 use std::sync::Arc;
 
-use crate::error::{InvalidInput, Violation};
+use crate::error::{InvalidInput, Violation, ViolationKind};
 
 /// A handle to one node of a [`Snapshot`]: its position in the snapshot's name order.
 ///
@@ -247,7 +247,11 @@ impl Node {
     pub fn new(spec: NodeSpec) -> Result<Node, InvalidInput> {
         let mut violations = Vec::new();
         if spec.name.is_empty() {
-            violations.push(Violation::new("name", "node name must not be empty"));
+            violations.push(Violation::new(
+                ViolationKind::MissingField,
+                "name",
+                "node name must not be empty",
+            ));
         }
         check_cards(0, &spec, &mut violations);
         if !violations.is_empty() {
@@ -326,6 +330,7 @@ impl Snapshot {
         for (i, spec) in specs.iter().enumerate() {
             if spec.name.is_empty() {
                 violations.push(Violation::new(
+                    ViolationKind::MissingField,
                     format!("nodes[{i}].name"),
                     "node name must not be empty",
                 ));
@@ -454,6 +459,7 @@ fn check_duplicate_names(names: &[&str], violations: &mut Vec<Violation>) {
     for (k, &i) in order.iter().enumerate() {
         if k > 0 && !names[i].is_empty() && names[i] == names[order[k - 1]] {
             violations.push(Violation::new(
+                ViolationKind::DuplicateId,
                 format!("nodes[{i}].name"),
                 format!(
                     "duplicate node name {:?} (also nodes[{}])",
@@ -480,11 +486,13 @@ fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
     for (j, card) in spec.cards.iter().enumerate() {
         if card.id.is_empty() {
             violations.push(Violation::new(
+                ViolationKind::MissingField,
                 format!("nodes[{i}].cards[{j}].id"),
                 "card id must not be empty",
             ));
         } else if let Some(first) = spec.cards.iter().take(j).position(|c| c.id == card.id) {
             violations.push(Violation::new(
+                ViolationKind::DuplicateId,
                 format!("nodes[{i}].cards[{j}].id"),
                 format!(
                     "duplicate card id {:?} on node {:?} (also cards[{first}])",
@@ -500,6 +508,7 @@ fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
         ] {
             if !spec.cards.iter().any(|c| c.id == *id) {
                 violations.push(Violation::new(
+                    ViolationKind::UnknownReference,
                     format!("nodes[{i}].pair_scores[{k}].{field}"),
                     format!("card {id:?} is not a card of node {:?}", spec.name),
                 ));

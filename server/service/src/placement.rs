@@ -166,6 +166,7 @@ fn decide_allocate(
         let missing = s.retain_names(&restrict_to_node_names);
         if !missing.is_empty() {
             return Err(ServiceError::InvalidArgument(vec![engine::Violation::new(
+                engine::ViolationKind::UnknownReference,
                 "restrict_to_node_names",
                 format!("not among the request's nodes: {}", missing.join(", ")),
             )]));
@@ -198,6 +199,7 @@ fn decide_batch(
     let settings = &state.settings;
     if workloads.len() > settings.limits.max_workloads {
         return Err(ServiceError::TooLarge(vec![engine::Violation::new(
+            engine::ViolationKind::LimitExceeded,
             "workloads",
             format!(
                 "{} workloads exceed the limit of {} (limits.max_workloads)",
@@ -208,6 +210,7 @@ fn decide_batch(
     }
     if workloads.is_empty() {
         return Err(ServiceError::InvalidArgument(vec![engine::Violation::new(
+            engine::ViolationKind::MissingField,
             "workloads",
             "at least one workload is required",
         )]));
@@ -322,6 +325,7 @@ fn decide_validate(
                 violations: v
                     .into_iter()
                     .map(|x| v1::Violation {
+                        reason: convert::violation_reason_out(x.kind) as i32,
                         field: x.field,
                         description: x.description,
                     })

@@ -80,7 +80,8 @@ pub fn init(t: &Telemetry) -> Result<TelemetryGuard, TelemetryError> {
                 .build();
             let tracer = p.tracer("gpusched-server");
             provider = Some(p);
-            let spans = filter::Targets::new().with_target("gpusched_service", tracing::Level::INFO);
+            let spans =
+                filter::Targets::new().with_target("gpusched_service", tracing::Level::INFO);
             Some(
                 tracing_opentelemetry::layer()
                     .with_tracer(tracer)
