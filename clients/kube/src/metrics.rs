@@ -171,8 +171,8 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// New families; every counter series that can occur exists from the start (at 0), so a
-    /// scrape never misses one.
+    /// New families; every series that can occur exists from the start (at 0), so a scrape
+    /// never misses one and every family shows its HELP.
     pub fn new() -> Self {
         let m = Metrics {
             extender_requests: Family::default(),
@@ -181,16 +181,20 @@ impl Metrics {
             admission_latency: Family::new_with_constructor(latency_histogram),
         };
         for (call, outcome) in CALL_OUTCOMES {
-            drop(m.extender_requests.get_or_create(&CallLabels {
+            let labels = CallLabels {
                 call: call.as_str(),
                 outcome: outcome.as_str(),
-            }));
+            };
+            drop(m.extender_requests.get_or_create(&labels));
+            drop(m.extender_latency.get_or_create(&labels));
         }
         for (webhook, result) in REVIEW_RESULTS {
-            drop(m.admission_reviews.get_or_create(&ReviewLabels {
+            let labels = ReviewLabels {
                 webhook: webhook.as_str(),
                 result: result.as_str(),
-            }));
+            };
+            drop(m.admission_reviews.get_or_create(&labels));
+            drop(m.admission_latency.get_or_create(&labels));
         }
         m
     }
@@ -259,17 +263,17 @@ impl Collector for StateCollector {
         let gauges = [
             (
                 "leader",
-                "1 when this replica holds the Lease (always 1 without leader election)",
+                "1 when this replica holds the Lease (always 1 without leader election).",
                 i64::from(self.leader.is_leader()),
             ),
             (
                 "informers_synced",
-                "1 once the node and pod informers have listed",
+                "1 once the node and pod informers have listed.",
                 i64::from(self.view.is_synced()),
             ),
             (
                 "assumed_pods",
-                "Pods in the assume cache: bind decisions and reservations the informer has not shown yet",
+                "Pods in the assume cache: bind decisions and reservations the informer has not shown yet.",
                 i64::try_from(self.view.assumed_len()).unwrap_or(i64::MAX),
             ),
         ];
@@ -358,6 +362,8 @@ mod tests {
         assert_eq!(value(&text, bind_gpu), Some(0.0), "{text}");
         let denied = r#"gpusched_kube_admission_reviews_total{webhook="validate",result="denied"}"#;
         assert_eq!(value(&text, denied), Some(0.0), "{text}");
+        let patched_count = r#"gpusched_kube_admission_review_duration_seconds_count{webhook="mutate",result="patched"}"#;
+        assert_eq!(value(&text, patched_count), Some(0.0), "{text}");
         m.extender(ExtenderCall::Bind, ExtenderOutcome::BoundGpu, 0.003);
         m.extender(ExtenderCall::Bind, ExtenderOutcome::BoundGpu, 0.5);
         m.admission(Webhook::Validate, AdmissionResult::Denied, 0.002);
