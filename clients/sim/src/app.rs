@@ -149,7 +149,10 @@ pub struct Outcome {
 }
 
 /// The set-ups from flags and the config file.
-pub fn setups(args: &Args, config: Option<&crate::setup::ConfigFile>) -> anyhow::Result<Vec<Setup>> {
+pub fn setups(
+    args: &Args,
+    config: Option<&crate::setup::ConfigFile>,
+) -> anyhow::Result<Vec<Setup>> {
     let mut out: Vec<Setup> = Vec::new();
     if let Some(c) = config {
         for s in &c.setup {
@@ -164,7 +167,11 @@ pub fn setups(args: &Args, config: Option<&crate::setup::ConfigFile>) -> anyhow:
     }
     let mut seen = std::collections::BTreeSet::new();
     for s in &out {
-        anyhow::ensure!(seen.insert(s.name.clone()), "two set-ups are named `{}`", s.name);
+        anyhow::ensure!(
+            seen.insert(s.name.clone()),
+            "two set-ups are named `{}`",
+            s.name
+        );
     }
     Ok(out)
 }

@@ -84,7 +84,7 @@ where
     let x1 = pts().map(|p| p.0).fold(0.0f64, f64::max).max(1e-9);
     let y1 = pts().map(|p| p.1).fold(0.0f64, f64::max).max(1.0) * 1.05;
     let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 16))
+        .caption(title, ("sans-serif", 14))
         .margin(10)
         .x_label_area_size(36)
         .y_label_area_size(52)
@@ -96,7 +96,13 @@ where
         .x_labels(6)
         .y_labels(6)
         .x_label_formatter(&|v| format!("{v:.0}"))
-        .y_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| {
+            if y1 < 10.0 {
+                format!("{v:.1}")
+            } else {
+                format!("{v:.0}")
+            }
+        })
         .draw()
         .map_err(err("mesh"))?;
     for (i, r) in results.iter().enumerate() {
@@ -154,7 +160,12 @@ where
 pub const SIZE: (u32, u32) = (1500, 860);
 
 /// Writes the chart as SVG.
-pub fn write_svg(path: &Path, title: &str, results: &[SetupResult], x: XAxis) -> anyhow::Result<()> {
+pub fn write_svg(
+    path: &Path,
+    title: &str,
+    results: &[SetupResult],
+    x: XAxis,
+) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     draw(&root, title, results, x)?;
     root.present()
@@ -162,7 +173,12 @@ pub fn write_svg(path: &Path, title: &str, results: &[SetupResult], x: XAxis) ->
 }
 
 /// Writes the chart as PNG.
-pub fn write_png(path: &Path, title: &str, results: &[SetupResult], x: XAxis) -> anyhow::Result<()> {
+pub fn write_png(
+    path: &Path,
+    title: &str,
+    results: &[SetupResult],
+    x: XAxis,
+) -> anyhow::Result<()> {
     let mut px = Pixels::new(SIZE);
     {
         let root = (&mut px).into_drawing_area();
@@ -287,7 +303,11 @@ impl DrawingBackend for &mut Pixels {
         };
         let trans: FontTransform = style.transform();
         for (ci, ch) in text.chars().enumerate() {
-            let code = if ch.is_ascii() { ch as usize } else { b'?' as usize };
+            let code = if ch.is_ascii() {
+                ch as usize
+            } else {
+                b'?' as usize
+            };
             let glyph = font8x8::legacy::BASIC_LEGACY[code];
             for (row, bits) in glyph.iter().enumerate() {
                 for col in 0..8 {

@@ -221,7 +221,12 @@ impl Cluster {
                 continue;
             };
             let i = self.by_rank[first];
-            if !unknown && !jobs.iter().flatten().any(|needs| self.node_may_fit(i, needs)) {
+            if !unknown
+                && !jobs
+                    .iter()
+                    .flatten()
+                    .any(|needs| self.node_may_fit(i, needs))
+            {
                 continue;
             }
             ranks.extend(members.iter().take(per_group.max(1)));
@@ -254,16 +259,16 @@ impl Cluster {
 
     /// Booked compute over all compute (cores percent summed), 0..1.
     pub fn allocation_ratio(&self) -> f64 {
-        let (used, total) = self
-            .nodes
-            .iter()
-            .flat_map(|n| &n.cards)
-            .fold((0u64, 0u64), |(u, t), c| {
-                (
-                    u + u64::from(usage(c).used_cores.min(c.total_cores)),
-                    t + u64::from(c.total_cores),
-                )
-            });
+        let (used, total) =
+            self.nodes
+                .iter()
+                .flat_map(|n| &n.cards)
+                .fold((0u64, 0u64), |(u, t), c| {
+                    (
+                        u + u64::from(usage(c).used_cores.min(c.total_cores)),
+                        t + u64::from(c.total_cores),
+                    )
+                });
         if total == 0 {
             0.0
         } else {

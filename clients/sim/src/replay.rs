@@ -147,12 +147,7 @@ pub fn request_classes(jobs: &[Job]) -> Vec<(Need, f64)> {
     let mut n = 0usize;
     for needs in jobs.iter().filter_map(|j| j.needs.as_ref()) {
         for need in needs {
-            *counts
-                .entry(Need {
-                    count: 1,
-                    ..*need
-                })
-                .or_default() += 1;
+            *counts.entry(Need { count: 1, ..*need }).or_default() += 1;
             n += 1;
         }
     }
@@ -323,7 +318,15 @@ pub async fn replay(
             handled += 1;
             last_time = $time;
             if handled % every == 0 {
-                let s = sample(&run.cluster, &classes, handled, $time, arrived, total_cards, &res);
+                let s = sample(
+                    &run.cluster,
+                    &classes,
+                    handled,
+                    $time,
+                    arrived,
+                    total_cards,
+                    &res,
+                );
                 res.peak_allocation_pct = res.peak_allocation_pct.max(s.allocation_pct);
                 res.samples.push(s);
             }

@@ -55,8 +55,10 @@ pub struct TimingReport {
 }
 
 fn file_name(p: &Path) -> String {
-    p.file_name()
-        .map_or_else(|| p.display().to_string(), |f| f.to_string_lossy().into_owned())
+    p.file_name().map_or_else(
+        || p.display().to_string(),
+        |f| f.to_string_lossy().into_owned(),
+    )
 }
 
 impl Input {
@@ -155,7 +157,15 @@ pub fn timing_table(t: &TimingReport) -> String {
     let _ = writeln!(
         s,
         "{:<24} {:>8} {:>8} {:>8} {:>10} {:>10} {:>8} {:>7} {:>10}",
-        "set-up", "total s", "build s", "rpc s", "handler s", "wire+codec", "book s", "calls", "nodes/call"
+        "set-up",
+        "total s",
+        "build s",
+        "rpc s",
+        "handler s",
+        "wire+codec",
+        "book s",
+        "calls",
+        "nodes/call"
     );
     for (name, x) in &t.setups {
         let handler = x

@@ -32,10 +32,15 @@ pub struct Setup {
 
 /// The default set-ups: node binpack/spread x GPU binpack/spread.
 pub fn default_setups() -> Vec<Setup> {
-    ["binpack/binpack", "binpack/spread", "spread/binpack", "spread/spread"]
-        .iter()
-        .filter_map(|s| parse_setup(s).ok())
-        .collect()
+    [
+        "binpack/binpack",
+        "binpack/spread",
+        "spread/binpack",
+        "spread/spread",
+    ]
+    .iter()
+    .filter_map(|s| parse_setup(s).ok())
+    .collect()
 }
 
 fn node_policy(s: &str) -> Result<v1::NodePolicy, String> {
@@ -205,8 +210,8 @@ pub struct SetupToml {
 
 /// Reads `--config`.
 pub fn read_config(path: &Path) -> anyhow::Result<ConfigFile> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     parse_config(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
@@ -259,7 +264,10 @@ mod tests {
                 memory: 3
             })
         );
-        assert_eq!(parse_setup("spread/binpack").unwrap().name, "spread/binpack");
+        assert_eq!(
+            parse_setup("spread/binpack").unwrap().name,
+            "spread/binpack"
+        );
         assert!(parse_setup("fill/binpack").is_err());
         assert!(parse_setup("binpack").is_err());
         assert_eq!(default_setups().len(), 4);

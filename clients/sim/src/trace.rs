@@ -162,11 +162,7 @@ fn csv_reader(text: &str) -> csv::Reader<&[u8]> {
         .from_reader(text.as_bytes())
 }
 
-fn columns(
-    path: &str,
-    rdr: &mut csv::Reader<&[u8]>,
-    want: &[&str],
-) -> anyhow::Result<Vec<usize>> {
+fn columns(path: &str, rdr: &mut csv::Reader<&[u8]>, want: &[&str]) -> anyhow::Result<Vec<usize>> {
     let headers = rdr
         .headers()
         .map_err(|e| anyhow::anyhow!("{path}:1: cannot read the header: {e}"))?
@@ -188,11 +184,7 @@ fn field<'r>(rec: &'r csv::StringRecord, idx: usize, name: &str) -> Result<&'r s
         .ok_or_else(|| format!("missing column `{name}` ({} fields)", rec.len()))
 }
 
-fn num<T: std::str::FromStr>(
-    rec: &csv::StringRecord,
-    idx: usize,
-    name: &str,
-) -> Result<T, String> {
+fn num<T: std::str::FromStr>(rec: &csv::StringRecord, idx: usize, name: &str) -> Result<T, String> {
     let s = field(rec, idx, name)?;
     s.parse()
         .map_err(|_| format!("column `{name}`: `{s}` is not a valid number"))
