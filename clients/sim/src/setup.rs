@@ -157,14 +157,12 @@ impl Setup {
         let mut w = w.clone();
         if let Some(ws) = self.weights {
             match &mut w.spec {
-                Some(v1::workload::Spec::Typed(t)) => {
-                    if t.scoring_weights.is_none() {
-                        t.scoring_weights = Some(v1::ScoringWeights {
-                            slot: ws.slot,
-                            core: ws.core,
-                            memory: ws.memory,
-                        });
-                    }
+                Some(v1::workload::Spec::Typed(t)) if t.scoring_weights.is_none() => {
+                    t.scoring_weights = Some(v1::ScoringWeights {
+                        slot: ws.slot,
+                        core: ws.core,
+                        memory: ws.memory,
+                    });
                 }
                 Some(v1::workload::Spec::Kubernetes(k)) => {
                     k.annotations
@@ -173,7 +171,7 @@ impl Setup {
                             format!("slot={},core={},memory={}", ws.slot, ws.core, ws.memory)
                         });
                 }
-                None => {}
+                _ => {}
             }
         }
         w
