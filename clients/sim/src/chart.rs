@@ -225,6 +225,7 @@ impl Pixels {
         let mut enc = png::Encoder::new(std::io::BufWriter::new(f), self.size.0, self.size.1);
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);
+        enc.set_compression(png::Compression::Best);
         let mut w = enc
             .write_header()
             .map_err(|e| anyhow!("{}: {e}", path.display()))?;

@@ -75,7 +75,10 @@ pub struct Unplaced {
     pub arrived_demand_pct: f64,
     /// Nodes by their main reason (the reason that applied to most cards).
     pub node_reasons: BTreeMap<String, usize>,
-    /// The reason of most nodes.
+    /// Nodes that could not take it even if idle (the service's `unresolvable`).
+    pub unresolvable_nodes: usize,
+    /// The main reason of most nodes that could take it were they emptier (of all nodes when
+    /// none could).
     pub top_reason: String,
 }
 
@@ -119,6 +122,10 @@ pub struct SetupResult {
     pub first_unplaced_at_demand_pct: Option<f64>,
     /// Highest allocation seen, %.
     pub peak_allocation_pct: f64,
+    /// Mean allocation over the samples (evenly spaced in events), %.
+    pub mean_allocation_pct: f64,
+    /// Mean fragmentation over the samples, %.
+    pub mean_fragmentation_pct: f64,
     /// Unplaced workloads by their top reason.
     pub unplaced_by_reason: BTreeMap<String, usize>,
     /// The time series.
@@ -181,16 +188,29 @@ fn main_reason(f: &v1::FailedNode) -> String {
     }
 }
 
-fn reasons(r: &v1::AllocationResult) -> (BTreeMap<String, usize>, String) {
-    let mut m: BTreeMap<String, usize> = BTreeMap::new();
-    for f in &r.failed_nodes {
-        *m.entry(main_reason(f)).or_default() += 1;
-    }
-    let top = m
-        .iter()
+fn top(m: &BTreeMap<String, usize>) -> Option<String> {
+    m.iter()
         .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-        .map_or_else(|| "NoNodes".to_owned(), |(k, _)| k.clone());
-    (m, top)
+        .map(|(k, _)| k.clone())
+}
+
+fn reasons(r: &v1::AllocationResult) -> (BTreeMap<String, usize>, usize, String) {
+    let mut all: BTreeMap<String, usize> = BTreeMap::new();
+    let mut resolvable: BTreeMap<String, usize> = BTreeMap::new();
+    let mut unresolvable = 0;
+    for f in &r.failed_nodes {
+        let reason = main_reason(f);
+        if f.unresolvable {
+            unresolvable += 1;
+        } else {
+            *resolvable.entry(reason.clone()).or_default() += 1;
+        }
+        *all.entry(reason).or_default() += 1;
+    }
+    let t = top(&resolvable)
+        .or_else(|| top(&all))
+        .unwrap_or_else(|| "NoNodes".to_owned());
+    (all, unresolvable, t)
 }
 
 struct Run<'a> {
@@ -300,6 +320,8 @@ pub async fn replay(
         departures: 0,
         first_unplaced_at_demand_pct: None,
         peak_allocation_pct: 0.0,
+        mean_allocation_pct: 0.0,
+        mean_fragmentation_pct: 0.0,
         unplaced_by_reason: BTreeMap::new(),
         samples: Vec::new(),
         unplaced_workloads: Vec::new(),
@@ -412,7 +434,7 @@ pub async fn replay(
                         pending.clear();
                         break 'apply;
                     }
-                    let (node_reasons, top) = reasons(r);
+                    let (node_reasons, unresolvable_nodes, top) = reasons(r);
                     *res.unplaced_by_reason.entry(top.clone()).or_default() += 1;
                     res.unplaced += 1;
                     unplaced_in_row += 1;
@@ -424,6 +446,7 @@ pub async fn replay(
                         demand: jobs[jj].demand,
                         arrived_demand_pct: pct,
                         node_reasons,
+                        unresolvable_nodes,
                         top_reason: top,
                     });
                     consumed = p + 1;
@@ -476,6 +499,15 @@ pub async fn replay(
         res.peak_allocation_pct = res.peak_allocation_pct.max(s.allocation_pct);
         res.samples.push(s);
     }
+    let n = res.samples.len().max(1) as f64;
+    res.mean_allocation_pct = round(
+        res.samples.iter().map(|s| s.allocation_pct).sum::<f64>() / n,
+        3,
+    );
+    res.mean_fragmentation_pct = round(
+        res.samples.iter().map(|s| s.fragmentation_pct).sum::<f64>() / n,
+        3,
+    );
     res.placements = placements;
     run.timing.total_s = started.elapsed().as_secs_f64();
     res.timing = run.timing;

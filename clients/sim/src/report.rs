@@ -111,7 +111,7 @@ pub fn markdown(r: &Report) -> String {
         i.trace_demand_pct
     );
     s.push_str(
-        "| set-up | placed | unplaced | first unplaced at demand | peak alloc | final alloc | final frag | cards idle / partly / full | top reason of unplaced |\n",
+        "| set-up | placed | unplaced | first unplaced at demand | peak alloc | mean alloc | mean frag | cards idle / partly / full at the end | top reason of unplaced |\n",
     );
     s.push_str("|---|---:|---:|---:|---:|---:|---:|---|---|\n");
     for x in &r.setups {
@@ -130,8 +130,8 @@ pub fn markdown(r: &Report) -> String {
             x.first_unplaced_at_demand_pct
                 .map_or_else(|| "-".to_owned(), |p| format!("{p:.1}%")),
             x.peak_allocation_pct,
-            last.allocation_pct,
-            last.fragmentation_pct,
+            x.mean_allocation_pct,
+            x.mean_fragmentation_pct,
             last.cards.idle,
             last.cards.partial,
             last.cards.full,
@@ -139,9 +139,11 @@ pub fn markdown(r: &Report) -> String {
         );
     }
     s.push_str(
-        "\nalloc: booked compute (cores) / all compute. frag: share of the free compute on cards \
-         where a request drawn from the trace's per-card request mix could not fit. Charts: \
-         `by-demand.svg`, `by-time.svg` (and .png).\n",
+        "\nalloc: booked compute (cores) / all compute; frag: share of the free compute on cards \
+         where a request drawn from the trace's per-card request mix could not fit; means over \
+         samples evenly spaced in events. Top reason: the service's reason on most nodes that \
+         could take the workload were they emptier (count = workloads). Charts: `by-demand.svg`, \
+         `by-time.svg` (and .png).\n",
     );
     s
 }
