@@ -438,7 +438,7 @@ pub async fn replay(
                     *res.unplaced_by_reason.entry(top.clone()).or_default() += 1;
                     res.unplaced += 1;
                     unplaced_in_row += 1;
-                    let pct = arrived / total_cards * 100.0;
+                    let pct = round(arrived / total_cards * 100.0, 3);
                     res.first_unplaced_at_demand_pct.get_or_insert(pct);
                     res.unplaced_workloads.push(Unplaced {
                         name: jobs[jj].name.clone(),
