@@ -425,6 +425,39 @@ async fn same_input_gives_the_same_report_bytes() {
         .collect();
     assert_eq!(names, ["bb", "ss"]);
     assert_eq!(o.report.setups[0].placements, a.report.setups[0].placements);
+
+    // A running server (--addr) gives the same report as the in-process one.
+    let server = InProcess::start().await.unwrap();
+    let mut d = args(&files, &pods, &nodes, "d");
+    d.addr = Some(server.addr());
+    d.no_png = true;
+    app::run(&d).await.unwrap();
+    let x = std::fs::read(files.root.join("a/report.json")).unwrap();
+    let y = std::fs::read(files.root.join("d/report.json")).unwrap();
+    assert!(x == y, "--addr report differs");
+    server.running.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fill_stops_after_unplaced_in_a_row() {
+    let server = InProcess::start().await.unwrap();
+    let files = Files::new();
+    let nodes = files.write("nodes.csv", NODES_CSV);
+    let pods = files.write("pods.csv", &pods_csv(400, 13));
+    let opts = ReplayOptions {
+        fill: true,
+        fill_stop_after: Some(3),
+        ..ReplayOptions::default()
+    };
+    let r = run_setup(&server.addr(), &pods, &nodes, "binpack/binpack", &opts).await;
+    assert_eq!(r.departures, 0);
+    assert!(r.arrivals < r.placements.len(), "stopped early");
+    let tail: Vec<bool> = r.samples.iter().map(|s| s.unplaced > 0).collect();
+    assert!(tail.last().copied().unwrap_or(false));
+    assert!(r.unplaced >= 3);
+    let last = r.samples.last().unwrap();
+    assert!(last.allocation_pct > 50.0, "{last:?}");
+    server.running.shutdown().await.unwrap();
 }
 
 #[test]
