@@ -302,3 +302,84 @@ impl Cluster {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::trace::card;
+
+    fn need(cores: u32) -> Need {
+        Need {
+            count: 1,
+            cores,
+            mem_mib: 0,
+            mem_percent: cores,
+        }
+    }
+
+    #[test]
+    fn measures_and_groups() {
+        let mut n = v1::Node {
+            name: "b".into(),
+            cards: vec![card(0, "T4", 16384, 10), card(1, "T4", 16384, 10)],
+            ..v1::Node::default()
+        };
+        n.cards[0].usage = Some(v1::CardUsage {
+            used_slots: 1,
+            used_mem_mib: 8192,
+            used_cores: 50,
+        });
+        let idle = v1::Node {
+            name: "a".into(),
+            cards: vec![card(0, "T4", 16384, 10), card(1, "T4", 16384, 10)],
+            ..v1::Node::default()
+        };
+        let c = Cluster::new(vec![
+            n,
+            idle.clone(),
+            v1::Node {
+                name: "c".into(),
+                ..idle.clone()
+            },
+        ])
+        .unwrap();
+        assert_eq!(
+            c.card_states(),
+            CardStates {
+                idle: 5,
+                partial: 1,
+                full: 0
+            }
+        );
+        assert!((c.allocation_ratio() - 50.0 / 600.0).abs() < 1e-12);
+        // Free: 50 on the used card, 100 on each of 5 idle cards. A 30% request fits
+        // everywhere; an 80% request misses the used card only: 0.5 * 50 / 550.
+        let f = c.fragmentation(&[(need(30), 0.5), (need(80), 0.5)]);
+        assert!((f - 25.0 / 550.0).abs() < 1e-12, "{f}");
+        // Two identical idle nodes are one group: a batch of one gets the smaller name.
+        assert_eq!(c.class_count(), 2);
+        let one: Vec<String> = c
+            .candidates(&[Some(&[need(80)][..])], 1)
+            .into_iter()
+            .map(|n| n.name)
+            .collect();
+        assert_eq!(one, ["a", "b"]);
+        let two: Vec<String> = c
+            .candidates(&[Some(&[need(100)][..]), None], 2)
+            .into_iter()
+            .map(|n| n.name)
+            .collect();
+        assert_eq!(two, ["a", "b", "c"]);
+        let big = Need {
+            count: 2,
+            ..need(80)
+        };
+        let fits: Vec<String> = c
+            .candidates(&[Some(&[big][..])], 1)
+            .into_iter()
+            .map(|n| n.name)
+            .collect();
+        assert_eq!(fits, ["a"]);
+    }
+}
