@@ -536,7 +536,7 @@ enum Direction {
 }
 
 /// Books a placement on its node: each card's usage grows by [`Placement::booked`]
-/// (PLACEMENT-SEMANTICS section 7). On the snapshot the placement was decided on, the node's
+/// (`docs/placement-semantics.md` section 7). On the snapshot the placement was decided on, the node's
 /// cards then have exactly [`Placement::final_usage`]; on a later snapshot of the same node,
 /// the booking adds to whatever is there. Only the placement's node is copied, and only if
 /// it is shared. [`release`] is the exact inverse.

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// How nodes are ranked (PLACEMENT-SEMANTICS section 6).
+/// How nodes are ranked (`docs/placement-semantics.md` section 6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NodePolicy {
     /// Highest node score wins.

@@ -1,5 +1,5 @@
 //! The per-card checks in order, each reason, HAMi's text, and the unresolvable flag
-//! (PLACEMENT-SEMANTICS section 5.4).
+//! (`docs/placement-semantics.md` section 5.4).
 
 #![allow(clippy::unwrap_used)]
 

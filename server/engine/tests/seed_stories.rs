@@ -1,4 +1,4 @@
-//! Every story and worked example of the two seed documents (`shared/seeds/`).
+//! Every story and worked example of the two design documents (`docs/design/`).
 
 #![allow(clippy::unwrap_used)]
 
