@@ -100,11 +100,13 @@ pub struct Submitted {
 
 /// Holds the local lock (released on drop, when the file is closed).
 #[derive(Debug)]
-struct LockGuard(#[allow(dead_code)] Option<File>);
+struct LockGuard {
+    _file: Option<File>,
+}
 
 async fn lock(path: Option<&Path>) -> Result<LockGuard, SubmitError> {
     let Some(path) = path else {
-        return Ok(LockGuard(None));
+        return Ok(LockGuard { _file: None });
     };
     let file = match OpenOptions::new()
         .create(true)
@@ -119,13 +121,13 @@ async fn lock(path: Option<&Path>) -> Result<LockGuard, SubmitError> {
                  prevents double booking)",
                 path.display()
             );
-            return Ok(LockGuard(None));
+            return Ok(LockGuard { _file: None });
         }
     };
     let deadline = Instant::now() + LOCK_WAIT;
     loop {
         match file.try_lock() {
-            Ok(()) => return Ok(LockGuard(Some(file))),
+            Ok(()) => return Ok(LockGuard { _file: Some(file) }),
             Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
@@ -137,13 +139,15 @@ async fn lock(path: Option<&Path>) -> Result<LockGuard, SubmitError> {
                     "gpusched: warning: lock {}: {e}; submitting without it",
                     path.display()
                 );
-                return Ok(LockGuard(None));
+                return Ok(LockGuard { _file: None });
             }
         }
     }
 }
 
-fn service_error(address: &str, e: ClientError, request: &GpuRequest) -> SubmitError {
+/// The submission error for a failed service call: INVALID_ARGUMENT names the option and its
+/// value as the user wrote them; anything else is a service error.
+pub fn service_error(address: &str, e: ClientError, request: &GpuRequest) -> SubmitError {
     if let Some(api) = e.api().filter(|a| a.is_invalid_argument()) {
         if let Some(v) = api.field_violations.first() {
             let option = option_of_field(&v.field).unwrap_or(&v.field).to_owned();

@@ -15,7 +15,7 @@ const USAGE: &str = "usage: gpusched-sbatch --gres=gpu:<n> [--gpusched KEY=VALUE
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
-    if argv.iter().any(|a| a == "--help" || a == "-h") {
+    if argv.first().is_some_and(|a| a == "--help" || a == "-h") {
         println!("{USAGE}\nSee clients/slurm/README.md.");
         return ExitCode::SUCCESS;
     }
