@@ -103,10 +103,10 @@ cc -shared -fPIC -o "$W/nvml/libnvidia-ml.so.1" clients/agent/tests/fake-nvml/fa
 echo "cards 4" >"$W/nvml/state"
 for n in node1 node2; do
   FAKE_NVML_STATE=$W/nvml/state "$BIN/gpusched-agent" inventory --format json --node-name "$n" \
-    --nvml-library "$W/nvml/libnvidia-ml.so.1" --service-address "$ADDR" >"$W/inventory/$n.json"
+    --nvml-library "$W/nvml/libnvidia-ml.so.1" --service-address "$ADDR" >"$W/inventory/$n.json" 2>>"$W/agent.err"
 done
 FAKE_NVML_STATE=$W/nvml/state "$BIN/gpusched-agent" inventory --format slurm-gres --node-name node1 \
-  --nvml-library "$W/nvml/libnvidia-ml.so.1" --service-address "$ADDR" >"$W/agent-gres.conf"
+  --nvml-library "$W/nvml/libnvidia-ml.so.1" --service-address "$ADDR" >"$W/agent-gres.conf" 2>>"$W/agent.err"
 "$BIN/gpusched-slurm" conf --inventory "$W/inventory" --only gres >"$W/gres.conf"
 GRES1=$("$BIN/gpusched-slurm" conf --inventory "$W/inventory" --only slurm | sed -n 's/^NodeName=node1 Gres=//p')
 GRES2=$("$BIN/gpusched-slurm" conf --inventory "$W/inventory" --only slurm | sed -n 's/^NodeName=node2 Gres=//p')
@@ -163,7 +163,7 @@ slurmctld -i -f "$SLURM_CONF"
 wait_for 30 "slurmctld" scontrol ping
 slurmd -N node1 -f "$SLURM_CONF"
 slurmd -N node2 -f "$SLURM_CONF"
-nodes_idle() { [ "$(sinfo -h -N -o '%N %t' | grep -c ' idle$')" = 2 ]; }
+nodes_idle() { [ "$(sinfo -h -N -p gpu -o '%N %t' | grep -c ' idle$')" = 2 ]; }
 wait_for 60 "node1 and node2 idle" nodes_idle
 echo "e2e: slurm up (slurmctld :$CTLD_PORT, slurmd node1 :$D1_PORT node2 :$D2_PORT)"
 
@@ -396,13 +396,15 @@ clear_jobs
 
 echo "e2e: 40 jobs submitted at once (gpucores=25, gpumem=16384: 4 fit per card, 32 in all)"
 : >"$W/lat/gpusched"
+pids=()
 for i in $(seq 1 40); do
   ( sub "c$i" --gres=gpu:1 --gpusched gpucores=25 --gpusched gpumem=16384; echo "$RC" >"$W/out/c$i.rc" ) &
+  pids+=($!)
 done
-wait
-placed=$(grep -l '^0$' "$W"/out/c*.rc | wc -l)
-refused=$(grep -l '^1$' "$W"/out/c*.rc | wc -l)
-nofit=$(grep -l 'no node can take the job now' "$W"/out/c*.err | wc -l)
+wait "${pids[@]}"
+placed=$(cat "$W"/out/c*.rc | grep -c '^0$' || true)
+refused=$(cat "$W"/out/c*.rc | grep -c '^1$' || true)
+nofit=$(cat "$W"/out/c*.err | grep -c 'no node can take the job now' || true)
 check "40 at once: 32 placed, 8 refused for capacity (placed $placed, refused $refused, no-fit messages $nofit)" \
   [ "$placed $refused $nofit" = "32 8 8" ]
 check "40 at once: no card over its slots/memory/cores; Slurm's GRES equal gpusched's bookings" capacity_ok
@@ -421,14 +423,16 @@ kill "$(cat "$W/slurmctld.pid")"
 wait_for 30 "slurmctld stopped" bash -c "! kill -0 $(cat "$W/slurmctld.pid") 2>/dev/null"
 slurmctld -i -f "$SLURM_CONF"
 wait_for 30 "slurmctld back" scontrol ping
-wait_for 60 "nodes responding" bash -c '[ "$(sinfo -h -N -o %t | grep -c -E "^(mix|alloc|idle)$")" = 2 ]'
+wait_for 60 "nodes responding" bash -c '[ "$(sinfo -h -N -p gpu -o %t | grep -c -E "^(mix|alloc|idle)$")" = 2 ]'
 check "restart: the 24 running jobs are still there" no_new_job 24
 : >"$W/lat/gpusched"
+pids=()
 for i in $(seq 1 12); do
   ( sub "r$i" --gres=gpu:1 --gpusched gpucores=25 --gpusched gpumem=16384; echo "$RC" >"$W/out/r$i.rc" ) &
+  pids+=($!)
 done
-wait
-placed=$(grep -l '^0$' "$W"/out/r*.rc | wc -l)
+wait "${pids[@]}"
+placed=$(cat "$W"/out/r*.rc | grep -c '^0$' || true)
 check "restart: 12 more at once -> exactly the 8 free places taken (placed $placed)" [ "$placed" = 8 ]
 check "restart: no card over capacity; Slurm's GRES equal gpusched's bookings" capacity_ok
 "$BIN/gpusched-slurm" usage --inventory "$W/inventory" >"$W/usage.txt"
