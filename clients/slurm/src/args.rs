@@ -15,18 +15,84 @@ const SHORT_WITH_VALUE: &str = "ABabcCdDeFGiJLmMnNopqStTwx";
 
 /// sbatch long options that take a value (and may give it as the next word).
 const LONG_WITH_VALUE: &[&str] = &[
-    "account", "acctg-freq", "array", "batch", "bb", "bbf", "begin", "chdir",
-    "cluster-constraint", "clusters", "comment", "constraint", "container", "core-spec",
-    "cores-per-socket", "cpu-freq", "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot",
-    "dependency", "distribution", "error", "exclude", "export", "export-file",
-    "extra-node-info", "gid", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node",
-    "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "hint", "input", "job-name",
-    "licenses", "mail-type", "mail-user", "mcs-label", "mem", "mem-bind", "mem-per-cpu",
-    "mem-per-gpu", "mincpus", "network", "nodefile", "nodelist", "nodes", "ntasks",
-    "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node", "ntasks-per-socket", "open-mode",
-    "output", "partition", "power", "prefer", "priority", "profile", "qos", "reservation",
-    "signal", "sockets-per-node", "switches", "thread-spec", "threads-per-core", "time",
-    "time-min", "tmp", "uid", "wait-all-nodes", "wckey", "wrap",
+    "account",
+    "acctg-freq",
+    "array",
+    "batch",
+    "bb",
+    "bbf",
+    "begin",
+    "chdir",
+    "cluster-constraint",
+    "clusters",
+    "comment",
+    "constraint",
+    "container",
+    "core-spec",
+    "cores-per-socket",
+    "cpu-freq",
+    "cpus-per-gpu",
+    "cpus-per-task",
+    "deadline",
+    "delay-boot",
+    "dependency",
+    "distribution",
+    "error",
+    "exclude",
+    "export",
+    "export-file",
+    "extra-node-info",
+    "gid",
+    "gpu-bind",
+    "gpu-freq",
+    "gpus",
+    "gpus-per-node",
+    "gpus-per-socket",
+    "gpus-per-task",
+    "gres",
+    "gres-flags",
+    "hint",
+    "input",
+    "job-name",
+    "licenses",
+    "mail-type",
+    "mail-user",
+    "mcs-label",
+    "mem",
+    "mem-bind",
+    "mem-per-cpu",
+    "mem-per-gpu",
+    "mincpus",
+    "network",
+    "nodefile",
+    "nodelist",
+    "nodes",
+    "ntasks",
+    "ntasks-per-core",
+    "ntasks-per-gpu",
+    "ntasks-per-node",
+    "ntasks-per-socket",
+    "open-mode",
+    "output",
+    "partition",
+    "power",
+    "prefer",
+    "priority",
+    "profile",
+    "qos",
+    "reservation",
+    "signal",
+    "sockets-per-node",
+    "switches",
+    "thread-spec",
+    "threads-per-core",
+    "time",
+    "time-min",
+    "tmp",
+    "uid",
+    "wait-all-nodes",
+    "wckey",
+    "wrap",
 ];
 
 /// Defaults of the wrapper's own options.
@@ -170,8 +236,7 @@ pub fn parse(args: &[String], env: &Env) -> Result<SubmitArgs, ArgsError> {
             break;
         }
         // Split `--name=value`, `--name value`, `-Xvalue`, `-X value`.
-        let (name, inline): (String, Option<String>) = if let Some(long) = arg.strip_prefix("--")
-        {
+        let (name, inline): (String, Option<String>) = if let Some(long) = arg.strip_prefix("--") {
             match long.split_once('=') {
                 Some((n, v)) => (format!("--{n}"), Some(v.to_owned())),
                 None => (arg.clone(), None),
@@ -325,7 +390,16 @@ mod tests {
         assert_eq!(a.job_name, "train");
         assert_eq!(
             a.sbatch_args,
-            ["-J", "train", "-p", "gpu", "--time", "10", "job.sh", "--gres=gpu:9"]
+            [
+                "-J",
+                "train",
+                "-p",
+                "gpu",
+                "--time",
+                "10",
+                "job.sh",
+                "--gres=gpu:9"
+            ]
         );
     }
 
@@ -345,7 +419,14 @@ mod tests {
         assert_eq!(a.settings.inventory_dir, PathBuf::from("/inv"));
         assert_eq!(a.settings.timeout, Duration::from_millis(500));
         assert_eq!(a.sbatch_args, ["--wrap", "x"]);
-        let a = p(&["--gres=gpu:1", "--gpusched-lock", "none", "--gpusched-dry-run", "s"]).unwrap();
+        let a = p(&[
+            "--gres=gpu:1",
+            "--gpusched-lock",
+            "none",
+            "--gpusched-dry-run",
+            "s",
+        ])
+        .unwrap();
         assert_eq!(a.settings.lock_file, None);
         assert!(a.settings.dry_run);
     }
@@ -358,13 +439,22 @@ mod tests {
             (vec!["--gres=gpu:1", "--gpus=2", "s"], "--gpus"),
             (vec!["--gres=gpu:1", "-N", "2", "s"], "-N"),
             (vec!["--gres=gpu:1", "--array=1-3", "s"], "--array"),
-            (vec!["--gres=gpu:1", "--gpusched-timeout=0", "s"], "--gpusched-timeout"),
-            (vec!["--gres=gpu:1", "--gpusched-foo=1", "s"], "--gpusched-foo"),
+            (
+                vec!["--gres=gpu:1", "--gpusched-timeout=0", "s"],
+                "--gpusched-timeout",
+            ),
+            (
+                vec!["--gres=gpu:1", "--gpusched-foo=1", "s"],
+                "--gpusched-foo",
+            ),
         ] {
             let e = p(&args).unwrap_err().to_string();
             assert!(e.starts_with(option), "{args:?}: {e}");
         }
-        assert_eq!(p(&["s"]).unwrap_err(), ArgsError::Request(RequestError::NoGpu));
+        assert_eq!(
+            p(&["s"]).unwrap_err(),
+            ArgsError::Request(RequestError::NoGpu)
+        );
         assert_eq!(
             p(&["--gres"]).unwrap_err(),
             ArgsError::MissingValue("--gres".into())

@@ -215,9 +215,13 @@ mod tests {
         assert_eq!(Decision::parse("my experiment").unwrap(), None);
         assert_eq!(Decision::parse("").unwrap(), None);
         assert!(Decision::parse("gpusched/v1 node=n1 gpus=0").is_err());
-        assert!(Decision::parse("gpusched/v1 node=n1 gpus=0,1 devices=GPU-a,NVIDIA,1,0:;").is_err());
+        assert!(
+            Decision::parse("gpusched/v1 node=n1 gpus=0,1 devices=GPU-a,NVIDIA,1,0:;").is_err()
+        );
         assert!(Decision::parse("gpusched/v1 node=n1 gpus=x devices=GPU-a,NVIDIA,1,0:;").is_err());
-        assert!(Decision::parse("gpusched/v1 node=n1 gpus=0 devices=GPU-a,NVIDIA,1,0:; x").is_err());
+        assert!(
+            Decision::parse("gpusched/v1 node=n1 gpus=0 devices=GPU-a,NVIDIA,1,0:; x").is_err()
+        );
     }
 
     #[test]

@@ -153,9 +153,12 @@ mod tests {
     fn bad_documents_name_the_file_and_the_problem() {
         let e = parse(Path::new("x.json"), "{}").unwrap_err().to_string();
         assert!(e.contains("x.json") && e.contains("nodeName"), "{e}");
-        let e = parse(Path::new("y.json"), r#"{"nodeName":"n","cards":[{"slots":"many"}]}"#)
-            .unwrap_err()
-            .to_string();
+        let e = parse(
+            Path::new("y.json"),
+            r#"{"nodeName":"n","cards":[{"slots":"many"}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("y.json"), "{e}");
     }
 

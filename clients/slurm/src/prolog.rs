@@ -38,7 +38,10 @@ pub fn task_env(node: &str, decision: Option<&Decision>) -> String {
         out.push_str(&format!("export CUDA_DEVICE_SM_LIMIT={cores}\n"));
     }
     out.push_str(&format!("export GPUSCHED_NODE={}\n", d.node));
-    out.push_str(&format!("export GPUSCHED_GPU_UUIDS={}\n", d.uuids().join(",")));
+    out.push_str(&format!(
+        "export GPUSCHED_GPU_UUIDS={}\n",
+        d.uuids().join(",")
+    ));
     out
 }
 

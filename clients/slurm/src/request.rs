@@ -280,9 +280,7 @@ mod tests {
     #[test]
     fn field_names_give_the_option() {
         assert_eq!(
-            option_of_field(
-                "workload.kubernetes.containers[0].limits[\"nvidia.com/gpucores\"]"
-            ),
+            option_of_field("workload.kubernetes.containers[0].limits[\"nvidia.com/gpucores\"]"),
             Some("nvidia.com/gpucores")
         );
         assert_eq!(option_of_field("workload"), None);

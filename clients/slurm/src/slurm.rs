@@ -276,22 +276,32 @@ mod tests {
           {"name":"node3","state":"down","state_flags":[],"partitions":[]},
           {"name":"node4","state":["MIXED","NOT_RESPONDING"]}]}"#;
         let nodes = parse_nodes(text).unwrap();
-        let usable: Vec<_> = nodes.iter().filter(|n| n.usable()).map(|n| &n.name).collect();
+        let usable: Vec<_> = nodes
+            .iter()
+            .filter(|n| n.usable())
+            .map(|n| &n.name)
+            .collect();
         assert_eq!(usable, ["node1"]);
         assert_eq!(nodes[0].partitions, ["gpu"]);
     }
 
     #[tokio::test]
     async fn commands_are_bounded_and_errors_name_them() {
-        let e = run("sleep", ["5"], Duration::from_millis(100)).await.unwrap_err();
+        let e = run("sleep", ["5"], Duration::from_millis(100))
+            .await
+            .unwrap_err();
         assert!(matches!(e, SlurmError::Timeout { .. }), "{e}");
         let e = run("false", Vec::<String>::new(), Duration::from_secs(5))
             .await
             .unwrap_err();
         assert!(matches!(e, SlurmError::Failed { .. }), "{e}");
-        let e = run("no-such-slurm-command", Vec::<String>::new(), Duration::from_secs(5))
-            .await
-            .unwrap_err();
+        let e = run(
+            "no-such-slurm-command",
+            Vec::<String>::new(),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
         assert!(e.to_string().contains("no-such-slurm-command"), "{e}");
     }
 }

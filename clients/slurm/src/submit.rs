@@ -72,7 +72,9 @@ pub enum SubmitError {
     #[error("no node can take the job now: {0}")]
     NoFit(String),
     /// The decision kept losing races with concurrent submissions.
-    #[error("gave up after {MAX_ATTEMPTS} attempts: concurrent submissions kept taking the chosen cards")]
+    #[error(
+        "gave up after {MAX_ATTEMPTS} attempts: concurrent submissions kept taking the chosen cards"
+    )]
     Conflict,
     /// The lock file is held too long.
     #[error("lock {0}: held by another gpusched-sbatch for over {LOCK_WAIT:?}")]
@@ -276,7 +278,12 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
         let t0 = Instant::now();
         let (slurm_nodes, jobs) = tokio::try_join!(slurm::nodes(t), slurm::jobs(t))?;
         let booked = decisions(&jobs)?;
-        let nodes = candidate_nodes(&inventories, &slurm_nodes, &args.partitions, booked.values());
+        let nodes = candidate_nodes(
+            &inventories,
+            &slurm_nodes,
+            &args.partitions,
+            booked.values(),
+        );
         let result = call(v1::AllocateRequest {
             nodes: nodes.clone(),
             workload: Some(workload.clone()),

@@ -62,7 +62,8 @@ async fn two_jobs(policy: &str) -> Vec<Vec<u32>> {
     req.add_gres("gpu:1").unwrap();
     req.add_option("gpucores=20").unwrap();
     req.add_option("gpumem-percentage=20").unwrap();
-    req.add_option(&format!("gpu-scheduler-policy={policy}")).unwrap();
+    req.add_option(&format!("gpu-scheduler-policy={policy}"))
+        .unwrap();
     let mut jobs: Vec<Job> = vec![];
     let mut chosen = vec![];
     for id in 1..=2u64 {
@@ -134,7 +135,10 @@ async fn service_refusals_name_the_option_and_value() {
     let e = refusal("gpucores=150").await;
     assert!(e.starts_with("invalid nvidia.com/gpucores=150: "), "{e}");
     let e = refusal("gpu-scheduler-policy=fastest").await;
-    assert!(e.starts_with("invalid hami.io/gpu-scheduler-policy=fastest: "), "{e}");
+    assert!(
+        e.starts_with("invalid hami.io/gpu-scheduler-policy=fastest: "),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -158,5 +162,8 @@ async fn a_down_service_is_a_bounded_service_error() {
         .unwrap_err();
     assert!(t.elapsed() < std::time::Duration::from_secs(10));
     let e = service_error(&addr, e, &req).to_string();
-    assert!(e.contains(&addr) && e.contains("nothing was submitted"), "{e}");
+    assert!(
+        e.contains(&addr) && e.contains("nothing was submitted"),
+        "{e}"
+    );
 }

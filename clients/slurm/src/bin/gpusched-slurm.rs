@@ -26,7 +26,11 @@ enum Cmd {
     /// Print gres.conf and slurm.conf lines for the nodes of the inventory directory.
     Conf {
         /// Directory of `gpusched-agent inventory --format json` files.
-        #[arg(long, env = "GPUSCHED_INVENTORY_DIR", default_value = "/etc/gpusched/inventory")]
+        #[arg(
+            long,
+            env = "GPUSCHED_INVENTORY_DIR",
+            default_value = "/etc/gpusched/inventory"
+        )]
         inventory: PathBuf,
         /// Only `gres` or only `slurm` lines.
         #[arg(long, value_parser = ["gres", "slurm", "both"], default_value = "both")]
@@ -41,7 +45,11 @@ enum Cmd {
     /// Per-card usage rebuilt from the jobs' recorded decisions.
     Usage {
         /// Directory of inventories.
-        #[arg(long, env = "GPUSCHED_INVENTORY_DIR", default_value = "/etc/gpusched/inventory")]
+        #[arg(
+            long,
+            env = "GPUSCHED_INVENTORY_DIR",
+            default_value = "/etc/gpusched/inventory"
+        )]
         inventory: PathBuf,
         /// Proto3-style JSON lines instead of a table.
         #[arg(long)]
