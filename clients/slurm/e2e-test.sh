@@ -440,6 +440,23 @@ check "restart: gpusched-slurm usage shows every card full (4 x 25% cores)" \
   [ "$(grep -c 'cores 100/100' "$W/usage.txt")" = 8 ]
 clear_jobs
 
+echo "e2e: 12 jobs at once WITHOUT the lock on node1 (16 places): the re-check alone prevents double booking"
+pids=()
+for i in $(seq 1 12); do
+  ( sub "nl$i" -p one --gpusched-lock none --gres=gpu:1 --gpusched gpucores=25 --gpusched gpumem=16384
+    echo "$RC" >"$W/out/nl$i.rc" ) &
+  pids+=($!)
+done
+wait "${pids[@]}"
+placed=$(cat "$W"/out/nl*.rc | grep -c '^0$' || true)
+gaveup=$(cat "$W"/out/nl*.err | grep -c 'gave up after' || true)
+retried=$(cat "$W"/out/nl*.err | grep -c 'attempt [2-9])' || true)
+check "no lock: every job placed or gave up after retries (placed $placed, gave up $gaveup, placed after a lost race $retried)" \
+  [ "$((placed + gaveup))" = 12 -a "$placed" -ge 1 ]
+check "no lock: no card over capacity; Slurm's GRES equal gpusched's bookings" capacity_ok
+check "no lock: cancelled race losers left nothing queued (live jobs = placed)" no_new_job "$placed"
+clear_jobs
+
 T_END=$(date +%s)
 echo "e2e: runtime $((T_END - T_START))s"
 echo "e2e: latency plain sbatch:    $LAT_PLAIN"
