@@ -342,11 +342,11 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
             cancel(job_id, t).await;
             continue;
         }
-        if !args.user_hold {
-            if let Err(e) = slurm::run("scontrol", ["release", &job_id.to_string()], t).await {
-                cancel(job_id, t).await;
-                return Err(e.into());
-            }
+        if !args.user_hold
+            && let Err(e) = slurm::run("scontrol", ["release", &job_id.to_string()], t).await
+        {
+            cancel(job_id, t).await;
+            return Err(e.into());
         }
         return Ok(Submitted {
             job_id,
