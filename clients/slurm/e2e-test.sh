@@ -57,6 +57,7 @@ W=$(mktemp -d /tmp/gpusched-slurm-e2e.XXXXXX)
 chmod 755 "$W"
 mkdir -p "$W/inventory" "$W/out" "$W/state" "$W/munge" "$W/nvml" "$W/lat"
 SERVER_PID=""
+TEST_USER=gpusched-e2e
 cleanup() {
   set +e
   for f in "$W"/slurmd-*.pid "$W/slurmctld.pid"; do
@@ -67,11 +68,16 @@ cleanup() {
   for f in "$W"/slurmd-*.pid "$W/slurmctld.pid"; do
     [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null
   done
-  # Job steps left by killed slurmd (sleep jobs) belong to us: their slurmstepd name our conf.
-  for p in $(pgrep -f "slurmstepd.*" 2>/dev/null); do
+  # Job steps and batch scripts left by the killed slurmd are ours: slurmstepd carries our
+  # SLURM_CONF, batch scripts live in our spool; a script's process group holds its children.
+  for p in $(pgrep -x slurmstepd 2>/dev/null); do
     tr '\0' ' ' <"/proc/$p/environ" 2>/dev/null | grep -q "SLURM_CONF=$W/slurm.conf" && kill -9 "$p"
   done
+  for p in $(pgrep -f "$W/spool-" 2>/dev/null); do
+    kill -9 -- "-$(ps -o pgid= -p "$p" | tr -d ' ')" 2>/dev/null || kill -9 "$p" 2>/dev/null
+  done
   [ -f "$W/munge/pid" ] && kill "$(cat "$W/munge/pid")" 2>/dev/null
+  [ -f "$W/created-user" ] && userdel "$TEST_USER" 2>/dev/null
   if [ "${KEEP:-0}" = 1 ] || [ "$FAIL" -gt 0 ]; then
     echo "e2e: work directory kept: $W"
   else
@@ -152,12 +158,14 @@ JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 GresTypes=gpuslot,gpumem,gpucore
 TaskProlog=$W/task-prolog
+JobSubmitPlugins=lua
 NodeName=node1 NodeHostname=$H NodeAddr=127.0.0.1 Port=$D1_PORT CPUs=64 RealMemory=1000 Gres=$GRES1 State=UNKNOWN
 NodeName=node2 NodeHostname=$H NodeAddr=127.0.0.1 Port=$D2_PORT CPUs=64 RealMemory=1000 Gres=$GRES2 State=UNKNOWN
 PartitionName=gpu Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:64
 PartitionName=one Nodes=node1 MaxTime=INFINITE State=UP OverSubscribe=FORCE:64
 EOF
 cp "$W/gres.conf" "$W/gres.conf.generated"
+cp clients/slurm/job_submit.lua "$W/job_submit.lua"
 export SLURM_CONF=$W/slurm.conf
 slurmctld -i -f "$SLURM_CONF"
 wait_for 30 "slurmctld" scontrol ping
@@ -197,7 +205,8 @@ node_of() { comment "$1" | sed -n 's/.* node=\([^ ]*\).*/\1/p'; }
 gpus_of() { comment "$1" | sed -n 's/.* gpus=\([^ ]*\).*/\1/p'; }
 live_jobs() { squeue -h -o %i | wc -l; }
 clear_jobs() {
-  scancel --user=root 2>/dev/null || true
+  local ids; ids=$(squeue -h -o %i)
+  [ -z "$ids" ] || scancel $ids 2>/dev/null || true
   local end=$(($(date +%s) + 60))
   until [ "$(live_jobs)" = 0 ]; do
     [ "$(date +%s)" -lt "$end" ] || die "jobs did not end: $(squeue -h)"
@@ -359,6 +368,30 @@ if [ "$RC" = 1 ] && grep -q "gpusched service at" "$W/out/down.err" && [ "$(live
 else
   bad "service down: exit $RC after ${secs}s: $(cat "$W/out/down.err")"
 fi
+
+echo "e2e: job_submit.lua: gpusched's GRES only with a decision; a user cannot change a decision"
+lua_refuses_plain() {
+  local out rc
+  out=$(sbatch --parsable --gres=gpuslot:1 -o /dev/null --wrap true 2>&1) && rc=0 || rc=$?
+  echo "$out" >"$W/out/lua-plain.err"
+  [ "$rc" != 0 ] && [[ "$out" == *"booked by gpusched-sbatch only"* ]] && [ "$(live_jobs)" = 0 ]
+}
+check "lua: plain sbatch --gres=gpuslot:1 refused: $(lua_refuses_plain; head -1 "$W/out/lua-plain.err")" lua_refuses_plain
+if ! id "$TEST_USER" >/dev/null 2>&1; then
+  useradd -r -M -s /usr/sbin/nologin "$TEST_USER" && touch "$W/created-user"
+fi
+UJ=$(cd /tmp && runuser -u "$TEST_USER" -- env SLURM_CONF="$SLURM_CONF" GPUSCHED_ADDRESS="$ADDR" \
+  GPUSCHED_INVENTORY_DIR="$W/inventory" "$BIN/gpusched-sbatch" --parsable --gpusched-lock none \
+  --gres=gpu:1 --gpusched gpumem=1000 -o /dev/null --chdir=/tmp --wrap 'sleep 600' 2>"$W/out/user.err") || true
+before=$(comment "$UJ")
+lua_protects() {
+  local out rc
+  out=$(runuser -u "$TEST_USER" -- env SLURM_CONF="$SLURM_CONF" scontrol update jobid="$UJ" comment=forged 2>&1) && rc=0 || rc=$?
+  echo "$out" >"$W/out/lua-modify.err"
+  [ -n "$UJ" ] && [ "$rc" != 0 ] && [[ "$(comment "$UJ")" == gpusched/v1* ]] && [ "$(comment "$UJ")" = "$before" ]
+}
+check "lua: the job's owner cannot rewrite its decision (job ${UJ:-none}: $(lua_protects; head -1 "$W/out/lua-modify.err"))" lua_protects
+clear_jobs
 
 echo "e2e: baseline: plain sbatch submit-to-start (20 jobs)"
 for i in $(seq 1 20); do
