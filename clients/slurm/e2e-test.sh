@@ -417,10 +417,21 @@ for jid, t0, t1 in rows:
 def pct(v, p):
     v = sorted(v); return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))] * 1000
 print(f"n={len(rows)} submit command p50={pct(wall,50):.0f}ms p99={pct(wall,99):.0f}ms; submit-to-start p50={pct(start,50):.0f}ms p99={pct(start,99):.0f}ms")
+open(sys.argv[1] + ".sum", "w").write(f"{pct(wall,50)} {pct(wall,99)} {pct(start,50)} {pct(start,99)}\n")
+PY
+}
+added() { # added by gpusched-sbatch over plain sbatch, from the .sum files
+  python3 - "$W/lat/plain.sum" "$W/lat/gpusched.sum" <<'PY'
+import sys
+p = [float(x) for x in open(sys.argv[1]).read().split()]
+g = [float(x) for x in open(sys.argv[2]).read().split()]
+d = [b - a for a, b in zip(p, g)]
+print(f"submit command p50 +{d[0]:.0f}ms p99 +{d[1]:.0f}ms; submit-to-start p50 {d[2]:+.0f}ms p99 {d[3]:+.0f}ms")
 PY
 }
 LAT_PLAIN=$(latency "$W/lat/plain")
 LAT_GS=$(latency "$W/lat/gpusched")
+LAT_ADDED=$(added)
 echo "e2e: latency plain sbatch:    $LAT_PLAIN"
 echo "e2e: latency gpusched-sbatch: $LAT_GS"
 grep -h '^gpusched: job' "$W"/out/lat*.err | head -3 | sed 's/^/e2e:   /'
@@ -495,5 +506,6 @@ echo "e2e: runtime $((T_END - T_START))s"
 echo "e2e: latency plain sbatch:    $LAT_PLAIN"
 echo "e2e: latency gpusched-sbatch: $LAT_GS"
 echo "e2e: latency 40 concurrent:   $LAT_40"
+echo "e2e: added by the adapter:    $LAT_ADDED"
 echo "$PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]
