@@ -33,7 +33,7 @@ for c in slurmctld slurmd sbatch squeue sinfo scontrol scancel munged munge; do
 done
 if [ ${#need[@]} -gt 0 ]; then
   echo "e2e: installing slurm-wlm and munge (missing: ${need[*]})"
-  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge >/dev/null 2>&1; then
+  if ! DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -q slurm-wlm munge >/dev/null 2>&1; then
     timeout 300 apt-get update -q >/dev/null
     DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -q slurm-wlm munge >/dev/null
   fi
