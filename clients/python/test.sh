@@ -3,7 +3,7 @@
 # against a live gpusched-server. Runnable from any directory; extra arguments go to pytest.
 #
 # Environment:
-#   GPUSCHED_CACHE            cache dir (default ~/.cache/gpusched); the venv is $GPUSCHED_CACHE/py-venv
+#   GPUSCHED_CACHE            cache dir (default ~/.cache/gpusched); the venv is $GPUSCHED_CACHE/py-venv-<hash of this checkout's path>
 #   GPUSCHED_SERVER_BIN       server binary to test against (then nothing is built)
 #   CARGO_TARGET_DIR          honoured when building and locating the server
 #   GPUSCHED_SKIP_CARGO_BUILD=1  do not run cargo (use the binary already in the target dir)
@@ -15,7 +15,9 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 CACHE="${GPUSCHED_CACHE:-$HOME/.cache/gpusched}"
-VENV="$CACHE/py-venv"
+# One venv per checkout: the package is installed editable from this checkout's path, so two
+# checkouts sharing one venv would rebuild it under each other.
+VENV="$CACHE/py-venv-$(printf '%s' "$HERE" | sha256sum | cut -c1-12)"
 PYTHON="${PYTHON:-python3}"
 mkdir -p "$CACHE"
 
@@ -25,7 +27,7 @@ step() { printf '\n== %s\n' "$*" >&2; }
 step "python venv $VENV"
 (
   if command -v flock >/dev/null 2>&1; then
-    exec 9>"$CACHE/py-venv.lock"
+    exec 9>"$VENV.lock"
     flock 9
   fi
   want="$(cat "$HERE/requirements-test.txt" "$HERE/pyproject.toml" | sha256sum | cut -d' ' -f1) $("$PYTHON" -c 'import sys; print(sys.version.split()[0])') $HERE"

@@ -3,7 +3,7 @@
 # 127.0.0.1, no kubelet): the kube-scheduler runs deploy/kube-scheduler/scheduler-config.yaml with
 # the extender pointed at the local gpusched-kube, the RBAC and webhook configurations of deploy/
 # are applied to the apiserver (and every manifest is validated server-side), gpusched-kube runs
-# with a ServiceAccount token bound only by that RBAC, then clients/kube/tests/e2e.rs runs
+# with a ServiceAccount token bound only by that RBAC, then clients/kube/tests/e2e/ runs
 # the scenarios (seed stories, weights, admission, mutex, bursts, restart, two replicas).
 #
 #   deploy/e2e/test.sh                 # called by scripts/test.sh (stage e2e)
@@ -168,7 +168,7 @@ export E2E_WEBHOOKS_FILE="$WORK/webhooks.yaml"
 export E2E_SCHEDULER_KUBECONFIG="$CLUSTER/scheduler.kubeconfig"
 export E2E_RESULTS="$WORK/results.md"
 rm -f "$E2E_RESULTS"
-log "running clients/kube/tests/e2e.rs"
+log "running clients/kube/tests/e2e/ (test target e2e)"
 nice cargo test -q -p gpusched-kube --test e2e -- --ignored --nocapture --test-threads=1
 
 if [[ -s "$E2E_RESULTS" ]]; then

@@ -66,7 +66,11 @@ pub fn engine_once(p: &Prepared, rpc: Rpc, i: usize) -> Option<(Kind, Summary)> 
     let (kind, w) = p.workloads.get(i % p.workloads.len().max(1))?;
     let s = match rpc {
         Rpc::Allocate => {
-            let a = black_box(engine::allocate(&p.snapshot, w, false));
+            let a = black_box(engine::allocate(
+                &p.snapshot,
+                w,
+                engine::DecideOptions::default(),
+            ));
             Summary {
                 placed: a.placement.is_some(),
                 feasible: u32::try_from(a.feasible_count).unwrap_or(u32::MAX),
@@ -75,7 +79,11 @@ pub fn engine_once(p: &Prepared, rpc: Rpc, i: usize) -> Option<(Kind, Summary)> 
             }
         }
         Rpc::Filter | Rpc::Score => {
-            let e = black_box(engine::evaluate(&p.snapshot, w, false));
+            let e = black_box(engine::evaluate(
+                &p.snapshot,
+                w,
+                engine::DecideOptions::default(),
+            ));
             Summary {
                 placed: !e.feasible.is_empty(),
                 feasible: u32::try_from(e.feasible.len()).unwrap_or(u32::MAX),
@@ -141,7 +149,7 @@ pub fn pipeline_once(
     let t2 = Instant::now();
     let (bytes, t3, t4) = match rpc {
         Rpc::Allocate => {
-            let a = engine::allocate(&s, &w, false);
+            let a = engine::allocate(&s, &w, engine::DecideOptions::default());
             let t3 = Instant::now();
             let resp = v1::AllocateResponse {
                 result: Some(convert::allocation_out(&s, &w, &a, false)),
@@ -150,12 +158,12 @@ pub fn pipeline_once(
             (resp.encode_to_vec(), t3, t4)
         }
         Rpc::Filter => {
-            let e = engine::evaluate(&s, &w, false);
+            let e = engine::evaluate(&s, &w, engine::DecideOptions::default());
             let t3 = Instant::now();
             let mut names: Vec<String> = e
                 .feasible
                 .iter()
-                .filter_map(|f| s.nodes().get(f.node).map(|n| n.name().to_owned()))
+                .filter_map(|f| s.node(f.node).map(|n| n.name().to_owned()))
                 .collect();
             names.sort();
             let resp = v1::FilterResponse {
@@ -169,7 +177,7 @@ pub fn pipeline_once(
             (resp.encode_to_vec(), t3, t4)
         }
         Rpc::Score => {
-            let e = engine::evaluate(&s, &w, false);
+            let e = engine::evaluate(&s, &w, engine::DecideOptions::default());
             let t3 = Instant::now();
             let resp = v1::ScoreResponse {
                 scores: e

@@ -10,14 +10,57 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	v1 "github.com/gpusched/gpusched/clients/go/gpuschedv1"
 )
 
 // FieldViolation is one problem with the request: the field or annotation it concerns, e.g.
-// `workload.kubernetes.annotations["hami.io/device-scoring-weights"]` or `nodes[1].name`, and
-// what is wrong and what is accepted (a google.rpc.BadRequest field violation).
+// `workload.kubernetes.annotations["hami.io/device-scoring-weights"]` or `nodes[1].name`, what
+// is wrong and what is accepted, and the kind of problem as a stable machine-readable reason
+// such as "INVALID_SCORING_WEIGHTS" (a google.rpc.BadRequest field violation). Branch on
+// Reason (or Kind), not on the field path or the description.
 type FieldViolation struct {
 	Field       string `json:"field"`
 	Description string `json:"description"`
+	// Reason is a v1.ViolationReason name without its "VIOLATION_REASON_" prefix.
+	Reason string `json:"reason"`
+}
+
+// Kind is the reason as the API enum; v1.ViolationReason_VIOLATION_REASON_UNSPECIFIED when the
+// reason is empty or unknown to this client.
+func (v FieldViolation) Kind() v1.ViolationReason { return ViolationReasonOf(v.Reason) }
+
+// ViolationReasonOf returns the v1.ViolationReason of a reason string such as
+// "INVALID_SCORING_WEIGHTS" (VIOLATION_REASON_UNSPECIFIED when empty or unknown).
+func ViolationReasonOf(reason string) v1.ViolationReason {
+	if reason == "" {
+		return v1.ViolationReason_VIOLATION_REASON_UNSPECIFIED
+	}
+	return v1.ViolationReason(v1.ViolationReason_value[violationReasonPrefix+reason])
+}
+
+// ViolationReasonString returns the reason string the server sends for k: its name without
+// the "VIOLATION_REASON_" prefix ("" for VIOLATION_REASON_UNSPECIFIED).
+func ViolationReasonString(k v1.ViolationReason) string {
+	if k == v1.ViolationReason_VIOLATION_REASON_UNSPECIFIED {
+		return ""
+	}
+	return strings.TrimPrefix(k.String(), violationReasonPrefix)
+}
+
+const violationReasonPrefix = "VIOLATION_REASON_"
+
+// ErrorDomain is the google.rpc.ErrorInfo domain of the server's errors.
+const ErrorDomain = "gpusched.io"
+
+// ErrorInfo is the google.rpc.ErrorInfo of an error: Reason is the reason of the first
+// violation (e.g. "INVALID_SCORING_WEIGHTS", "LIMIT_EXCEEDED"), Domain is ErrorDomain, and
+// Metadata has "field" (of the first violation), "reasons" (the distinct reasons, comma
+// separated) and "violationCount".
+type ErrorInfo struct {
+	Reason   string            `json:"reason"`
+	Domain   string            `json:"domain"`
+	Metadata map[string]string `json:"metadata"`
 }
 
 func (v FieldViolation) String() string { return v.Field + ": " + v.Description }
@@ -48,6 +91,9 @@ type Error struct {
 	QuotaViolations []QuotaViolation
 	// RetryDelay is the google.rpc.RetryInfo delay (server busy or shutting down); 0 when absent.
 	RetryDelay time.Duration
+	// ErrorInfo is the google.rpc.ErrorInfo detail; nil when absent (the server sends one with
+	// every error that has violations).
+	ErrorInfo *ErrorInfo
 
 	status *status.Status
 }
@@ -90,6 +136,26 @@ func (e *Error) Is(target error) bool {
 		return t.Code == e.Code
 	}
 	return false
+}
+
+// Reason returns the google.rpc.ErrorInfo reason (the reason of the first violation, e.g.
+// "INVALID_SCORING_WEIGHTS" or "LIMIT_EXCEEDED"), or "" when the error carries none.
+func (e *Error) Reason() string {
+	if e.ErrorInfo == nil {
+		return ""
+	}
+	return e.ErrorInfo.Reason
+}
+
+// ViolationsOf returns the field violations of one kind, in order.
+func (e *Error) ViolationsOf(kind v1.ViolationReason) []FieldViolation {
+	var out []FieldViolation
+	for _, v := range e.FieldViolations {
+		if v.Kind() == kind {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // Fields returns the fields named by the field violations, in order.
@@ -136,12 +202,14 @@ func fromStatus(st *status.Status) *Error {
 		switch d := d.(type) {
 		case *errdetails.BadRequest:
 			for _, v := range d.GetFieldViolations() {
-				e.FieldViolations = append(e.FieldViolations, FieldViolation{Field: v.GetField(), Description: v.GetDescription()})
+				e.FieldViolations = append(e.FieldViolations, FieldViolation{Field: v.GetField(), Description: v.GetDescription(), Reason: v.GetReason()})
 			}
 		case *errdetails.QuotaFailure:
 			for _, v := range d.GetViolations() {
 				e.QuotaViolations = append(e.QuotaViolations, QuotaViolation{Subject: v.GetSubject(), Description: v.GetDescription()})
 			}
+		case *errdetails.ErrorInfo:
+			e.ErrorInfo = &ErrorInfo{Reason: d.GetReason(), Domain: d.GetDomain(), Metadata: d.GetMetadata()}
 		case *errdetails.RetryInfo:
 			if d.GetRetryDelay() != nil {
 				e.RetryDelay = d.GetRetryDelay().AsDuration()

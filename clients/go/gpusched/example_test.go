@@ -149,10 +149,11 @@ func ExampleError() {
 	if errors.As(err, &e) && gpusched.IsInvalidArgument(err) {
 		fmt.Println("rejected:", gpusched.CodeName(e.Code))
 		for _, v := range e.FieldViolations {
-			fmt.Printf("  %s: %s\n", v.Field, v.Description)
+			fmt.Printf("  %s %s: %s\n", v.Reason, v.Field, v.Description)
 		}
-		if v, ok := e.Violation(gpusched.AnnotationDeviceScoringWeights); ok {
-			fmt.Println("  the annotation to fix is named in:", v.Field)
+		// Branch on the reason, not on the field path (annotation names are configurable).
+		if bad := e.ViolationsOf(v1.ViolationReason_VIOLATION_REASON_INVALID_SCORING_WEIGHTS); len(bad) > 0 {
+			fmt.Println("  fix the scoring weights named in:", bad[0].Field)
 		}
 	}
 
@@ -162,12 +163,12 @@ func ExampleError() {
 	}
 	fmt.Printf("ValidateWorkload: valid=%v\n", check.GetValid())
 	for _, v := range check.GetViolations() {
-		fmt.Printf("  %s: %s\n", v.GetField(), v.GetDescription())
+		fmt.Printf("  %s %s: %s\n", v.GetReason(), v.GetField(), v.GetDescription())
 	}
 	// Output:
 	// rejected: INVALID_ARGUMENT
-	//   workload.kubernetes.annotations["hami.io/device-scoring-weights"]: invalid hami.io/device-scoring-weights "slot=1,core=high,memory=1": expected slot=<int>,core=<int>,memory=<int>: core weight "high" is not a base-10 integer in range
-	//   the annotation to fix is named in: workload.kubernetes.annotations["hami.io/device-scoring-weights"]
+	//   INVALID_SCORING_WEIGHTS workload.kubernetes.annotations["hami.io/device-scoring-weights"]: invalid hami.io/device-scoring-weights "slot=1,core=high,memory=1": expected slot=<int>,core=<int>,memory=<int>: core weight "high" is not a base-10 integer in range
+	//   fix the scoring weights named in: workload.kubernetes.annotations["hami.io/device-scoring-weights"]
 	// ValidateWorkload: valid=false
-	//   workload.kubernetes.annotations["hami.io/device-scoring-weights"]: invalid hami.io/device-scoring-weights "slot=1,core=high,memory=1": expected slot=<int>,core=<int>,memory=<int>: core weight "high" is not a base-10 integer in range
+	//   VIOLATION_REASON_INVALID_SCORING_WEIGHTS workload.kubernetes.annotations["hami.io/device-scoring-weights"]: invalid hami.io/device-scoring-weights "slot=1,core=high,memory=1": expected slot=<int>,core=<int>,memory=<int>: core weight "high" is not a base-10 integer in range
 }

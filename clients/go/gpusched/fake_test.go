@@ -146,10 +146,10 @@ func TestErrorCarriesTheStatusDetails(t *testing.T) {
 
 	st, err := status.New(codes.InvalidArgument, "invalid argument: bad weights").WithDetails(&errdetails.BadRequest{
 		FieldViolations: []*errdetails.BadRequest_FieldViolation{
-			{Field: `workload.kubernetes.annotations["hami.io/device-scoring-weights"]`, Description: "not an integer"},
-			{Field: "nodes[1].name", Description: "duplicate"},
+			{Field: `workload.kubernetes.annotations["hami.io/device-scoring-weights"]`, Description: "not an integer", Reason: "INVALID_SCORING_WEIGHTS"},
+			{Field: "nodes[1].name", Description: "duplicate", Reason: "DUPLICATE_ID"},
 		},
-	})
+	}, &errdetails.ErrorInfo{Reason: "INVALID_SCORING_WEIGHTS", Domain: "gpusched.io", Metadata: map[string]string{"violationCount": "2"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,11 +166,30 @@ func TestErrorCarriesTheStatusDetails(t *testing.T) {
 		t.Fatal("status.Code does not see through *Error")
 	}
 	want := []gpusched.FieldViolation{
-		{Field: `workload.kubernetes.annotations["hami.io/device-scoring-weights"]`, Description: "not an integer"},
-		{Field: "nodes[1].name", Description: "duplicate"},
+		{Field: `workload.kubernetes.annotations["hami.io/device-scoring-weights"]`, Description: "not an integer", Reason: "INVALID_SCORING_WEIGHTS"},
+		{Field: "nodes[1].name", Description: "duplicate", Reason: "DUPLICATE_ID"},
 	}
 	if got := gpusched.FieldViolations(err); len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("violations %v", got)
+	}
+	if e.Reason() != "INVALID_SCORING_WEIGHTS" || e.ErrorInfo.Domain != gpusched.ErrorDomain || e.ErrorInfo.Metadata["violationCount"] != "2" {
+		t.Fatalf("error info %+v", e.ErrorInfo)
+	}
+	if got := e.ViolationsOf(v1.ViolationReason_VIOLATION_REASON_DUPLICATE_ID); len(got) != 1 || got[0].Field != "nodes[1].name" {
+		t.Fatalf("ViolationsOf(DUPLICATE_ID): %v", got)
+	}
+	if k := e.FieldViolations[0].Kind(); k != v1.ViolationReason_VIOLATION_REASON_INVALID_SCORING_WEIGHTS {
+		t.Fatalf("Kind(): %v", k)
+	}
+	if gpusched.ViolationReasonOf("NOT_A_REASON") != v1.ViolationReason_VIOLATION_REASON_UNSPECIFIED ||
+		gpusched.ViolationReasonOf("") != v1.ViolationReason_VIOLATION_REASON_UNSPECIFIED {
+		t.Fatal("ViolationReasonOf of an unknown reason")
+	}
+	for n := range v1.ViolationReason_name {
+		k := v1.ViolationReason(n)
+		if gpusched.ViolationReasonOf(gpusched.ViolationReasonString(k)) != k {
+			t.Fatalf("reason %v does not round-trip", k)
+		}
 	}
 	if v, ok := e.Violation(gpusched.AnnotationDeviceScoringWeights); !ok || v.Description != "not an integer" {
 		t.Fatalf("Violation(): %v %v", v, ok)

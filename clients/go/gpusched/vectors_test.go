@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"testing"
@@ -33,6 +34,7 @@ type vector struct {
 	Error       *struct {
 		Code            string                    `json:"code"`
 		FieldViolations []gpusched.FieldViolation `json:"fieldViolations"`
+		ErrorInfo       *gpusched.ErrorInfo       `json:"errorInfo"`
 	} `json:"error"`
 }
 
@@ -175,7 +177,10 @@ func runVector(t *testing.T, client *gpusched.Client, path string) {
 			t.Fatalf("%s: code %s, want %s (%v)", v.Description, gpusched.CodeName(e.Code), v.Error.Code, err)
 		}
 		if !slices.Equal(e.FieldViolations, v.Error.FieldViolations) {
-			t.Fatalf("%s: field violations\n got  %q\n want %q", v.Description, e.FieldViolations, v.Error.FieldViolations)
+			t.Fatalf("%s: field violations\n got  %+v\n want %+v", v.Description, e.FieldViolations, v.Error.FieldViolations)
+		}
+		if !reflect.DeepEqual(e.ErrorInfo, v.Error.ErrorInfo) {
+			t.Fatalf("%s: error info\n got  %+v\n want %+v", v.Description, e.ErrorInfo, v.Error.ErrorInfo)
 		}
 		return
 	}

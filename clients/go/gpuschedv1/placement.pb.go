@@ -770,7 +770,9 @@ type Violation struct {
 	// `workload.kubernetes.containers[0].limits["nvidia.com/gpucores"]`.
 	Field string `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
 	// What is wrong and what is accepted.
-	Description   string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// The kind of problem, for a client to branch on.
+	Reason        ViolationReason `protobuf:"varint,3,opt,name=reason,proto3,enum=gpusched.v1.ViolationReason" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -817,6 +819,13 @@ func (x *Violation) GetDescription() string {
 		return x.Description
 	}
 	return ""
+}
+
+func (x *Violation) GetReason() ViolationReason {
+	if x != nil {
+		return x.Reason
+	}
+	return ViolationReason_VIOLATION_REASON_UNSPECIFIED
 }
 
 // A container's request after defaults.
@@ -1053,10 +1062,11 @@ const file_gpusched_v1_placement_proto_rawDesc = "" +
 	"\rupdated_nodes\x18\x03 \x03(\v2\x11.gpusched.v1.NodeR\fupdatedNodes\"\x85\x01\n" +
 	"\x17ValidateWorkloadRequest\x121\n" +
 	"\bworkload\x18\x01 \x01(\v2\x15.gpusched.v1.WorkloadR\bworkload\x127\n" +
-	"\aoptions\x18\x02 \x01(\v2\x1d.gpusched.v1.PlacementOptionsR\aoptions\"C\n" +
+	"\aoptions\x18\x02 \x01(\v2\x1d.gpusched.v1.PlacementOptionsR\aoptions\"y\n" +
 	"\tViolation\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12 \n" +
-	"\vdescription\x18\x02 \x01(\tR\vdescription\"\xf0\x01\n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x124\n" +
+	"\x06reason\x18\x03 \x01(\x0e2\x1c.gpusched.v1.ViolationReasonR\x06reason\"\xf0\x01\n" +
 	"\x11ResolvedContainer\x12%\n" +
 	"\x0econtainer_name\x18\x01 \x01(\tR\rcontainerName\x12\x12\n" +
 	"\x04init\x18\x02 \x01(\bR\x04init\x12\x1b\n" +
@@ -1120,6 +1130,7 @@ var file_gpusched_v1_placement_proto_goTypes = []any{
 	(*NodeExplanation)(nil),          // 18: gpusched.v1.NodeExplanation
 	(*NodeScore)(nil),                // 19: gpusched.v1.NodeScore
 	(*ContainerAssignment)(nil),      // 20: gpusched.v1.ContainerAssignment
+	(ViolationReason)(0),             // 21: gpusched.v1.ViolationReason
 }
 var file_gpusched_v1_placement_proto_depIdxs = []int32{
 	13, // 0: gpusched.v1.FilterRequest.nodes:type_name -> gpusched.v1.Node
@@ -1151,24 +1162,25 @@ var file_gpusched_v1_placement_proto_depIdxs = []int32{
 	13, // 26: gpusched.v1.AllocateBatchResponse.updated_nodes:type_name -> gpusched.v1.Node
 	14, // 27: gpusched.v1.ValidateWorkloadRequest.workload:type_name -> gpusched.v1.Workload
 	15, // 28: gpusched.v1.ValidateWorkloadRequest.options:type_name -> gpusched.v1.PlacementOptions
-	10, // 29: gpusched.v1.ValidateWorkloadResponse.violations:type_name -> gpusched.v1.Violation
-	17, // 30: gpusched.v1.ValidateWorkloadResponse.effective_policy:type_name -> gpusched.v1.EffectivePolicy
-	11, // 31: gpusched.v1.ValidateWorkloadResponse.containers:type_name -> gpusched.v1.ResolvedContainer
-	0,  // 32: gpusched.v1.PlacementService.Filter:input_type -> gpusched.v1.FilterRequest
-	2,  // 33: gpusched.v1.PlacementService.Score:input_type -> gpusched.v1.ScoreRequest
-	4,  // 34: gpusched.v1.PlacementService.Allocate:input_type -> gpusched.v1.AllocateRequest
-	7,  // 35: gpusched.v1.PlacementService.AllocateBatch:input_type -> gpusched.v1.AllocateBatchRequest
-	9,  // 36: gpusched.v1.PlacementService.ValidateWorkload:input_type -> gpusched.v1.ValidateWorkloadRequest
-	1,  // 37: gpusched.v1.PlacementService.Filter:output_type -> gpusched.v1.FilterResponse
-	3,  // 38: gpusched.v1.PlacementService.Score:output_type -> gpusched.v1.ScoreResponse
-	6,  // 39: gpusched.v1.PlacementService.Allocate:output_type -> gpusched.v1.AllocateResponse
-	8,  // 40: gpusched.v1.PlacementService.AllocateBatch:output_type -> gpusched.v1.AllocateBatchResponse
-	12, // 41: gpusched.v1.PlacementService.ValidateWorkload:output_type -> gpusched.v1.ValidateWorkloadResponse
-	37, // [37:42] is the sub-list for method output_type
-	32, // [32:37] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	21, // 29: gpusched.v1.Violation.reason:type_name -> gpusched.v1.ViolationReason
+	10, // 30: gpusched.v1.ValidateWorkloadResponse.violations:type_name -> gpusched.v1.Violation
+	17, // 31: gpusched.v1.ValidateWorkloadResponse.effective_policy:type_name -> gpusched.v1.EffectivePolicy
+	11, // 32: gpusched.v1.ValidateWorkloadResponse.containers:type_name -> gpusched.v1.ResolvedContainer
+	0,  // 33: gpusched.v1.PlacementService.Filter:input_type -> gpusched.v1.FilterRequest
+	2,  // 34: gpusched.v1.PlacementService.Score:input_type -> gpusched.v1.ScoreRequest
+	4,  // 35: gpusched.v1.PlacementService.Allocate:input_type -> gpusched.v1.AllocateRequest
+	7,  // 36: gpusched.v1.PlacementService.AllocateBatch:input_type -> gpusched.v1.AllocateBatchRequest
+	9,  // 37: gpusched.v1.PlacementService.ValidateWorkload:input_type -> gpusched.v1.ValidateWorkloadRequest
+	1,  // 38: gpusched.v1.PlacementService.Filter:output_type -> gpusched.v1.FilterResponse
+	3,  // 39: gpusched.v1.PlacementService.Score:output_type -> gpusched.v1.ScoreResponse
+	6,  // 40: gpusched.v1.PlacementService.Allocate:output_type -> gpusched.v1.AllocateResponse
+	8,  // 41: gpusched.v1.PlacementService.AllocateBatch:output_type -> gpusched.v1.AllocateBatchResponse
+	12, // 42: gpusched.v1.PlacementService.ValidateWorkload:output_type -> gpusched.v1.ValidateWorkloadResponse
+	38, // [38:43] is the sub-list for method output_type
+	33, // [33:38] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_gpusched_v1_placement_proto_init() }

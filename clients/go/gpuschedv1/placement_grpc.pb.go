@@ -32,8 +32,10 @@ const (
 //
 // Placement decisions. Every call is answered from the request alone.
 // Bad input (an invalid annotation, a duplicate node name, ...) is
-// INVALID_ARGUMENT with google.rpc.BadRequest field violations; a workload
-// that fits nowhere is a normal answer with per-node reasons.
+// INVALID_ARGUMENT with google.rpc.BadRequest field violations, each with its
+// ViolationReason (without the prefix) in FieldViolation.reason, and a
+// google.rpc.ErrorInfo (domain "gpusched.io"); a workload that fits nowhere is a
+// normal answer with per-node reasons.
 type PlacementServiceClient interface {
 	// Which candidate nodes can host the workload, and why the others cannot.
 	Filter(ctx context.Context, in *FilterRequest, opts ...grpc.CallOption) (*FilterResponse, error)
@@ -113,8 +115,10 @@ func (c *placementServiceClient) ValidateWorkload(ctx context.Context, in *Valid
 //
 // Placement decisions. Every call is answered from the request alone.
 // Bad input (an invalid annotation, a duplicate node name, ...) is
-// INVALID_ARGUMENT with google.rpc.BadRequest field violations; a workload
-// that fits nowhere is a normal answer with per-node reasons.
+// INVALID_ARGUMENT with google.rpc.BadRequest field violations, each with its
+// ViolationReason (without the prefix) in FieldViolation.reason, and a
+// google.rpc.ErrorInfo (domain "gpusched.io"); a workload that fits nowhere is a
+// normal answer with per-node reasons.
 type PlacementServiceServer interface {
 	// Which candidate nodes can host the workload, and why the others cannot.
 	Filter(context.Context, *FilterRequest) (*FilterResponse, error)

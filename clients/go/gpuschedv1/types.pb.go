@@ -255,6 +255,110 @@ func (CardHealth) EnumDescriptor() ([]byte, []int) {
 	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{3}
 }
 
+// The kind of a problem with a request: a closed, stable set a client can branch on
+// without reading field paths or descriptions. Every rejected field carries one:
+// in ValidateWorkloadResponse.violations as this enum; on an error status as the
+// value name without the `VIOLATION_REASON_` prefix (e.g. "INVALID_SCORING_WEIGHTS")
+// in google.rpc.BadRequest.FieldViolation.reason, with google.rpc.ErrorInfo (domain
+// "gpusched.io", reason = the reason of the first violation). The workload reasons
+// are the same for the typed and the Kubernetes form of a workload.
+type ViolationReason int32
+
+const (
+	// Never sent.
+	ViolationReason_VIOLATION_REASON_UNSPECIFIED ViolationReason = 0
+	// A node policy that is not binpack or spread: the hami.io/node-scheduler-policy
+	// annotation, a typed node_policy or options.default_node_policy.
+	ViolationReason_VIOLATION_REASON_INVALID_NODE_POLICY ViolationReason = 1
+	// A GPU policy that is not a token or a chain of tokens: the
+	// hami.io/gpu-scheduler-policy annotation, a typed gpu_policy or
+	// options.default_gpu_policy (GPU_POLICY_UNSPECIFIED or an unknown value).
+	ViolationReason_VIOLATION_REASON_INVALID_GPU_POLICY ViolationReason = 2
+	// Device scoring weights that are malformed, over the maximum or all zero (the
+	// hami.io/device-scoring-weights annotation or typed scoring_weights).
+	ViolationReason_VIOLATION_REASON_INVALID_SCORING_WEIGHTS ViolationReason = 3
+	// A numa-bind annotation that is not a boolean.
+	ViolationReason_VIOLATION_REASON_INVALID_NUMA_BIND ViolationReason = 4
+	// A container's GPU request that is malformed or out of range: card count, memory,
+	// memory percentage or cores (resource quantities or typed fields).
+	ViolationReason_VIOLATION_REASON_INVALID_RESOURCE_REQUEST ViolationReason = 5
+	// A required field is unset or empty (a node name, a card id, a card's health, the
+	// workload, its spec, the workload list of a batch).
+	ViolationReason_VIOLATION_REASON_MISSING_FIELD ViolationReason = 6
+	// A name or id that must be unique is repeated (node name, card id, card uuid).
+	ViolationReason_VIOLATION_REASON_DUPLICATE_ID ViolationReason = 7
+	// A name or id that refers to something the request does not contain (a pair
+	// score's card, a name in restrict_to_node_names).
+	ViolationReason_VIOLATION_REASON_UNKNOWN_REFERENCE ViolationReason = 8
+	// An enum number this server does not know (CardHealth, CardMode, LinkKind).
+	ViolationReason_VIOLATION_REASON_UNKNOWN_ENUM_VALUE ViolationReason = 9
+	// A number outside its accepted range: options.default_cores_percent, normalisation
+	// split counts and scaling factors.
+	ViolationReason_VIOLATION_REASON_OUT_OF_RANGE ViolationReason = 10
+	// The request is over a configured server limit (RESOURCE_EXHAUSTED with
+	// google.rpc.QuotaFailure violations).
+	ViolationReason_VIOLATION_REASON_LIMIT_EXCEEDED ViolationReason = 11
+)
+
+// Enum value maps for ViolationReason.
+var (
+	ViolationReason_name = map[int32]string{
+		0:  "VIOLATION_REASON_UNSPECIFIED",
+		1:  "VIOLATION_REASON_INVALID_NODE_POLICY",
+		2:  "VIOLATION_REASON_INVALID_GPU_POLICY",
+		3:  "VIOLATION_REASON_INVALID_SCORING_WEIGHTS",
+		4:  "VIOLATION_REASON_INVALID_NUMA_BIND",
+		5:  "VIOLATION_REASON_INVALID_RESOURCE_REQUEST",
+		6:  "VIOLATION_REASON_MISSING_FIELD",
+		7:  "VIOLATION_REASON_DUPLICATE_ID",
+		8:  "VIOLATION_REASON_UNKNOWN_REFERENCE",
+		9:  "VIOLATION_REASON_UNKNOWN_ENUM_VALUE",
+		10: "VIOLATION_REASON_OUT_OF_RANGE",
+		11: "VIOLATION_REASON_LIMIT_EXCEEDED",
+	}
+	ViolationReason_value = map[string]int32{
+		"VIOLATION_REASON_UNSPECIFIED":              0,
+		"VIOLATION_REASON_INVALID_NODE_POLICY":      1,
+		"VIOLATION_REASON_INVALID_GPU_POLICY":       2,
+		"VIOLATION_REASON_INVALID_SCORING_WEIGHTS":  3,
+		"VIOLATION_REASON_INVALID_NUMA_BIND":        4,
+		"VIOLATION_REASON_INVALID_RESOURCE_REQUEST": 5,
+		"VIOLATION_REASON_MISSING_FIELD":            6,
+		"VIOLATION_REASON_DUPLICATE_ID":             7,
+		"VIOLATION_REASON_UNKNOWN_REFERENCE":        8,
+		"VIOLATION_REASON_UNKNOWN_ENUM_VALUE":       9,
+		"VIOLATION_REASON_OUT_OF_RANGE":             10,
+		"VIOLATION_REASON_LIMIT_EXCEEDED":           11,
+	}
+)
+
+func (x ViolationReason) Enum() *ViolationReason {
+	p := new(ViolationReason)
+	*p = x
+	return p
+}
+
+func (x ViolationReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ViolationReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_gpusched_v1_types_proto_enumTypes[4].Descriptor()
+}
+
+func (ViolationReason) Type() protoreflect.EnumType {
+	return &file_gpusched_v1_types_proto_enumTypes[4]
+}
+
+func (x ViolationReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ViolationReason.Descriptor instead.
+func (ViolationReason) EnumDescriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{4}
+}
+
 // Why a card or a node could not take a container.
 type Reason int32
 
@@ -332,11 +436,11 @@ func (x Reason) String() string {
 }
 
 func (Reason) Descriptor() protoreflect.EnumDescriptor {
-	return file_gpusched_v1_types_proto_enumTypes[4].Descriptor()
+	return file_gpusched_v1_types_proto_enumTypes[5].Descriptor()
 }
 
 func (Reason) Type() protoreflect.EnumType {
-	return &file_gpusched_v1_types_proto_enumTypes[4]
+	return &file_gpusched_v1_types_proto_enumTypes[5]
 }
 
 func (x Reason) Number() protoreflect.EnumNumber {
@@ -345,7 +449,7 @@ func (x Reason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Reason.Descriptor instead.
 func (Reason) EnumDescriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 // Current usage of one card by workloads already placed.
@@ -2184,7 +2288,21 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"CardHealth\x12\x1b\n" +
 	"\x17CARD_HEALTH_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13CARD_HEALTH_HEALTHY\x10\x01\x12\x19\n" +
-	"\x15CARD_HEALTH_UNHEALTHY\x10\x02*\xcb\x03\n" +
+	"\x15CARD_HEALTH_UNHEALTHY\x10\x02*\xeb\x03\n" +
+	"\x0fViolationReason\x12 \n" +
+	"\x1cVIOLATION_REASON_UNSPECIFIED\x10\x00\x12(\n" +
+	"$VIOLATION_REASON_INVALID_NODE_POLICY\x10\x01\x12'\n" +
+	"#VIOLATION_REASON_INVALID_GPU_POLICY\x10\x02\x12,\n" +
+	"(VIOLATION_REASON_INVALID_SCORING_WEIGHTS\x10\x03\x12&\n" +
+	"\"VIOLATION_REASON_INVALID_NUMA_BIND\x10\x04\x12-\n" +
+	")VIOLATION_REASON_INVALID_RESOURCE_REQUEST\x10\x05\x12\"\n" +
+	"\x1eVIOLATION_REASON_MISSING_FIELD\x10\x06\x12!\n" +
+	"\x1dVIOLATION_REASON_DUPLICATE_ID\x10\a\x12&\n" +
+	"\"VIOLATION_REASON_UNKNOWN_REFERENCE\x10\b\x12'\n" +
+	"#VIOLATION_REASON_UNKNOWN_ENUM_VALUE\x10\t\x12!\n" +
+	"\x1dVIOLATION_REASON_OUT_OF_RANGE\x10\n" +
+	"\x12#\n" +
+	"\x1fVIOLATION_REASON_LIMIT_EXCEEDED\x10\v*\xcb\x03\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fREASON_NODE_INSUFFICIENT_DEVICE\x10\x01\x12\x1a\n" +
@@ -2213,69 +2331,70 @@ func file_gpusched_v1_types_proto_rawDescGZIP() []byte {
 	return file_gpusched_v1_types_proto_rawDescData
 }
 
-var file_gpusched_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_gpusched_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
 var file_gpusched_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_gpusched_v1_types_proto_goTypes = []any{
 	(NodePolicy)(0),                // 0: gpusched.v1.NodePolicy
 	(GpuPolicy)(0),                 // 1: gpusched.v1.GpuPolicy
 	(CardMode)(0),                  // 2: gpusched.v1.CardMode
 	(CardHealth)(0),                // 3: gpusched.v1.CardHealth
-	(Reason)(0),                    // 4: gpusched.v1.Reason
-	(*CardUsage)(nil),              // 5: gpusched.v1.CardUsage
-	(*Card)(nil),                   // 6: gpusched.v1.Card
-	(*CardPairScore)(nil),          // 7: gpusched.v1.CardPairScore
-	(*Node)(nil),                   // 8: gpusched.v1.Node
-	(*ScoringWeights)(nil),         // 9: gpusched.v1.ScoringWeights
-	(*ContainerRequest)(nil),       // 10: gpusched.v1.ContainerRequest
-	(*TypedWorkloadSpec)(nil),      // 11: gpusched.v1.TypedWorkloadSpec
-	(*KubernetesContainer)(nil),    // 12: gpusched.v1.KubernetesContainer
-	(*KubernetesWorkloadSpec)(nil), // 13: gpusched.v1.KubernetesWorkloadSpec
-	(*Workload)(nil),               // 14: gpusched.v1.Workload
-	(*PlacementOptions)(nil),       // 15: gpusched.v1.PlacementOptions
-	(*EffectivePolicy)(nil),        // 16: gpusched.v1.EffectivePolicy
-	(*ReasonCount)(nil),            // 17: gpusched.v1.ReasonCount
-	(*FailedNode)(nil),             // 18: gpusched.v1.FailedNode
-	(*NodeScore)(nil),              // 19: gpusched.v1.NodeScore
-	(*CardAssignment)(nil),         // 20: gpusched.v1.CardAssignment
-	(*ContainerAssignment)(nil),    // 21: gpusched.v1.ContainerAssignment
-	(*CardExplanation)(nil),        // 22: gpusched.v1.CardExplanation
-	(*ContainerExplanation)(nil),   // 23: gpusched.v1.ContainerExplanation
-	(*NodeExplanation)(nil),        // 24: gpusched.v1.NodeExplanation
-	nil,                            // 25: gpusched.v1.Node.AnnotationsEntry
-	nil,                            // 26: gpusched.v1.KubernetesContainer.LimitsEntry
-	nil,                            // 27: gpusched.v1.KubernetesContainer.RequestsEntry
-	nil,                            // 28: gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
+	(ViolationReason)(0),           // 4: gpusched.v1.ViolationReason
+	(Reason)(0),                    // 5: gpusched.v1.Reason
+	(*CardUsage)(nil),              // 6: gpusched.v1.CardUsage
+	(*Card)(nil),                   // 7: gpusched.v1.Card
+	(*CardPairScore)(nil),          // 8: gpusched.v1.CardPairScore
+	(*Node)(nil),                   // 9: gpusched.v1.Node
+	(*ScoringWeights)(nil),         // 10: gpusched.v1.ScoringWeights
+	(*ContainerRequest)(nil),       // 11: gpusched.v1.ContainerRequest
+	(*TypedWorkloadSpec)(nil),      // 12: gpusched.v1.TypedWorkloadSpec
+	(*KubernetesContainer)(nil),    // 13: gpusched.v1.KubernetesContainer
+	(*KubernetesWorkloadSpec)(nil), // 14: gpusched.v1.KubernetesWorkloadSpec
+	(*Workload)(nil),               // 15: gpusched.v1.Workload
+	(*PlacementOptions)(nil),       // 16: gpusched.v1.PlacementOptions
+	(*EffectivePolicy)(nil),        // 17: gpusched.v1.EffectivePolicy
+	(*ReasonCount)(nil),            // 18: gpusched.v1.ReasonCount
+	(*FailedNode)(nil),             // 19: gpusched.v1.FailedNode
+	(*NodeScore)(nil),              // 20: gpusched.v1.NodeScore
+	(*CardAssignment)(nil),         // 21: gpusched.v1.CardAssignment
+	(*ContainerAssignment)(nil),    // 22: gpusched.v1.ContainerAssignment
+	(*CardExplanation)(nil),        // 23: gpusched.v1.CardExplanation
+	(*ContainerExplanation)(nil),   // 24: gpusched.v1.ContainerExplanation
+	(*NodeExplanation)(nil),        // 25: gpusched.v1.NodeExplanation
+	nil,                            // 26: gpusched.v1.Node.AnnotationsEntry
+	nil,                            // 27: gpusched.v1.KubernetesContainer.LimitsEntry
+	nil,                            // 28: gpusched.v1.KubernetesContainer.RequestsEntry
+	nil,                            // 29: gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
 }
 var file_gpusched_v1_types_proto_depIdxs = []int32{
 	3,  // 0: gpusched.v1.Card.health:type_name -> gpusched.v1.CardHealth
 	2,  // 1: gpusched.v1.Card.mode:type_name -> gpusched.v1.CardMode
-	5,  // 2: gpusched.v1.Card.usage:type_name -> gpusched.v1.CardUsage
-	6,  // 3: gpusched.v1.Node.cards:type_name -> gpusched.v1.Card
-	7,  // 4: gpusched.v1.Node.pair_scores:type_name -> gpusched.v1.CardPairScore
-	25, // 5: gpusched.v1.Node.annotations:type_name -> gpusched.v1.Node.AnnotationsEntry
+	6,  // 2: gpusched.v1.Card.usage:type_name -> gpusched.v1.CardUsage
+	7,  // 3: gpusched.v1.Node.cards:type_name -> gpusched.v1.Card
+	8,  // 4: gpusched.v1.Node.pair_scores:type_name -> gpusched.v1.CardPairScore
+	26, // 5: gpusched.v1.Node.annotations:type_name -> gpusched.v1.Node.AnnotationsEntry
 	0,  // 6: gpusched.v1.TypedWorkloadSpec.node_policy:type_name -> gpusched.v1.NodePolicy
 	1,  // 7: gpusched.v1.TypedWorkloadSpec.gpu_policy:type_name -> gpusched.v1.GpuPolicy
-	9,  // 8: gpusched.v1.TypedWorkloadSpec.scoring_weights:type_name -> gpusched.v1.ScoringWeights
-	10, // 9: gpusched.v1.TypedWorkloadSpec.init_containers:type_name -> gpusched.v1.ContainerRequest
-	10, // 10: gpusched.v1.TypedWorkloadSpec.containers:type_name -> gpusched.v1.ContainerRequest
-	26, // 11: gpusched.v1.KubernetesContainer.limits:type_name -> gpusched.v1.KubernetesContainer.LimitsEntry
-	27, // 12: gpusched.v1.KubernetesContainer.requests:type_name -> gpusched.v1.KubernetesContainer.RequestsEntry
-	28, // 13: gpusched.v1.KubernetesWorkloadSpec.annotations:type_name -> gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
-	12, // 14: gpusched.v1.KubernetesWorkloadSpec.init_containers:type_name -> gpusched.v1.KubernetesContainer
-	12, // 15: gpusched.v1.KubernetesWorkloadSpec.containers:type_name -> gpusched.v1.KubernetesContainer
-	11, // 16: gpusched.v1.Workload.typed:type_name -> gpusched.v1.TypedWorkloadSpec
-	13, // 17: gpusched.v1.Workload.kubernetes:type_name -> gpusched.v1.KubernetesWorkloadSpec
+	10, // 8: gpusched.v1.TypedWorkloadSpec.scoring_weights:type_name -> gpusched.v1.ScoringWeights
+	11, // 9: gpusched.v1.TypedWorkloadSpec.init_containers:type_name -> gpusched.v1.ContainerRequest
+	11, // 10: gpusched.v1.TypedWorkloadSpec.containers:type_name -> gpusched.v1.ContainerRequest
+	27, // 11: gpusched.v1.KubernetesContainer.limits:type_name -> gpusched.v1.KubernetesContainer.LimitsEntry
+	28, // 12: gpusched.v1.KubernetesContainer.requests:type_name -> gpusched.v1.KubernetesContainer.RequestsEntry
+	29, // 13: gpusched.v1.KubernetesWorkloadSpec.annotations:type_name -> gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
+	13, // 14: gpusched.v1.KubernetesWorkloadSpec.init_containers:type_name -> gpusched.v1.KubernetesContainer
+	13, // 15: gpusched.v1.KubernetesWorkloadSpec.containers:type_name -> gpusched.v1.KubernetesContainer
+	12, // 16: gpusched.v1.Workload.typed:type_name -> gpusched.v1.TypedWorkloadSpec
+	14, // 17: gpusched.v1.Workload.kubernetes:type_name -> gpusched.v1.KubernetesWorkloadSpec
 	0,  // 18: gpusched.v1.PlacementOptions.default_node_policy:type_name -> gpusched.v1.NodePolicy
 	1,  // 19: gpusched.v1.PlacementOptions.default_gpu_policy:type_name -> gpusched.v1.GpuPolicy
 	0,  // 20: gpusched.v1.EffectivePolicy.node_policy:type_name -> gpusched.v1.NodePolicy
 	1,  // 21: gpusched.v1.EffectivePolicy.gpu_policy:type_name -> gpusched.v1.GpuPolicy
-	9,  // 22: gpusched.v1.EffectivePolicy.scoring_weights:type_name -> gpusched.v1.ScoringWeights
-	4,  // 23: gpusched.v1.ReasonCount.reason:type_name -> gpusched.v1.Reason
-	17, // 24: gpusched.v1.FailedNode.reasons:type_name -> gpusched.v1.ReasonCount
-	20, // 25: gpusched.v1.ContainerAssignment.cards:type_name -> gpusched.v1.CardAssignment
-	4,  // 26: gpusched.v1.CardExplanation.rejected:type_name -> gpusched.v1.Reason
-	22, // 27: gpusched.v1.ContainerExplanation.cards:type_name -> gpusched.v1.CardExplanation
-	23, // 28: gpusched.v1.NodeExplanation.containers:type_name -> gpusched.v1.ContainerExplanation
+	10, // 22: gpusched.v1.EffectivePolicy.scoring_weights:type_name -> gpusched.v1.ScoringWeights
+	5,  // 23: gpusched.v1.ReasonCount.reason:type_name -> gpusched.v1.Reason
+	18, // 24: gpusched.v1.FailedNode.reasons:type_name -> gpusched.v1.ReasonCount
+	21, // 25: gpusched.v1.ContainerAssignment.cards:type_name -> gpusched.v1.CardAssignment
+	5,  // 26: gpusched.v1.CardExplanation.rejected:type_name -> gpusched.v1.Reason
+	23, // 27: gpusched.v1.ContainerExplanation.cards:type_name -> gpusched.v1.CardExplanation
+	24, // 28: gpusched.v1.NodeExplanation.containers:type_name -> gpusched.v1.ContainerExplanation
 	29, // [29:29] is the sub-list for method output_type
 	29, // [29:29] is the sub-list for method input_type
 	29, // [29:29] is the sub-list for extension type_name
@@ -2300,7 +2419,7 @@ func file_gpusched_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpusched_v1_types_proto_rawDesc), len(file_gpusched_v1_types_proto_rawDesc)),
-			NumEnums:      5,
+			NumEnums:      6,
 			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,

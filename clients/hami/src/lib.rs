@@ -1,6 +1,6 @@
 //! # gpusched-hami
 //!
-//! HAMi's NVIDIA annotation protocol (`shared/HAMI-PROTOCOL.md`), to and from the gpusched v1
+//! HAMi's NVIDIA annotation protocol (`docs/hami-protocol.md`), to and from the gpusched v1
 //! types, so our node agent can feed HAMi's scheduler and our Kubernetes shim can read HAMi's
 //! device plugin, and HAMi's device plugin and HAMi-core enforce what our shim decides.
 //!

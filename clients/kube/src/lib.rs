@@ -5,10 +5,19 @@
 //! view built from kube-rs reflectors on Nodes and Pods. Every placement decision is the
 //! gpusched service's; this crate only translates Kubernetes objects and HAMi's annotation
 //! protocol to and from the v1 API.
+//!
+//! Layers (each imports only those above it): wire types ([`extender_v1`]; admission reviews
+//! are kube's) ← answers and logic ([`answer`], [`admission`], [`shim`], over [`view`],
+//! [`translate`], [`leader`], [`metrics`]) ← HTTP handlers ([`extender`], [`webhook`]) ←
+//! start-up ([`run`]).
 
+pub mod admission;
+pub mod answer;
 pub mod config;
 pub mod extender;
+pub mod extender_v1;
 pub mod leader;
+pub mod metrics;
 pub mod run;
 pub mod shim;
 pub mod translate;

@@ -13,11 +13,13 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
+use crate::admission::WebhookOptions;
 use crate::config::Settings;
 use crate::leader::{self, Leadership};
-use crate::shim::{Metrics, Shim};
+use crate::metrics::Metrics;
+use crate::shim::Shim;
 use crate::view::ClusterView;
-use crate::webhook::{self, TlsListener, WebhookOptions, WebhookState};
+use crate::webhook::{self, TlsListener, WebhookState};
 
 async fn kube_client(settings: &Settings) -> anyhow::Result<kube::Client> {
     let config = match &settings.kubeconfig {
@@ -168,7 +170,9 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
 
     let mut tasks = tokio::task::JoinSet::new();
     {
-        let router = crate::extender::router(shim.clone());
+        // The metrics registry, handed to what serves /metrics (for now: the extender listener).
+        let registry = Arc::new(shim.registry());
+        let router = crate::extender::router(shim.clone()).merge(crate::metrics::router(registry));
         let mut rx = shutdown_rx.clone();
         tasks.spawn(async move {
             // kube-scheduler sends small requests on kept-alive connections: no Nagle delays.

@@ -2,7 +2,6 @@
 //! decision taken by the gpusched service.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use gpusched_client::v1;
@@ -11,45 +10,12 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{Api, Resource};
 
-use crate::extender::{
-    ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority, filter_error,
-    filter_result, pass_all, priorities,
-};
+use crate::answer::{filter_error, filter_result, pass_all, priorities};
+use crate::extender_v1::{ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority};
 use crate::leader::Leadership;
+use crate::metrics::{ExtenderCall, ExtenderOutcome, Metrics};
 use crate::translate;
 use crate::view::{Assumed, ClusterView};
-
-/// Counters for `/metrics`.
-#[derive(Debug, Default)]
-pub struct Metrics {
-    filter: AtomicU64,
-    filter_errors: AtomicU64,
-    prioritize: AtomicU64,
-    prioritize_errors: AtomicU64,
-    bind: AtomicU64,
-    bind_gpu: AtomicU64,
-    bind_failed: AtomicU64,
-    admission_reviews: AtomicU64,
-    admission_denied: AtomicU64,
-    admission_mutated: AtomicU64,
-}
-
-fn inc(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
-}
-
-impl Metrics {
-    /// Counts an admission review.
-    pub fn admission(&self, denied: bool, mutated: bool) {
-        inc(&self.admission_reviews);
-        if denied {
-            inc(&self.admission_denied);
-        }
-        if mutated {
-            inc(&self.admission_mutated);
-        }
-    }
-}
 
 /// Result of a bind.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,7 +45,7 @@ pub struct Shim {
     pub recorder: Option<Recorder>,
     /// Reserve the preferred node's cards at prioritize (see [`crate::view::Assumed::tentative`]).
     pub reserve: bool,
-    /// Counters.
+    /// Metric families (served through [`Shim::registry`]).
     pub metrics: Metrics,
 }
 
@@ -127,6 +93,12 @@ fn label_value_ok(v: &str) -> bool {
 }
 
 impl Shim {
+    /// The metrics registry to serve: [`Shim::metrics`] and the state gauges (leadership,
+    /// informer sync, assume cache), read at each scrape.
+    pub fn registry(&self) -> prometheus_client::registry::Registry {
+        crate::metrics::registry(&self.metrics, self.view.clone(), self.leader.clone())
+    }
+
     /// Why `/readyz` fails, or None when ready (synced and leading).
     pub fn not_ready_reason(&self) -> Option<String> {
         if !self.view.is_synced() {
@@ -181,16 +153,21 @@ impl Shim {
 
     /// `/filter`: every feasible candidate, and why the others fail.
     pub async fn filter(&self, args: &ExtenderArgs) -> ExtenderFilterResult {
-        inc(&self.metrics.filter);
         let start = Instant::now();
         let r = self.filter_inner(args).await;
+        let outcome = if r.error.is_empty() {
+            ExtenderOutcome::Ok
+        } else {
+            ExtenderOutcome::Error
+        };
+        self.metrics
+            .extender(ExtenderCall::Filter, outcome, start.elapsed().as_secs_f64());
         tracing::debug!(
             pod = ?args.pod.as_ref().and_then(|p| p.metadata.name.as_deref()),
             feasible = r.node_names.as_ref().map_or(0, Vec::len),
             us = start.elapsed().as_micros() as u64, "filter"
         );
         if !r.error.is_empty() {
-            inc(&self.metrics.filter_errors);
             tracing::info!(error = %r.error, "filter error");
         }
         r
@@ -241,16 +218,22 @@ impl Shim {
 
     /// `/prioritize`: the service's node scores on the extender's 0..10 scale.
     pub async fn prioritize(&self, args: &ExtenderArgs) -> Result<Vec<HostPriority>, String> {
-        inc(&self.metrics.prioritize);
         let start = Instant::now();
         let r = self.prioritize_inner(args).await;
+        let outcome = if r.is_ok() {
+            ExtenderOutcome::Ok
+        } else {
+            ExtenderOutcome::Error
+        };
+        self.metrics.extender(
+            ExtenderCall::Prioritize,
+            outcome,
+            start.elapsed().as_secs_f64(),
+        );
         tracing::debug!(
             pod = ?args.pod.as_ref().and_then(|p| p.metadata.name.as_deref()),
             us = start.elapsed().as_micros() as u64, "prioritize"
         );
-        if r.is_err() {
-            inc(&self.metrics.prioritize_errors);
-        }
         r
     }
 
@@ -331,14 +314,19 @@ impl Shim {
     /// carries HAMi's annotations (and the `hami.io/vgpu-node` label): nodeName and the
     /// decision are written atomically, so no crash can leave one without the other.
     pub async fn bind(&self, args: &ExtenderBindingArgs) -> BindOutcome {
-        inc(&self.metrics.bind);
         let start = Instant::now();
         let out = self.bind_inner(args).await;
+        let outcome = match &out {
+            BindOutcome::Bound {
+                devices: Some(_), ..
+            } => ExtenderOutcome::BoundGpu,
+            BindOutcome::Bound { devices: None, .. } => ExtenderOutcome::BoundNoGpu,
+            BindOutcome::Failed(_) => ExtenderOutcome::Error,
+        };
+        self.metrics
+            .extender(ExtenderCall::Bind, outcome, start.elapsed().as_secs_f64());
         match &out {
             BindOutcome::Bound { node, devices } => {
-                if devices.is_some() {
-                    inc(&self.metrics.bind_gpu);
-                }
                 tracing::info!(
                     pod = %args.pod_name, namespace = %args.pod_namespace, node = %node,
                     devices = devices.as_deref().unwrap_or(""),
@@ -346,7 +334,6 @@ impl Shim {
                 );
             }
             BindOutcome::Failed(e) => {
-                inc(&self.metrics.bind_failed);
                 self.view.forget_reservation(&args.pod_uid);
                 tracing::warn!(
                     pod = %args.pod_name, namespace = %args.pod_namespace, node = %args.node,
@@ -519,89 +506,6 @@ impl Shim {
                 BindOutcome::Failed(format!("gpusched-kube: binding failed: {e}"))
             }
         }
-    }
-
-    /// Prometheus text.
-    pub fn metrics_text(&self) -> String {
-        let m = &self.metrics;
-        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let mut out = String::new();
-        let mut counter = |name: &str, help: &str, v: u64| {
-            out.push_str(&format!(
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n"
-            ));
-        };
-        counter(
-            "gpusched_kube_filter_total",
-            "Extender filter calls.",
-            g(&m.filter),
-        );
-        counter(
-            "gpusched_kube_filter_errors_total",
-            "Filter calls answered with an error.",
-            g(&m.filter_errors),
-        );
-        counter(
-            "gpusched_kube_prioritize_total",
-            "Extender prioritize calls.",
-            g(&m.prioritize),
-        );
-        counter(
-            "gpusched_kube_prioritize_errors_total",
-            "Failed prioritize calls.",
-            g(&m.prioritize_errors),
-        );
-        counter(
-            "gpusched_kube_bind_total",
-            "Extender bind calls.",
-            g(&m.bind),
-        );
-        counter(
-            "gpusched_kube_bind_gpu_total",
-            "Pods bound with a GPU decision.",
-            g(&m.bind_gpu),
-        );
-        counter(
-            "gpusched_kube_bind_failed_total",
-            "Failed bind calls.",
-            g(&m.bind_failed),
-        );
-        counter(
-            "gpusched_kube_admission_reviews_total",
-            "Admission reviews answered.",
-            g(&m.admission_reviews),
-        );
-        counter(
-            "gpusched_kube_admission_denied_total",
-            "Admission reviews denied.",
-            g(&m.admission_denied),
-        );
-        counter(
-            "gpusched_kube_admission_mutated_total",
-            "Pods whose schedulerName was set.",
-            g(&m.admission_mutated),
-        );
-        let mut gauge = |name: &str, help: &str, v: u64| {
-            out.push_str(&format!(
-                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n"
-            ));
-        };
-        gauge(
-            "gpusched_kube_leader",
-            "1 when this replica leads.",
-            u64::from(self.leader.is_leader()),
-        );
-        gauge(
-            "gpusched_kube_synced",
-            "1 once the informers have synced.",
-            u64::from(self.view.is_synced()),
-        );
-        gauge(
-            "gpusched_kube_assumed_pods",
-            "Bind decisions not yet seen by the informer.",
-            self.view.assumed_len() as u64,
-        );
-        out
     }
 }
 

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpusched_client::{ClientBuilder, v1};
+use gpusched_kube::admission::{self, WebhookOptions};
 use gpusched_kube::config::Names;
-use gpusched_kube::extender::ExtenderArgs;
+use gpusched_kube::extender_v1::ExtenderArgs;
 use gpusched_kube::leader::Leadership;
-use gpusched_kube::shim::{Metrics, Shim};
+use gpusched_kube::metrics::Metrics;
+use gpusched_kube::shim::Shim;
 use gpusched_kube::view::ClusterView;
-use gpusched_kube::webhook::{self, WebhookOptions, WebhookState};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::core::admission::AdmissionReview;
 use kube::runtime::reflector;
@@ -252,7 +253,7 @@ async fn a_standby_answers_with_an_error() {
     assert!(!f.leader.is_leader());
     let b = f
         .shim
-        .bind(&gpusched_kube::extender::ExtenderBindingArgs {
+        .bind(&gpusched_kube::extender_v1::ExtenderBindingArgs {
             pod_name: "p".into(),
             pod_namespace: "ns".into(),
             pod_uid: "uid-p".into(),
@@ -262,9 +263,14 @@ async fn a_standby_answers_with_an_error() {
     assert!(
         matches!(b, gpusched_kube::shim::BindOutcome::Failed(e) if e.contains("not the leader"))
     );
-    let text = f.shim.metrics_text();
-    assert!(text.contains("gpusched_kube_leader 0"));
-    assert!(text.contains("gpusched_kube_bind_failed_total 1"));
+    let text = gpusched_kube::metrics::encode(&f.shim.registry()).unwrap();
+    assert!(text.contains("\ngpusched_kube_leader 0\n"), "{text}");
+    assert!(
+        text.contains(
+            "\ngpusched_kube_extender_requests_total{call=\"bind\",outcome=\"error\"} 1\n"
+        ),
+        "{text}"
+    );
 }
 
 fn review(p: &Pod) -> kube::core::admission::AdmissionRequest<Pod> {
@@ -282,21 +288,18 @@ fn review(p: &Pod) -> kube::core::admission::AdmissionRequest<Pod> {
 #[tokio::test]
 async fn validating_webhook_uses_validate_workload() {
     let f = fixture(vec![], vec![], Arc::new(Leadership::always("t"))).await;
-    let state = WebhookState {
-        shim: f.shim.clone(),
-        options: WebhookOptions {
-            mutate: true,
-            ignore_label: "hami.io/webhook".into(),
-        },
+    let opts = WebhookOptions {
+        mutate: true,
+        ignore_label: "hami.io/webhook".into(),
     };
     let bad = pod(
         "p",
         json!({"hami.io/device-scoring-weights": "slot=1,core=1,memory=x", "nvidia.com/numa-bind": "maybe"}),
         json!({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150"}),
     );
-    let r = webhook::validate_review(&state, &review(&bad)).await;
+    let r = admission::validate(&f.shim, &opts, &review(&bad)).await;
     assert!(!r.allowed);
-    let msg = r.status.unwrap().message;
+    let msg = r.result.message;
     for key in [
         "hami.io/device-scoring-weights",
         "nvidia.com/numa-bind",
@@ -310,7 +313,7 @@ async fn validating_webhook_uses_validate_workload() {
         json!({"nvidia.com/gpu": "1"}),
     );
     assert!(
-        webhook::validate_review(&state, &review(&good))
+        admission::validate(&f.shim, &opts, &review(&good))
             .await
             .allowed
     );
@@ -320,7 +323,7 @@ async fn validating_webhook_uses_validate_workload() {
         json!({"cpu": "1"}),
     );
     assert!(
-        webhook::validate_review(&state, &review(&cpu))
+        admission::validate(&f.shim, &opts, &review(&cpu))
             .await
             .allowed,
         "non-GPU pods are not validated"
@@ -328,16 +331,16 @@ async fn validating_webhook_uses_validate_workload() {
     let mut ignored = bad.clone();
     ignored.metadata.labels = Some([("hami.io/webhook".to_owned(), "ignore".to_owned())].into());
     assert!(
-        webhook::validate_review(&state, &review(&ignored))
+        admission::validate(&f.shim, &opts, &review(&ignored))
             .await
             .allowed
     );
     // Mutation of the same request.
     let mut unsched = good.clone();
     unsched.spec.as_mut().unwrap().scheduler_name = Some("default-scheduler".into());
-    let m = webhook::mutate_review(&state, &review(&unsched));
+    let m = admission::mutate(f.shim.view.names(), &opts, &review(&unsched));
     assert!(m.allowed);
-    let patch: serde_json::Value = serde_json::from_slice(&m.patch.unwrap().0).unwrap();
+    let patch: serde_json::Value = serde_json::from_slice(&m.patch.unwrap()).unwrap();
     assert_eq!(patch[0]["value"], "gpusched-scheduler");
     let _ = v1::NodePolicy::Binpack;
 }
@@ -360,7 +363,7 @@ async fn prioritize_reserves_the_preferred_node_until_the_bind() {
         .unwrap();
     assert_eq!(
         list[0],
-        gpusched_kube::extender::HostPriority {
+        gpusched_kube::extender_v1::HostPriority {
             host: "n1".into(),
             score: 10
         }

@@ -1,6 +1,6 @@
 """Handle an invalid annotation: the server answers INVALID_ARGUMENT with field violations
-(google.rpc.BadRequest) that name the annotation; ValidateWorkload reports the same problems
-without raising, e.g. for an admission check.
+(google.rpc.BadRequest) that name the annotation and carry a machine-readable reason;
+ValidateWorkload reports the same problems without raising, e.g. for an admission check.
 
     python examples/invalid_annotation.py --address 127.0.0.1:50051
 """
@@ -33,8 +33,9 @@ def main(address: str) -> int:
         except gpusched.InvalidArgumentError as e:
             print(f"rejected: {e.code.name}")
             for v in e.field_violations:
-                print(f"  {v.field}: {v.description}")
-            if not any(wl.DEVICE_SCORING_WEIGHTS in f for f in e.violated_fields):
+                print(f"  {v.reason} {v.field}: {v.description}")
+            # Branch on the reason, not on the field path (annotation names are configurable).
+            if not e.violations_of(v1.VIOLATION_REASON_INVALID_SCORING_WEIGHTS):
                 return 1
         else:
             print("expected INVALID_ARGUMENT", file=sys.stderr)
@@ -43,7 +44,8 @@ def main(address: str) -> int:
         check = client.validate_workload(v1.ValidateWorkloadRequest(workload=pod))
         print(f"validate_workload: valid={check.valid}")
         for violation in check.violations:
-            print(f"  {violation.field}: {violation.description}")
+            reason = gpusched.violation_reason_name(violation.reason)
+            print(f"  {reason} {violation.field}: {violation.description}")
         return 0 if not check.valid else 1
 
 

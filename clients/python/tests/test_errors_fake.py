@@ -47,7 +47,11 @@ def _bad_request_status() -> Status:
             ErrorInfo(reason="INVALID_ANNOTATION", domain="gpusched"),
             BadRequest(
                 field_violations=[
-                    BadRequest.FieldViolation(field=WEIGHTS_FIELD, description="core: 'high' is not an integer"),
+                    BadRequest.FieldViolation(
+                        field=WEIGHTS_FIELD,
+                        description="core: 'high' is not an integer",
+                        reason="INVALID_SCORING_WEIGHTS",
+                    ),
                     BadRequest.FieldViolation(field="containers[0].limits", description="second"),
                 ]
             ),
@@ -131,6 +135,11 @@ def _check_bad(e: gpusched.GpuschedError) -> None:
         ("containers[0].limits", "second"),
     ]
     assert e.violated_fields[0] == WEIGHTS_FIELD
+    assert [v.reason for v in e.field_violations] == ["INVALID_SCORING_WEIGHTS", ""]
+    assert e.violations_of(v1.VIOLATION_REASON_INVALID_SCORING_WEIGHTS) == [e.field_violations[0]]
+    assert e.violations_of(v1.VIOLATION_REASON_DUPLICATE_ID) == []
+    assert e.reason == "INVALID_ANNOTATION" and e.error_info is not None and e.error_info.domain == "gpusched"
+    assert "[INVALID_SCORING_WEIGHTS]" in str(e)
     assert e.status is not None and len(e.status_details) == 2
     assert WEIGHTS_FIELD in str(e)
 
@@ -271,3 +280,13 @@ def test_constructor_checks(tmp_path: Any) -> None:
         gpusched.Client("x:1", root_ca=tmp_path / "missing.pem")
     c = gpusched.Client("x:1", tls=True)  # system roots
     c.close()
+
+
+def test_violation_reasons_round_trip() -> None:
+    """Every ViolationReason has a reason string that maps back to it; unknown strings do not."""
+    for name, value in v1.ViolationReason.items():
+        assert gpusched.violation_reason(gpusched.violation_reason_name(value)) == value, name
+    assert gpusched.violation_reason_name(v1.VIOLATION_REASON_LIMIT_EXCEEDED) == "LIMIT_EXCEEDED"
+    assert gpusched.violation_reason("INVALID_NUMA_BIND") == v1.VIOLATION_REASON_INVALID_NUMA_BIND
+    assert gpusched.violation_reason("SOMETHING_NEWER") == v1.VIOLATION_REASON_UNSPECIFIED
+    assert gpusched.violation_reason("") == v1.VIOLATION_REASON_UNSPECIFIED

@@ -2,7 +2,8 @@
 
 Each vector is sent through the sync and the asyncio client (by method path, through the typed
 client methods); a response vector must equal the answer as a message, an error vector must
-match the status code and the google.rpc.BadRequest field violations.
+match the status code, the google.rpc.BadRequest field violations (field, description, reason)
+and the google.rpc.ErrorInfo.
 """
 
 from __future__ import annotations
@@ -106,11 +107,21 @@ def test_vector(path: Path, kind: str, address: str) -> None:
             pytest.fail(f"{note}\nanswer differs from the vector's response:\n{_diff(expected, got)}", pytrace=False)
     else:
         want = v["error"]
-        want_violations = [(f["field"], f["description"]) for f in want.get("fieldViolations", [])]
+        want_violations = [(f["field"], f["description"], f["reason"]) for f in want.get("fieldViolations", [])]
         with pytest.raises(gpusched.GpuschedError) as info:
             got = _call(kind, address, v["method"], request)
             pytest.fail(f"{note}\nexpected {want['code']}, got a response:\n{_show(got)}", pytrace=False)
         err = info.value
         assert err.code.name == want["code"], f"{note}\n{err}"
-        got_violations = [(f.field, f.description) for f in err.field_violations]
+        got_violations = [(f.field, f.description, f.reason) for f in err.field_violations]
         assert got_violations == want_violations, f"{note}\n{err}"
+        got_info = (
+            None
+            if err.error_info is None
+            else {
+                "reason": err.error_info.reason,
+                "domain": err.error_info.domain,
+                "metadata": dict(err.error_info.metadata),
+            }
+        )
+        assert got_info == want.get("errorInfo"), f"{note}\n{err}"

@@ -24,6 +24,8 @@ mod pod;
 
 pub use builder::{ClientBuilder, RetryPolicy, TlsOptions};
 pub use client::Client;
-pub use error::{ApiError, Error, FieldViolation};
+pub use error::{
+    ApiError, Error, ErrorInfo, FieldViolation, violation_reason, violation_reason_str,
+};
 pub use gpusched_api::v1;
 pub use pod::{PodBuilder, node, node_from_cards};

@@ -61,6 +61,15 @@ async fn invalid_annotation_is_a_typed_error() {
         .violation_for("hami.io/device-scoring-weights")
         .expect("names the annotation");
     assert!(v.description.contains("exactly 3"));
+    assert_eq!(v.reason, "INVALID_SCORING_WEIGHTS");
+    assert_eq!(v.kind(), v1::ViolationReason::InvalidScoringWeights);
+    assert_eq!(
+        api.violations_of(v1::ViolationReason::InvalidScoringWeights)
+            .count(),
+        1
+    );
+    assert_eq!(api.reason(), "INVALID_SCORING_WEIGHTS");
+    assert_eq!(api.error_info.as_ref().unwrap().domain, "gpusched.io");
 }
 
 #[tokio::test]

@@ -75,10 +75,18 @@ async fn call(client: &Client, method: &str, request: &Value) -> Result<Value, V
                 }
                 snake.push(ch.to_ascii_uppercase());
             }
-            Err(serde_json::json!({
+            let mut error = serde_json::json!({
                 "code": snake,
-                "fieldViolations": e.field_violations.iter().map(|v| serde_json::json!({"field": v.field, "description": v.description})).collect::<Vec<_>>(),
-            }))
+                "fieldViolations": e.field_violations.iter().map(|v| serde_json::json!({"field": v.field, "description": v.description, "reason": v.reason})).collect::<Vec<_>>(),
+            });
+            if let Some(info) = &e.error_info {
+                error["errorInfo"] = serde_json::json!({
+                    "reason": info.reason,
+                    "domain": info.domain,
+                    "metadata": info.metadata,
+                });
+            }
+            Err(error)
         }
         Err(e) => panic!("{method}: {e}"),
     }

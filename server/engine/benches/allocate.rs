@@ -4,7 +4,7 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use gpusched_engine::{allocate, evaluate};
+use gpusched_engine::{DecideOptions, allocate, evaluate};
 
 mod cluster;
 use cluster::{cluster, workload};
@@ -19,7 +19,15 @@ fn bench(c: &mut Criterion) {
             group.bench_with_input(
                 BenchmarkId::new(format!("{gpus}-card"), nodes),
                 &snapshot,
-                |b, s| b.iter(|| black_box(allocate(black_box(s), black_box(&w), false))),
+                |b, s| {
+                    b.iter(|| {
+                        black_box(allocate(
+                            black_box(s),
+                            black_box(&w),
+                            DecideOptions::default(),
+                        ))
+                    })
+                },
             );
         }
     }
@@ -28,7 +36,7 @@ fn bench(c: &mut Criterion) {
     let snapshot = cluster(1_000, 42);
     let w = workload(1);
     group.bench_function("1-card/1000", |b| {
-        b.iter(|| black_box(evaluate(black_box(&snapshot), &w, false)))
+        b.iter(|| black_box(evaluate(black_box(&snapshot), &w, DecideOptions::default())))
     });
     group.finish();
 }

@@ -3,7 +3,7 @@
 
 use std::hint::black_box;
 
-use gpusched_engine::allocate;
+use gpusched_engine::{DecideOptions, allocate};
 
 #[path = "../benches/cluster.rs"]
 mod cluster;
@@ -22,6 +22,10 @@ fn main() {
     let s = cluster(nodes, 42);
     let w = workload(u32::try_from(gpus).unwrap_or(1));
     for _ in 0..runs {
-        black_box(allocate(black_box(&s), black_box(&w), false));
+        black_box(allocate(
+            black_box(&s),
+            black_box(&w),
+            DecideOptions::default(),
+        ));
     }
 }

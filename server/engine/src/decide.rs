@@ -1,20 +1,49 @@
 //! Decisions over a snapshot: filter and score every node, allocate one workload, allocate a
-//! list of workloads one after another.
+//! list of workloads one after another; one node at a time for a prepared workload; apply and
+//! release placements.
+
+use std::sync::Arc;
 
 use crate::evaluate::{NodeOutcome, Scratch, evaluate_node};
 use crate::explain::NodeExplanation;
 use crate::fit::Prepared;
-use crate::model::{CardUsage, Snapshot};
+use crate::model::{CardUsage, Node, NodeId, Snapshot};
 use crate::policy::NodePolicy;
 use crate::reason::NodeFailure;
-use crate::score::{NodeScore, node_score};
+use crate::score::{NodeScore, score_from_sums};
 use crate::workload::Workload;
+
+/// What a decision collects besides the answer. `DecideOptions::default()` collects nothing
+/// extra (the fast path).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DecideOptions {
+    /// Per-card score breakdowns ([`NodeExplanation`]): of every node for [`evaluate`]; of
+    /// the chosen node, or of every node when nothing fits, for [`allocate`].
+    pub explain: bool,
+}
+
+impl DecideOptions {
+    /// Options with explanations.
+    pub fn explained() -> Self {
+        DecideOptions { explain: true }
+    }
+}
+
+/// How [`allocate_batch`] treats a workload that cannot be placed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum BatchMode {
+    /// Keep the placements of the others.
+    #[default]
+    Independent,
+    /// Roll every placement back (gang scheduling).
+    AllOrNothing,
+}
 
 /// A node that can host the workload.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FeasibleNode {
-    /// Index of the node in the snapshot.
-    pub node: usize,
+    /// The node.
+    pub node: NodeId,
     /// Node score after the tentative placement.
     pub score: NodeScore,
     /// Preference 0..=100 among the feasible nodes (100 = most preferred).
@@ -24,8 +53,8 @@ pub struct FeasibleNode {
 /// A node that cannot host the workload.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FailedNode {
-    /// Index of the node in the snapshot.
-    pub node: usize,
+    /// The node.
+    pub node: NodeId,
     /// Why.
     pub failure: NodeFailure,
 }
@@ -66,16 +95,19 @@ pub struct ContainerAssignment {
 /// Where a workload goes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Placement {
-    /// Index of the chosen node in the snapshot.
-    pub node: usize,
+    /// The chosen node.
+    pub node: NodeId,
     /// Its node score after the placement.
     pub score: NodeScore,
     /// Its normalised preference among the feasible nodes.
     pub normalized: u32,
     /// Every container of the workload, in pod order.
     pub containers: Vec<ContainerAssignment>,
-    /// Usage of the node's cards after the placement.
+    /// Usage of the node's cards after the placement (on the snapshot decided on).
     pub final_usage: Vec<CardUsage>,
+    /// What the placement books on each of the node's cards (in card order): `final_usage`
+    /// minus the usage before. [`apply`] adds it, [`release`] takes it away.
+    pub booked: Vec<CardUsage>,
 }
 
 /// The answer for one workload.
@@ -94,47 +126,144 @@ pub struct Allocation {
 }
 
 /// Evaluates every node of `snapshot` for `workload` (Filter and Score).
-pub fn evaluate(snapshot: &Snapshot, workload: &Workload, explain: bool) -> Evaluation {
-    let prep = Prepared::new(workload);
+pub fn evaluate(snapshot: &Snapshot, workload: &Workload, options: DecideOptions) -> Evaluation {
+    PreparedWorkload::new(workload).evaluate(snapshot, options)
+}
+
+/// Chooses the node and cards for `workload` (Allocate).
+pub fn allocate(snapshot: &Snapshot, workload: &Workload, options: DecideOptions) -> Allocation {
     let mut scratch = Scratch::default();
-    let mut feasible = Vec::new();
-    let mut failed = Vec::new();
-    let mut explanations = Vec::new();
-    let requests_gpu = workload.requests_gpu();
-    for (i, node) in snapshot.nodes.iter().enumerate() {
-        if !requests_gpu {
-            let usage: Vec<CardUsage> = node.cards.iter().map(|c| c.usage).collect();
-            feasible.push(FeasibleNode {
-                node: i,
-                score: node_score(&node.cards, &usage),
-                normalized: 100,
+    allocate_with(
+        snapshot,
+        &PreparedWorkload::new(workload),
+        options,
+        &mut scratch,
+    )
+}
+
+/// Whether one node can host a prepared workload ([`PreparedWorkload::fit`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum NodeVerdict {
+    /// It can; the node score after the tentative placement (for a workload without GPU, the
+    /// node's score as it is).
+    Fits(NodeScore),
+    /// It cannot, and why.
+    DoesNotFit(NodeFailure),
+}
+
+impl NodeVerdict {
+    /// Whether the node can host the workload.
+    pub fn fits(&self) -> bool {
+        matches!(self, NodeVerdict::Fits(_))
+    }
+
+    /// The node score, when it fits.
+    pub fn score(&self) -> Option<NodeScore> {
+        match self {
+            NodeVerdict::Fits(score) => Some(*score),
+            NodeVerdict::DoesNotFit(_) => None,
+        }
+    }
+
+    /// Why not, when it does not fit.
+    pub fn failure(&self) -> Option<&NodeFailure> {
+        match self {
+            NodeVerdict::Fits(_) => None,
+            NodeVerdict::DoesNotFit(failure) => Some(failure),
+        }
+    }
+}
+
+/// A workload with the per-workload work done once (card visiting plan, normalised weights,
+/// filter flags, fast-path classification), to ask nodes one at a time or to decide over
+/// several snapshots.
+///
+/// [`PreparedWorkload::fit`] of a node gives exactly what [`evaluate`] reports for it:
+/// feasible with the same score, or failed with the same [`NodeFailure`].
+#[derive(Debug)]
+pub struct PreparedWorkload<'w> {
+    prep: Prepared<'w>,
+}
+
+impl<'w> PreparedWorkload<'w> {
+    /// Prepares `workload`.
+    pub fn new(workload: &'w Workload) -> Self {
+        PreparedWorkload {
+            prep: Prepared::new(workload),
+        }
+    }
+
+    /// The workload.
+    pub fn workload(&self) -> &'w Workload {
+        self.prep.workload
+    }
+
+    /// Whether one node can host the workload, with its node score (Filter and Score of one
+    /// node). The normalised preference needs the other nodes: see [`evaluate`].
+    pub fn fit(&self, node: &Node) -> NodeVerdict {
+        if !self.prep.workload.requests_gpu() {
+            return NodeVerdict::Fits(current_score(node));
+        }
+        let mut scratch = Scratch::default();
+        match evaluate_node(node, &self.prep, &mut scratch, false, None) {
+            NodeOutcome::Fit(score) => NodeVerdict::Fits(score),
+            NodeOutcome::Fail(failure) => NodeVerdict::DoesNotFit(failure),
+        }
+    }
+
+    /// [`evaluate`] for the prepared workload.
+    pub fn evaluate(&self, snapshot: &Snapshot, options: DecideOptions) -> Evaluation {
+        let workload = self.prep.workload;
+        let mut scratch = Scratch::default();
+        let mut feasible = Vec::new();
+        let mut failed = Vec::new();
+        let mut explanations = Vec::new();
+        let requests_gpu = workload.requests_gpu();
+        for (id, node) in snapshot.iter() {
+            if !requests_gpu {
+                feasible.push(FeasibleNode {
+                    node: id,
+                    score: current_score(node),
+                    normalized: 100,
+                });
+                continue;
+            }
+            let mut ex = options.explain.then(|| NodeExplanation {
+                node: id,
+                containers: Vec::new(),
             });
-            continue;
+            match evaluate_node(node, &self.prep, &mut scratch, false, ex.as_mut()) {
+                NodeOutcome::Fit(score) => feasible.push(FeasibleNode {
+                    node: id,
+                    score,
+                    normalized: 0,
+                }),
+                NodeOutcome::Fail(failure) => failed.push(FailedNode { node: id, failure }),
+            }
+            explanations.extend(ex);
         }
-        let mut ex = explain.then(|| NodeExplanation {
-            node: i,
-            containers: Vec::new(),
-        });
-        match evaluate_node(node, &prep, &mut scratch, false, ex.as_mut()) {
-            NodeOutcome::Fit(score) => feasible.push(FeasibleNode {
-                node: i,
-                score,
-                normalized: 0,
-            }),
-            NodeOutcome::Fail(failure) => failed.push(FailedNode { node: i, failure }),
+        if requests_gpu {
+            normalize(&mut feasible, workload.node_policy);
+            sort_by_preference(&mut feasible, workload.node_policy);
         }
-        explanations.extend(ex);
+        Evaluation {
+            requests_gpu,
+            feasible,
+            failed,
+            explanations,
+        }
     }
-    if requests_gpu {
-        normalize(&mut feasible, workload.node_policy);
-        sort_by_preference(&mut feasible, workload.node_policy);
+
+    /// [`allocate`] for the prepared workload.
+    pub fn allocate(&self, snapshot: &Snapshot, options: DecideOptions) -> Allocation {
+        let mut scratch = Scratch::default();
+        allocate_with(snapshot, self, options, &mut scratch)
     }
-    Evaluation {
-        requests_gpu,
-        feasible,
-        failed,
-        explanations,
-    }
+}
+
+/// The node score of a node as it is.
+fn current_score(node: &Node) -> NodeScore {
+    score_from_sums(&node.sums)
 }
 
 /// Sets `normalized` of every feasible node (see [`preference`]).
@@ -177,53 +306,49 @@ fn better(policy: NodePolicy, candidate: i64, best: i64) -> bool {
     }
 }
 
-/// Chooses the node and cards for `workload` (Allocate).
-pub fn allocate(snapshot: &Snapshot, workload: &Workload, explain: bool) -> Allocation {
-    let mut scratch = Scratch::default();
-    allocate_with(snapshot, workload, explain, &mut scratch)
-}
-
 fn allocate_with(
     snapshot: &Snapshot,
-    workload: &Workload,
-    explain: bool,
+    prepared: &PreparedWorkload<'_>,
+    options: DecideOptions,
     scratch: &mut Scratch,
 ) -> Allocation {
+    let prep = &prepared.prep;
+    let workload = prep.workload;
+    let explain = options.explain;
     let requests_gpu = workload.requests_gpu();
     if !requests_gpu {
         return Allocation {
             requests_gpu,
             placement: None,
             failed: Vec::new(),
-            feasible_count: snapshot.nodes.len(),
+            feasible_count: snapshot.len(),
             explanations: Vec::new(),
         };
     }
-    let prep = Prepared::new(workload);
     let policy = workload.node_policy;
     let mut failed = Vec::new();
-    let mut best: Option<(usize, NodeScore)> = None;
+    let mut best: Option<(NodeId, NodeScore)> = None;
     let mut keys: Vec<i64> = Vec::new();
-    for (i, node) in snapshot.nodes.iter().enumerate() {
-        match evaluate_node(node, &prep, scratch, false, None) {
+    for (id, node) in snapshot.iter() {
+        match evaluate_node(node, prep, scratch, false, None) {
             NodeOutcome::Fit(score) => {
                 keys.push(score.key);
                 if best.is_none_or(|(_, b)| better(policy, score.key, b.key)) {
-                    best = Some((i, score));
+                    best = Some((id, score));
                 }
             }
-            NodeOutcome::Fail(failure) => failed.push(FailedNode { node: i, failure }),
+            NodeOutcome::Fail(failure) => failed.push(FailedNode { node: id, failure }),
         }
     }
     let mut explanations = Vec::new();
-    let placement = best.and_then(|(i, score)| {
-        let node = snapshot.nodes.get(i)?;
+    let placement = best.and_then(|(id, score)| {
+        let node = snapshot.node(id)?;
         let mut ex = explain.then(|| NodeExplanation {
-            node: i,
+            node: id,
             containers: Vec::new(),
         });
         // Deterministic: the same evaluation again, this time recording the cards.
-        let NodeOutcome::Fit(_) = evaluate_node(node, &prep, scratch, true, ex.as_mut()) else {
+        let NodeOutcome::Fit(_) = evaluate_node(node, prep, scratch, true, ex.as_mut()) else {
             return None;
         };
         explanations.extend(ex);
@@ -244,21 +369,28 @@ fn allocate_with(
         }
         let min = keys.iter().min().copied().unwrap_or(score.key);
         let max = keys.iter().max().copied().unwrap_or(score.key);
+        let booked = node
+            .cards
+            .iter()
+            .zip(&scratch.final_usage)
+            .map(|(card, after)| difference(*after, card.usage))
+            .collect();
         Some(Placement {
-            node: i,
+            node: id,
             score,
             normalized: preference(score.key, min, max, policy),
             containers,
             final_usage: scratch.final_usage.clone(),
+            booked,
         })
     });
     if placement.is_none() && explain {
-        for (i, node) in snapshot.nodes.iter().enumerate() {
+        for (id, node) in snapshot.iter() {
             let mut ex = NodeExplanation {
-                node: i,
+                node: id,
                 containers: Vec::new(),
             };
-            evaluate_node(node, &prep, scratch, false, Some(&mut ex));
+            evaluate_node(node, prep, scratch, false, Some(&mut ex));
             explanations.push(ex);
         }
     }
@@ -299,22 +431,28 @@ pub struct BatchOutcome {
 }
 
 /// Places `workloads` one after another on `snapshot`; each sees the placements before it.
-/// With `all_or_nothing`, if any GPU workload cannot be placed, every placement is rolled back.
+/// With [`BatchMode::AllOrNothing`], if any GPU workload cannot be placed, every placement is
+/// rolled back.
 pub fn allocate_batch(
     snapshot: Snapshot,
     workloads: &[Workload],
-    all_or_nothing: bool,
-    explain: bool,
+    mode: BatchMode,
+    options: DecideOptions,
 ) -> BatchOutcome {
-    let original = all_or_nothing.then(|| snapshot.clone());
+    // Cheap: the nodes are shared, and the ones placed on are copied when changed.
+    let original = (mode == BatchMode::AllOrNothing).then(|| snapshot.clone());
     let mut current = snapshot;
     let mut scratch = Scratch::default();
     let mut items = Vec::with_capacity(workloads.len());
     let mut all_placed = true;
     for workload in workloads {
-        let allocation = allocate_with(&current, workload, explain, &mut scratch);
+        let prepared = PreparedWorkload::new(workload);
+        let allocation = allocate_with(&current, &prepared, options, &mut scratch);
         if let Some(p) = &allocation.placement {
-            apply(&mut current, p);
+            // Decided on `current` itself: its final usage is exactly the usage plus the booking.
+            if let Some(node) = current.nodes.get_mut(p.node.index()) {
+                Arc::make_mut(node).set_usage(&p.final_usage);
+            }
         } else if allocation.requests_gpu {
             all_placed = false;
         }
@@ -336,9 +474,144 @@ pub fn allocate_batch(
     }
 }
 
-/// Applies a placement: the node's cards take the final usage.
-pub fn apply(snapshot: &mut Snapshot, placement: &Placement) {
-    if let Some(node) = snapshot.nodes.get_mut(placement.node) {
-        node.set_usage(&placement.final_usage);
+/// Per-dimension `after - before` (never negative for a placement: the final usage is at
+/// least the usage before in every dimension).
+fn difference(after: CardUsage, before: CardUsage) -> CardUsage {
+    CardUsage {
+        used: after.used.saturating_sub(before.used),
+        used_mem_mib: after.used_mem_mib.saturating_sub(before.used_mem_mib),
+        used_cores: after.used_cores.saturating_sub(before.used_cores),
     }
+}
+
+/// Why a placement cannot be applied to or released from a snapshot. Nothing is changed then.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BookingError {
+    /// The placement's node is not in this snapshot (a handle of another snapshot).
+    #[error("{node} is not a node of this snapshot")]
+    UnknownNode {
+        /// The placement's node.
+        node: NodeId,
+    },
+    /// The node has another number of cards than the placement books (another node).
+    #[error("{node} ({name}) has {cards} cards, the placement books {booked}")]
+    CardCountMismatch {
+        /// The placement's node.
+        node: NodeId,
+        /// Its name in this snapshot.
+        name: String,
+        /// Cards of the node.
+        cards: usize,
+        /// Cards the placement books.
+        booked: usize,
+    },
+    /// Applying would overflow a card's usage counters.
+    #[error("applying overflows the usage of card {card} ({card_id}) of {name}")]
+    Overflow {
+        /// Node name.
+        name: String,
+        /// Position of the card on the node.
+        card: usize,
+        /// Card id.
+        card_id: String,
+    },
+    /// Releasing would take away more than the card holds: the placement was not applied (or
+    /// was released already).
+    #[error("card {card} ({card_id}) of {name} does not hold the booking being released")]
+    NotBooked {
+        /// Node name.
+        name: String,
+        /// Position of the card on the node.
+        card: usize,
+        /// Card id.
+        card_id: String,
+    },
+}
+
+/// Which way a booking goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Direction {
+    Apply,
+    Release,
+}
+
+/// Books a placement on its node: each card's usage grows by [`Placement::booked`]
+/// (`docs/placement-semantics.md` section 7). On the snapshot the placement was decided on, the node's
+/// cards then have exactly [`Placement::final_usage`]; on a later snapshot of the same node,
+/// the booking adds to whatever is there. Only the placement's node is copied, and only if
+/// it is shared. [`release`] is the exact inverse.
+pub fn apply(snapshot: &mut Snapshot, placement: &Placement) -> Result<(), BookingError> {
+    book(snapshot, placement, Direction::Apply)
+}
+
+/// Takes a placement's booking away from its node: the exact inverse of [`apply`] (apply then
+/// release gives back an equal snapshot). Fails, changing nothing, when some card holds less
+/// than the booking ([`BookingError::NotBooked`]): the placement was not applied there. A
+/// booking equal to another workload's cannot be told apart from it: the caller releases
+/// only what it applied.
+pub fn release(snapshot: &mut Snapshot, placement: &Placement) -> Result<(), BookingError> {
+    book(snapshot, placement, Direction::Release)
+}
+
+fn book(
+    snapshot: &mut Snapshot,
+    placement: &Placement,
+    direction: Direction,
+) -> Result<(), BookingError> {
+    let id = placement.node;
+    let node = snapshot
+        .nodes
+        .get_mut(id.index())
+        .ok_or(BookingError::UnknownNode { node: id })?;
+    if node.cards.len() != placement.booked.len() {
+        return Err(BookingError::CardCountMismatch {
+            node: id,
+            name: node.name.clone(),
+            cards: node.cards.len(),
+            booked: placement.booked.len(),
+        });
+    }
+    // Check every card before changing (or copying) anything.
+    let mut usage = Vec::with_capacity(node.cards.len());
+    for (position, (card, b)) in node.cards.iter().zip(&placement.booked).enumerate() {
+        let u = card.usage;
+        let next = match direction {
+            Direction::Apply => checked_add(u, *b),
+            Direction::Release => checked_sub(u, *b),
+        };
+        let Some(next) = next else {
+            let (name, card_id) = (node.name.clone(), card.id.clone());
+            return Err(match direction {
+                Direction::Apply => BookingError::Overflow {
+                    name,
+                    card: position,
+                    card_id,
+                },
+                Direction::Release => BookingError::NotBooked {
+                    name,
+                    card: position,
+                    card_id,
+                },
+            });
+        };
+        usage.push(next);
+    }
+    Arc::make_mut(node).set_usage(&usage);
+    Ok(())
+}
+
+fn checked_add(u: CardUsage, b: CardUsage) -> Option<CardUsage> {
+    Some(CardUsage {
+        used: u.used.checked_add(b.used)?,
+        used_mem_mib: u.used_mem_mib.checked_add(b.used_mem_mib)?,
+        used_cores: u.used_cores.checked_add(b.used_cores)?,
+    })
+}
+
+fn checked_sub(u: CardUsage, b: CardUsage) -> Option<CardUsage> {
+    Some(CardUsage {
+        used: u.used.checked_sub(b.used)?,
+        used_mem_mib: u.used_mem_mib.checked_sub(b.used_mem_mib)?,
+        used_cores: u.used_cores.checked_sub(b.used_cores)?,
+    })
 }

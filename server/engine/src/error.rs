@@ -1,14 +1,98 @@
-//! Input errors: every problem in a request, each with the field it concerns.
+//! Input errors: every problem in a request, each with the field it concerns and a stable,
+//! machine-readable kind.
 //!
 //! "Does not fit" is not an error (see [`crate::reason`]); these are only for input that
 //! cannot be decided on at all.
 
 use std::fmt;
 
-/// One problem in the input: the field (a path such as `nodes[2].cards[0].id` or
+/// What kind of problem a [`Violation`] is: a closed set, stable across releases, so that a
+/// client can branch on it without reading the field path or the description.
+///
+/// Workload kinds (`Invalid*`) are the same whichever form the workload came in (typed fields
+/// or Kubernetes annotations and resources) and whatever the configured annotation names are.
+/// The other kinds describe the structure of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ViolationKind {
+    /// A node policy that is not `binpack` or `spread` (annotation, typed field or default).
+    InvalidNodePolicy,
+    /// A GPU policy that is not a policy token or a chain of them (annotation, typed field or
+    /// default).
+    InvalidGpuPolicy,
+    /// Device scoring weights that are malformed, over the maximum or all zero.
+    InvalidScoringWeights,
+    /// A numa-bind annotation that is not a boolean.
+    InvalidNumaBind,
+    /// A container's GPU request that is malformed or out of range (card count, memory,
+    /// memory percentage, cores).
+    InvalidResourceRequest,
+    /// A required field is unset or empty.
+    MissingField,
+    /// A name or id that must be unique is repeated.
+    DuplicateId,
+    /// A name or id that refers to something the request does not contain.
+    UnknownReference,
+    /// An enum number this server does not know.
+    UnknownEnumValue,
+    /// A number outside its accepted range (request defaults, normalisation settings).
+    OutOfRange,
+    /// The request is over a configured server limit.
+    LimitExceeded,
+}
+
+impl ViolationKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [ViolationKind; 11] = [
+        ViolationKind::InvalidNodePolicy,
+        ViolationKind::InvalidGpuPolicy,
+        ViolationKind::InvalidScoringWeights,
+        ViolationKind::InvalidNumaBind,
+        ViolationKind::InvalidResourceRequest,
+        ViolationKind::MissingField,
+        ViolationKind::DuplicateId,
+        ViolationKind::UnknownReference,
+        ViolationKind::UnknownEnumValue,
+        ViolationKind::OutOfRange,
+        ViolationKind::LimitExceeded,
+    ];
+
+    /// The stable reason string (UPPER_SNAKE_CASE), e.g. `INVALID_SCORING_WEIGHTS`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ViolationKind::InvalidNodePolicy => "INVALID_NODE_POLICY",
+            ViolationKind::InvalidGpuPolicy => "INVALID_GPU_POLICY",
+            ViolationKind::InvalidScoringWeights => "INVALID_SCORING_WEIGHTS",
+            ViolationKind::InvalidNumaBind => "INVALID_NUMA_BIND",
+            ViolationKind::InvalidResourceRequest => "INVALID_RESOURCE_REQUEST",
+            ViolationKind::MissingField => "MISSING_FIELD",
+            ViolationKind::DuplicateId => "DUPLICATE_ID",
+            ViolationKind::UnknownReference => "UNKNOWN_REFERENCE",
+            ViolationKind::UnknownEnumValue => "UNKNOWN_ENUM_VALUE",
+            ViolationKind::OutOfRange => "OUT_OF_RANGE",
+            ViolationKind::LimitExceeded => "LIMIT_EXCEEDED",
+        }
+    }
+
+    /// The kind with this reason string.
+    pub fn parse(reason: &str) -> Option<ViolationKind> {
+        ViolationKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == reason)
+    }
+}
+
+impl fmt::Display for ViolationKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One problem in the input: its kind, the field (a path such as `nodes[2].cards[0].id` or
 /// `annotations["hami.io/device-scoring-weights"]`) and what is wrong with it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
+    /// What kind of problem this is.
+    pub kind: ViolationKind,
     /// Path of the offending field or annotation.
     pub field: String,
     /// What is wrong and what would be accepted.
@@ -17,8 +101,13 @@ pub struct Violation {
 
 impl Violation {
     /// A violation of `field`.
-    pub fn new(field: impl Into<String>, description: impl Into<String>) -> Self {
+    pub fn new(
+        kind: ViolationKind,
+        field: impl Into<String>,
+        description: impl Into<String>,
+    ) -> Self {
         Violation {
+            kind,
             field: field.into(),
             description: description.into(),
         }
@@ -53,9 +142,13 @@ pub struct InvalidInput {
 
 impl InvalidInput {
     /// An error with a single violation.
-    pub fn single(field: impl Into<String>, description: impl Into<String>) -> Self {
+    pub fn single(
+        kind: ViolationKind,
+        field: impl Into<String>,
+        description: impl Into<String>,
+    ) -> Self {
         InvalidInput {
-            violations: vec![Violation::new(field, description)],
+            violations: vec![Violation::new(kind, field, description)],
         }
     }
 
@@ -77,4 +170,37 @@ fn join(violations: &[Violation]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_distinct_upper_snake_and_parse_back() {
+        let mut seen = std::collections::BTreeSet::new();
+        for k in ViolationKind::ALL {
+            let s = k.as_str();
+            assert!(seen.insert(s), "{s} twice");
+            assert!(
+                s.len() <= 63
+                    && s.starts_with(|c: char| c.is_ascii_uppercase())
+                    && s.chars()
+                        .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+                    && !s.ends_with('_'),
+                "{s} is not UPPER_SNAKE_CASE"
+            );
+            assert_eq!(ViolationKind::parse(s), Some(k));
+            assert_eq!(k.to_string(), s);
+        }
+        assert_eq!(ViolationKind::parse("invalid_node_policy"), None);
+    }
+
+    #[test]
+    fn prefixing_keeps_the_kind() {
+        let v =
+            Violation::new(ViolationKind::DuplicateId, "cards[1].id", "dup").prefixed("nodes[0]");
+        assert_eq!(v.kind, ViolationKind::DuplicateId);
+        assert_eq!(v.field, "nodes[0].cards[1].id");
+    }
 }

@@ -1,5 +1,5 @@
 //! Tentative placement of a whole workload on one node: init containers (peak rule), app
-//! containers, the node score after placement (PLACEMENT-SEMANTICS sections 6 and 7).
+//! containers, the node score after placement (`docs/placement-semantics.md` sections 6 and 7).
 
 use crate::explain::{ContainerExplanation, NodeExplanation};
 use crate::fit::{FitScratch, LoneFit, Pick, Prepared, lone_fit, place_container};

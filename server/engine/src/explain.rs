@@ -1,5 +1,6 @@
 //! Explanations: how each card of a node scored and fared for each container.
 
+use crate::model::NodeId;
 use crate::reason::Reason;
 use crate::score::ScoreTerms;
 
@@ -31,8 +32,8 @@ pub struct ContainerExplanation {
 /// One node: every GPU container up to the first that failed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeExplanation {
-    /// Index of the node in the snapshot.
-    pub node: usize,
+    /// The node.
+    pub node: NodeId,
     /// The containers.
     pub containers: Vec<ContainerExplanation>,
 }

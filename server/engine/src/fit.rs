@@ -1,4 +1,4 @@
-//! Which cards one container gets on one node (PLACEMENT-SEMANTICS section 5).
+//! Which cards one container gets on one node (`docs/placement-semantics.md` section 5).
 
 use std::cmp::Ordering;
 

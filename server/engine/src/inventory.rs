@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::error::{InvalidInput, Violation};
+use crate::error::{InvalidInput, Violation, ViolationKind};
 use crate::model::{Card, CardMode, CardUsage, PairScore};
 
 /// How two cards are connected.
@@ -118,13 +118,18 @@ impl Default for NormalizationConfig {
 
 fn check_split(field: String, v: u32, out: &mut Vec<Violation>) {
     if v == 0 {
-        out.push(Violation::new(field, "split count must be at least 1"));
+        out.push(Violation::new(
+            ViolationKind::OutOfRange,
+            field,
+            "split count must be at least 1",
+        ));
     }
 }
 
 fn check_scaling(field: String, v: f64, out: &mut Vec<Violation>) {
     if !(v.is_finite() && v > 0.0 && v <= 1000.0) {
         out.push(Violation::new(
+            ViolationKind::OutOfRange,
             field,
             format!("scaling {v} must be a number in (0, 1000]"),
         ));
@@ -208,11 +213,13 @@ pub fn normalize_inventory(
     for (i, c) in raw.iter().enumerate() {
         if c.uuid.trim().is_empty() {
             violations.push(Violation::new(
+                ViolationKind::MissingField,
                 format!("cards[{i}].uuid"),
                 "uuid must not be empty",
             ));
         } else if let Some(first) = seen.insert(&c.uuid, i) {
             violations.push(Violation::new(
+                ViolationKind::DuplicateId,
                 format!("cards[{i}].uuid"),
                 format!("duplicate uuid {:?} (also cards[{first}])", c.uuid),
             ));

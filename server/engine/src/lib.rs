@@ -3,16 +3,42 @@
 //! The pure, deterministic placement policy engine of gpusched: which node and which physical
 //! GPUs a workload gets, under node policy binpack/spread, GPU policy
 //! binpack/spread/mutex/topology-aware/numa (and chains of them), per-workload device scoring
-//! weights and HAMi's per-card fit rules. The contract is `PLACEMENT-SEMANTICS.md`.
+//! weights and HAMi's per-card fit rules. The contract is `docs/placement-semantics.md`.
 //!
 //! No I/O, no clock, no logging, no global state: the same input gives the same output, bit
 //! for bit, whatever the order of nodes or cards.
 //!
-//! ```
-//! use gpusched_engine::{Card, NodeSpec, Snapshot, Workload, WorkloadMeta, WorkloadSpec,
-//!     TypedSpec, TypedContainer, Defaults, KubeNames, allocate};
+//! ## Entry points
+//! - **Inputs.** [`Snapshot::new`] validates the candidate nodes ([`NodeSpec`], [`Card`]);
+//!   [`Workload::parse`] validates a workload in typed ([`TypedSpec`]) or Kubernetes
+//!   ([`KubeSpec`]) form. Bad input is an [`InvalidInput`] listing every [`Violation`] with
+//!   the field it concerns. Policies and weights parse with [`str::parse`] ([`NodePolicy`],
+//!   [`GpuPolicy`], [`GpuToken`], [`ScoringWeights`], [`CardMode`]) into typed errors.
+//! - **Whole snapshot.** [`evaluate`] filters and scores every node (Filter/Score);
+//!   [`allocate`] chooses the node and cards (Allocate); [`allocate_batch`] places a list of
+//!   workloads one after another ([`BatchMode::AllOrNothing`] for gangs). What they collect
+//!   besides the answer is a [`DecideOptions`] (`DecideOptions::default()` is the fast path).
+//!   "Does not fit" is a value: a [`FailedNode`] with a typed [`NodeFailure`], never an error.
+//! - **One node at a time.** [`PreparedWorkload::new`] does the per-workload work once;
+//!   [`PreparedWorkload::fit`] asks one [`Node`] and gives a [`NodeVerdict`] (fits with its
+//!   [`NodeScore`], or a [`NodeFailure`]) that agrees with [`evaluate`].
+//! - **Bookkeeping.** [`apply`] books a [`Placement`] on its node; [`release`] is its exact
+//!   inverse (for schedulers that free allocations). Both return a typed [`BookingError`]
+//!   instead of changing anything when the placement does not match the snapshot.
+//! - **Handles.** Nodes are named by [`NodeId`] handles in every answer: `snapshot[id]` or
+//!   [`Snapshot::node`]; [`Snapshot::id_of`] finds one by name. Cards are named by their
+//!   position in [`Node::cards`].
+//! - **Shared nodes.** A snapshot holds its nodes in [`Arc`](std::sync::Arc)s: a service can
+//!   keep validated nodes ([`Node::new`]) and build snapshots from them without copying
+//!   ([`Snapshot::from_nodes`]); `apply`/`release` copy only the node they change.
+//! - **Inventory.** [`normalize_inventory`] turns raw NVML facts into schedulable cards.
 //!
-//! let snapshot = Snapshot::new(vec![
+//! ```
+//! use gpusched_engine::{Card, DecideOptions, NodeSpec, Snapshot, Workload, WorkloadMeta,
+//!     WorkloadSpec, TypedSpec, TypedContainer, Defaults, KubeNames, NodeVerdict,
+//!     PreparedWorkload, allocate, apply, release};
+//!
+//! let mut snapshot = Snapshot::new(vec![
 //!     NodeSpec::new("node1", vec![Card::new("GPU-1", 0, "NVIDIA-A100", 40960)]),
 //! ]).unwrap();
 //! let spec = WorkloadSpec::Typed(TypedSpec {
@@ -20,43 +46,62 @@
 //!     ..Default::default()
 //! });
 //! let workload = Workload::parse(WorkloadMeta::default(), &spec, &Defaults::default(), &KubeNames::default()).unwrap();
-//! let allocation = allocate(&snapshot, &workload, false);
+//! let allocation = allocate(&snapshot, &workload, DecideOptions::default());
 //! let placement = allocation.placement.unwrap();
-//! assert_eq!(snapshot.nodes()[placement.node].name(), "node1");
+//! assert_eq!(snapshot[placement.node].name(), "node1");
 //! assert_eq!(placement.containers[0].cards[0].mem_mib, 1024);
+//!
+//! // The same question, one node at a time.
+//! let prepared = PreparedWorkload::new(&workload);
+//! let verdict = prepared.fit(&snapshot[placement.node]);
+//! assert_eq!(verdict, NodeVerdict::Fits(placement.score));
+//!
+//! // Book it, then free it again.
+//! let before = snapshot.clone();
+//! apply(&mut snapshot, &placement).unwrap();
+//! assert_eq!(snapshot[placement.node].cards()[0].usage.used_mem_mib, 1024);
+//! release(&mut snapshot, &placement).unwrap();
+//! assert_eq!(snapshot, before);
+//! assert!(release(&mut snapshot, &placement).is_err()); // never applied twice over
 //! ```
 
-pub mod decide;
-pub mod error;
-pub mod evaluate;
-pub mod explain;
-pub mod fit;
-pub mod inventory;
-pub mod model;
-pub mod names;
-pub mod policy;
-pub mod quantity;
-pub mod reason;
-pub mod score;
-pub mod weights;
-pub mod workload;
+mod decide;
+mod error;
+mod evaluate;
+mod explain;
+mod fit;
+mod inventory;
+mod model;
+mod names;
+mod policy;
+mod quantity;
+mod reason;
+mod score;
+mod weights;
+mod workload;
 
 pub use decide::{
-    Allocation, AssignedCard, BatchItem, BatchOutcome, ContainerAssignment, Evaluation, FailedNode,
-    FeasibleNode, Placement, allocate, allocate_batch, apply, evaluate,
+    Allocation, AssignedCard, BatchItem, BatchMode, BatchOutcome, BookingError,
+    ContainerAssignment, DecideOptions, Evaluation, FailedNode, FeasibleNode, NodeVerdict,
+    Placement, PreparedWorkload, allocate, allocate_batch, apply, evaluate, release,
 };
-pub use error::{InvalidInput, Violation};
+pub use error::{InvalidInput, Violation, ViolationKind};
 pub use explain::{CardExplanation, ContainerExplanation, NodeExplanation};
+pub use fit::TOPOLOGY_EXACT_LIMIT;
 pub use inventory::{
     LinkKind, NormalizationConfig, NormalizationOverride, NormalizedInventory, RawCard, RawLink,
     normalize_inventory,
 };
-pub use model::{Card, CardMode, CardUsage, Node, NodeSpec, PairScore, Snapshot};
-pub use names::{AnnotationNames, KubeNames, ResourceNames};
-pub use policy::{GpuPolicy, GpuToken, NodePolicy, SortKey, VisitPlan};
+pub use model::{
+    Card, CardMode, CardUsage, Node, NodeId, NodeSpec, PairScore, ParseCardModeError, Snapshot,
+};
+pub use names::{AnnotationNames, KubeNames, ResourceNames, split_list};
+pub use policy::{
+    GpuPolicy, GpuToken, NodePolicy, ParseGpuPolicyError, ParseNodePolicyError, SortKey, VisitPlan,
+};
 pub use reason::{NodeFailure, Reason, ReasonCounts};
 pub use score::{NodeScore, ScoreTerms};
-pub use weights::ScoringWeights;
+pub use weights::{MAX_WEIGHT, ScoringWeights, ScoringWeightsError, WeightKey};
 pub use workload::{
     CardFilters, ContainerRequest, Defaults, KubeContainer, KubeSpec, TypedContainer, TypedSpec,
     Workload, WorkloadMeta, WorkloadSpec,

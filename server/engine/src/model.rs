@@ -1,8 +1,38 @@
 //! Nodes, cards and their usage: the snapshot a decision is made on.
 
 use std::fmt;
+use std::ops::Index;
+use std::sync::Arc;
 
-use crate::error::{InvalidInput, Violation};
+use crate::error::{InvalidInput, Violation, ViolationKind};
+
+/// A handle to one node of a [`Snapshot`]: its position in the snapshot's name order.
+///
+/// Handles come from the snapshot ([`Snapshot::ids`], [`Snapshot::id_of`], [`Snapshot::iter`])
+/// or from a decision made on it ([`crate::Placement::node`], [`crate::FeasibleNode::node`],
+/// ...). A handle stays valid for the snapshot it came from and for snapshots derived from it
+/// by [`crate::apply`] and [`crate::release`] (same nodes, other usage); it means nothing in
+/// another snapshot, nor after [`Snapshot::retain_names`]. Handles order like node names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeId(u32);
+
+impl NodeId {
+    /// Position of the node in the snapshot's name order (for indexing parallel arrays).
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The handle at `index`; `None` beyond `u32::MAX`.
+    pub(crate) fn at(index: usize) -> Option<NodeId> {
+        u32::try_from(index).ok().map(NodeId)
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node#{}", self.0)
+    }
+}
 
 /// How a card is shared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -25,14 +55,28 @@ impl CardMode {
             CardMode::Mps => "mps",
         }
     }
+}
+
+/// A card mode name that is not `hami-core`, `mig` or `mps`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown card mode {value:?}; accepted: hami-core, mig, mps")]
+pub struct ParseCardModeError {
+    /// The value given.
+    pub value: String,
+}
+
+impl std::str::FromStr for CardMode {
+    type Err = ParseCardModeError;
 
     /// Parses HAMi's mode name; an empty string is `hami-core`.
-    pub fn parse(value: &str) -> Option<Self> {
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
         match value {
-            "" | "hami-core" => Some(CardMode::HamiCore),
-            "mig" => Some(CardMode::Mig),
-            "mps" => Some(CardMode::Mps),
-            _ => None,
+            "" | "hami-core" => Ok(CardMode::HamiCore),
+            "mig" => Ok(CardMode::Mig),
+            "mps" => Ok(CardMode::Mps),
+            other => Err(ParseCardModeError {
+                value: other.to_owned(),
+            }),
         }
     }
 }
@@ -197,6 +241,31 @@ impl NodeSums {
 }
 
 impl Node {
+    /// Validates one node on its own (card ids non-empty and unique, pair scores naming cards
+    /// of the node, name non-empty), fields relative to the node (`cards[j].id`). Wrap it in an
+    /// [`Arc`] and keep it to build snapshots without copying ([`Snapshot::from_nodes`]).
+    pub fn new(spec: NodeSpec) -> Result<Node, InvalidInput> {
+        let mut violations = Vec::new();
+        if spec.name.is_empty() {
+            violations.push(Violation::new(
+                ViolationKind::MissingField,
+                "name",
+                "node name must not be empty",
+            ));
+        }
+        check_cards(0, &spec, &mut violations);
+        if !violations.is_empty() {
+            // `check_cards` names fields in a list (`nodes[0].cards[j].id`): make them relative.
+            for v in &mut violations {
+                if let Some(rest) = v.field.strip_prefix("nodes[0].") {
+                    v.field = rest.to_owned();
+                }
+            }
+            return Err(InvalidInput { violations });
+        }
+        Ok(Node::from_spec(spec))
+    }
+
     /// Node name.
     pub fn name(&self) -> &str {
         &self.name
@@ -242,9 +311,14 @@ impl Node {
 }
 
 /// The candidate nodes of one request, validated and sorted by name.
+///
+/// Nodes are shared ([`Arc`]): cloning a snapshot, or building one from nodes a caller keeps
+/// (e.g. a cache of converted nodes keyed by content digest, see [`Snapshot::from_nodes`]),
+/// copies no node. [`crate::apply`] and [`crate::release`] copy only the node they change, and
+/// only when it is shared (copy-on-write).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Snapshot {
-    pub(crate) nodes: Vec<Node>,
+    pub(crate) nodes: Vec<Arc<Node>>,
 }
 
 impl Snapshot {
@@ -256,41 +330,88 @@ impl Snapshot {
         for (i, spec) in specs.iter().enumerate() {
             if spec.name.is_empty() {
                 violations.push(Violation::new(
+                    ViolationKind::MissingField,
                     format!("nodes[{i}].name"),
                     "node name must not be empty",
                 ));
             }
             check_cards(i, spec, &mut violations);
         }
-        // Duplicate names: adjacent after sorting by (name, input position); the later input is
-        // the duplicate of the first.
-        let mut order: Vec<usize> = (0..specs.len()).collect();
-        order.sort_by(|&a, &b| specs[a].name.cmp(&specs[b].name).then(a.cmp(&b)));
-        let mut first = 0usize;
-        for (k, &i) in order.iter().enumerate() {
-            if k > 0 && !specs[i].name.is_empty() && specs[i].name == specs[order[k - 1]].name {
-                violations.push(Violation::new(
-                    format!("nodes[{i}].name"),
-                    format!(
-                        "duplicate node name {:?} (also nodes[{}])",
-                        specs[i].name, order[first]
-                    ),
-                ));
-            } else {
-                first = k;
-            }
-        }
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        check_duplicate_names(&names, &mut violations);
         if !violations.is_empty() {
             violations.sort_by_key(|v| violation_position(&v.field));
             return Err(InvalidInput { violations });
         }
-        let mut nodes: Vec<Node> = specs.into_iter().map(Node::from_spec).collect();
+        let mut nodes: Vec<Arc<Node>> = specs
+            .into_iter()
+            .map(|spec| Arc::new(Node::from_spec(spec)))
+            .collect();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(Snapshot { nodes })
     }
 
+    /// A snapshot of nodes validated one by one ([`Node::new`]), shared as they are: no node
+    /// is copied. Checks only that the names are unique (`nodes[i].name`, relative to the
+    /// given list).
+    pub fn from_nodes(nodes: Vec<Arc<Node>>) -> Result<Snapshot, InvalidInput> {
+        let mut violations = Vec::new();
+        let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        check_duplicate_names(&names, &mut violations);
+        if !violations.is_empty() {
+            violations.sort_by_key(|v| violation_position(&v.field));
+            return Err(InvalidInput { violations });
+        }
+        let mut nodes = nodes;
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Snapshot { nodes })
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether there is no node.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The node behind a handle; `None` for a handle of another, larger snapshot.
+    pub fn node(&self, id: NodeId) -> Option<&Node> {
+        self.nodes.get(id.index()).map(Arc::as_ref)
+    }
+
+    /// The handle of the node with this name.
+    pub fn id_of(&self, name: &str) -> Option<NodeId> {
+        self.nodes
+            .binary_search_by(|node| node.name.as_str().cmp(name))
+            .ok()
+            .and_then(NodeId::at)
+    }
+
+    /// The node with this name.
+    pub fn node_named(&self, name: &str) -> Option<&Node> {
+        self.id_of(name).and_then(|id| self.node(id))
+    }
+
+    /// Every handle, in name order.
+    pub fn ids(&self) -> impl ExactSizeIterator<Item = NodeId> + DoubleEndedIterator + use<> {
+        (0..u32::try_from(self.nodes.len()).unwrap_or(u32::MAX)).map(NodeId)
+    }
+
     /// The nodes, sorted by name.
-    pub fn nodes(&self) -> &[Node] {
+    pub fn nodes(&self) -> impl ExactSizeIterator<Item = &Node> + DoubleEndedIterator + Clone {
+        self.nodes.iter().map(Arc::as_ref)
+    }
+
+    /// The nodes with their handles, sorted by name.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (NodeId, &Node)> + DoubleEndedIterator {
+        self.ids().zip(self.nodes.iter().map(Arc::as_ref))
+    }
+
+    /// The shared nodes, sorted by name (to keep them, e.g. in a cache, without copying).
+    pub fn shared_nodes(&self) -> &[Arc<Node>] {
         &self.nodes
     }
 
@@ -299,7 +420,8 @@ impl Snapshot {
         self.nodes.iter().map(|n| n.cards.len()).sum()
     }
 
-    /// Keeps only the named nodes. Returns the names that are not in the snapshot.
+    /// Keeps only the named nodes. Returns the names that are not in the snapshot. Handles of
+    /// the snapshot before are not valid after.
     pub fn retain_names(&mut self, names: &[String]) -> Vec<String> {
         let missing: Vec<String> = names
             .iter()
@@ -313,13 +435,40 @@ impl Snapshot {
         self.nodes.retain(|node| names.contains(&node.name));
         missing
     }
+}
 
-    /// The node with this name.
-    pub fn node(&self, name: &str) -> Option<&Node> {
-        self.nodes
-            .binary_search_by(|node| node.name.as_str().cmp(name))
-            .ok()
-            .and_then(|i| self.nodes.get(i))
+impl Index<NodeId> for Snapshot {
+    type Output = Node;
+
+    /// The node behind a handle of this snapshot.
+    ///
+    /// # Panics
+    /// On a handle of another, larger snapshot (like a slice index out of bounds); use
+    /// [`Snapshot::node`] when the handle may come from elsewhere.
+    fn index(&self, id: NodeId) -> &Node {
+        &self.nodes[id.index()]
+    }
+}
+
+/// Duplicate names: adjacent after sorting by (name, input position); the later input is the
+/// duplicate of the first.
+fn check_duplicate_names(names: &[&str], violations: &mut Vec<Violation>) {
+    let mut order: Vec<usize> = (0..names.len()).collect();
+    order.sort_by(|&a, &b| names[a].cmp(names[b]).then(a.cmp(&b)));
+    let mut first = 0usize;
+    for (k, &i) in order.iter().enumerate() {
+        if k > 0 && !names[i].is_empty() && names[i] == names[order[k - 1]] {
+            violations.push(Violation::new(
+                ViolationKind::DuplicateId,
+                format!("nodes[{i}].name"),
+                format!(
+                    "duplicate node name {:?} (also nodes[{}])",
+                    names[i], order[first]
+                ),
+            ));
+        } else {
+            first = k;
+        }
     }
 }
 
@@ -337,11 +486,13 @@ fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
     for (j, card) in spec.cards.iter().enumerate() {
         if card.id.is_empty() {
             violations.push(Violation::new(
+                ViolationKind::MissingField,
                 format!("nodes[{i}].cards[{j}].id"),
                 "card id must not be empty",
             ));
         } else if let Some(first) = spec.cards.iter().take(j).position(|c| c.id == card.id) {
             violations.push(Violation::new(
+                ViolationKind::DuplicateId,
                 format!("nodes[{i}].cards[{j}].id"),
                 format!(
                     "duplicate card id {:?} on node {:?} (also cards[{first}])",
@@ -357,6 +508,7 @@ fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
         ] {
             if !spec.cards.iter().any(|c| c.id == *id) {
                 violations.push(Violation::new(
+                    ViolationKind::UnknownReference,
                     format!("nodes[{i}].pair_scores[{k}].{field}"),
                     format!("card {id:?} is not a card of node {:?}", spec.name),
                 ));

@@ -1,8 +1,9 @@
 //! Node and GPU policies: closed enums, parsed once at the edge.
 
 use std::fmt;
+use std::str::FromStr;
 
-/// How nodes are ranked (PLACEMENT-SEMANTICS section 6).
+/// How nodes are ranked (`docs/placement-semantics.md` section 6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NodePolicy {
     /// Highest node score wins.
@@ -19,16 +20,29 @@ impl NodePolicy {
             NodePolicy::Spread => "spread",
         }
     }
+}
+
+/// Why a node policy value was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ParseNodePolicyError {
+    /// Blank value.
+    #[error("must not be empty; accepted: binpack, spread")]
+    Empty,
+    /// Not `binpack` or `spread` (case-sensitive); the trimmed value.
+    #[error("unknown node policy {0:?}; accepted: binpack, spread")]
+    Unknown(String),
+}
+
+impl FromStr for NodePolicy {
+    type Err = ParseNodePolicyError;
 
     /// Parses an annotation or config value: trimmed, then case-sensitive.
-    pub fn parse(value: &str) -> Result<Self, String> {
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
         match value.trim() {
             "binpack" => Ok(NodePolicy::Binpack),
             "spread" => Ok(NodePolicy::Spread),
-            "" => Err("must not be empty; accepted: binpack, spread".to_owned()),
-            other => Err(format!(
-                "unknown node policy {other:?}; accepted: binpack, spread"
-            )),
+            "" => Err(ParseNodePolicyError::Empty),
+            other => Err(ParseNodePolicyError::Unknown(other.to_owned())),
         }
     }
 }
@@ -74,9 +88,40 @@ impl GpuToken {
             GpuToken::Numa => "numa",
         }
     }
+}
 
-    fn parse(value: &str) -> Option<Self> {
-        GpuToken::ALL.into_iter().find(|t| t.as_str() == value)
+const ACCEPTED_GPU: &str =
+    "accepted: binpack, spread, mutex, topology-aware, numa, or a comma chain of them";
+
+/// Why a GPU policy value (or one token of it) was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ParseGpuPolicyError {
+    /// Blank value.
+    #[error("must not be empty; {ACCEPTED_GPU}")]
+    Empty,
+    /// A blank entry in a chain (`binpack,,numa`, `binpack,`); `position` counts from 1.
+    #[error("entry {position} of the chain is blank; {ACCEPTED_GPU}")]
+    BlankEntry {
+        /// Position of the blank entry, from 1.
+        position: usize,
+    },
+    /// An entry that is no token (case-sensitive); the trimmed entry.
+    #[error("unknown GPU policy {0:?}; {ACCEPTED_GPU}")]
+    Unknown(String),
+}
+
+impl FromStr for GpuToken {
+    type Err = ParseGpuPolicyError;
+
+    /// Parses one token: trimmed, then case-sensitive.
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value.trim() {
+            "" => Err(ParseGpuPolicyError::Empty),
+            v => GpuToken::ALL
+                .into_iter()
+                .find(|t| t.as_str() == v)
+                .ok_or_else(|| ParseGpuPolicyError::Unknown(v.to_owned())),
+        }
     }
 }
 
@@ -113,28 +158,6 @@ impl GpuPolicy {
         } else {
             Some(GpuPolicy { tokens: out })
         }
-    }
-
-    /// Parses an annotation or config value such as `binpack` or `binpack, numa`: each entry
-    /// trimmed and compared case-sensitively; blank entries are errors.
-    pub fn parse(value: &str) -> Result<Self, String> {
-        const ACCEPTED: &str =
-            "accepted: binpack, spread, mutex, topology-aware, numa, or a comma chain of them";
-        if value.trim().is_empty() {
-            return Err(format!("must not be empty; {ACCEPTED}"));
-        }
-        let mut tokens = Vec::new();
-        for (i, raw) in value.split(',').enumerate() {
-            let entry = raw.trim();
-            if entry.is_empty() {
-                return Err(format!("entry {} of the chain is blank; {ACCEPTED}", i + 1));
-            }
-            match GpuToken::parse(entry) {
-                Some(t) => tokens.push(t),
-                None => return Err(format!("unknown GPU policy {entry:?}; {ACCEPTED}")),
-            }
-        }
-        GpuPolicy::from_tokens(&tokens).ok_or_else(|| format!("must not be empty; {ACCEPTED}"))
     }
 
     /// The distinct tokens in order.
@@ -191,6 +214,29 @@ impl GpuPolicy {
     }
 }
 
+impl FromStr for GpuPolicy {
+    type Err = ParseGpuPolicyError;
+
+    /// Parses an annotation or config value such as `binpack` or `binpack, numa`: each entry
+    /// trimmed and compared case-sensitively; blank entries are errors.
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        if value.trim().is_empty() {
+            return Err(ParseGpuPolicyError::Empty);
+        }
+        let mut tokens = Vec::new();
+        for (i, raw) in value.split(',').enumerate() {
+            match raw.parse::<GpuToken>() {
+                Ok(t) => tokens.push(t),
+                Err(ParseGpuPolicyError::Empty) => {
+                    return Err(ParseGpuPolicyError::BlankEntry { position: i + 1 });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        GpuPolicy::from_tokens(&tokens).ok_or(ParseGpuPolicyError::Empty)
+    }
+}
+
 impl fmt::Display for GpuPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, t) in self.tokens.iter().enumerate() {
@@ -241,14 +287,24 @@ impl VisitPlan {
     }
 }
 
+/// A value of `nvidia.com/numa-bind` that is no boolean.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid boolean {value:?}; accepted: 1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False"
+)]
+pub struct ParseBoolError {
+    /// The value given.
+    pub value: String,
+}
+
 /// Parses `nvidia.com/numa-bind`: `1 t T TRUE true True` / `0 f F FALSE false False`.
-pub fn parse_bool(value: &str) -> Result<bool, String> {
+pub(crate) fn parse_bool(value: &str) -> Result<bool, ParseBoolError> {
     match value {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        other => Err(format!(
-            "invalid boolean {other:?}; accepted: 1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False"
-        )),
+        other => Err(ParseBoolError {
+            value: other.to_owned(),
+        }),
     }
 }
 
@@ -258,11 +314,11 @@ mod tests {
 
     #[test]
     fn chains_dedupe_and_keep_order() {
-        let p = GpuPolicy::parse(" numa , binpack,numa").unwrap();
+        let p = str::parse::<GpuPolicy>(" numa , binpack,numa").unwrap();
         assert_eq!(p.tokens(), &[GpuToken::Numa, GpuToken::Binpack]);
         assert_eq!(p.to_string(), "numa,binpack");
         assert_eq!(
-            GpuPolicy::parse("binpack,binpack").unwrap(),
+            str::parse::<GpuPolicy>("binpack,binpack").unwrap(),
             GpuPolicy::single(GpuToken::Binpack)
         );
     }
@@ -279,16 +335,22 @@ mod tests {
             ",binpack",
             "BINPACK",
         ] {
-            assert!(GpuPolicy::parse(bad).is_err(), "{bad:?} must be rejected");
+            assert!(
+                str::parse::<GpuPolicy>(bad).is_err(),
+                "{bad:?} must be rejected"
+            );
         }
         for bad in ["", "Binpack", "mutex", "binpack,spread"] {
-            assert!(NodePolicy::parse(bad).is_err(), "{bad:?} must be rejected");
+            assert!(
+                str::parse::<NodePolicy>(bad).is_err(),
+                "{bad:?} must be rejected"
+            );
         }
     }
 
     #[test]
     fn visit_plans() {
-        let plan = |s: &str, nb: bool| GpuPolicy::parse(s).unwrap().visit_plan(nb).keys;
+        let plan = |s: &str, nb: bool| str::parse::<GpuPolicy>(s).unwrap().visit_plan(nb).keys;
         assert_eq!(
             plan("binpack", false),
             vec![SortKey::ScoreDesc, SortKey::NumaDesc]
@@ -311,7 +373,9 @@ mod tests {
             vec![SortKey::NumaDesc, SortKey::ScoreDesc]
         );
         assert_eq!(plan("mutex,topology-aware", false), vec![SortKey::ScoreAsc]);
-        let p = GpuPolicy::parse("mutex,spread").unwrap().visit_plan(false);
+        let p = str::parse::<GpuPolicy>("mutex,spread")
+            .unwrap()
+            .visit_plan(false);
         assert!(p.mutex && !p.topology);
         assert_eq!(p.keys, vec![SortKey::ScoreAsc]);
     }

@@ -1,11 +1,30 @@
 //! Kubernetes resource quantities (`"1"`, `"2k"`, `"1Gi"`, `"1e3"`) as whole numbers.
 
+/// Why a quantity was refused; `value` is the trimmed input.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum QuantityError {
+    #[error("empty quantity")]
+    Empty,
+    #[error("{value:?} is not a quantity (expected a number such as 1, 2k, 1Gi)")]
+    NotAQuantity { value: String },
+    #[error("{value:?} has an invalid exponent {exponent:?}")]
+    InvalidExponent { value: String, exponent: String },
+    #[error("{value:?} has an unknown suffix {suffix:?}")]
+    UnknownSuffix { value: String, suffix: String },
+    #[error("{value:?} is out of range")]
+    OutOfRange { value: String },
+    #[error("{value:?} must not be negative")]
+    Negative { value: String },
+    #[error("{value:?} must be a whole number")]
+    NotWhole { value: String },
+}
+
 /// Parses a Kubernetes quantity that must be a whole, non-negative number fitting an `i64`
 /// (the values of `nvidia.com/gpu`, `gpumem`, `gpumem-percentage`, `gpucores`).
-pub fn parse_whole(value: &str) -> Result<u64, String> {
+pub(crate) fn parse_whole(value: &str) -> Result<u64, QuantityError> {
     let s = value.trim();
     if s.is_empty() {
-        return Err("empty quantity".to_owned());
+        return Err(QuantityError::Empty);
     }
     let bytes = s.as_bytes();
     let mut pos = 0;
@@ -31,9 +50,9 @@ pub fn parse_whole(value: &str) -> Result<u64, String> {
         frac_digits = &s[fs..pos];
     }
     if int_digits.is_empty() && frac_digits.is_empty() {
-        return Err(format!(
-            "{s:?} is not a quantity (expected a number such as 1, 2k, 1Gi)"
-        ));
+        return Err(QuantityError::NotAQuantity {
+            value: s.to_owned(),
+        });
     }
     let suffix = &s[pos..];
     let (exp10, exp2): (i32, u32) = match suffix {
@@ -55,15 +74,23 @@ pub fn parse_whole(value: &str) -> Result<u64, String> {
         "E" => (18, 0),
         other => match other.strip_prefix(['e', 'E']) {
             Some(exp) if !exp.is_empty() => {
-                let e: i32 = exp
-                    .parse()
-                    .map_err(|_| format!("{s:?} has an invalid exponent {exp:?}"))?;
+                let e: i32 = exp.parse().map_err(|_| QuantityError::InvalidExponent {
+                    value: s.to_owned(),
+                    exponent: exp.to_owned(),
+                })?;
                 if !(-64..=64).contains(&e) {
-                    return Err(format!("{s:?} is out of range"));
+                    return Err(QuantityError::OutOfRange {
+                        value: s.to_owned(),
+                    });
                 }
                 (e, 0)
             }
-            _ => return Err(format!("{s:?} has an unknown suffix {other:?}")),
+            _ => {
+                return Err(QuantityError::UnknownSuffix {
+                    value: s.to_owned(),
+                    suffix: other.to_owned(),
+                });
+            }
         },
     };
     // mantissa = int_digits . frac_digits, as an integer with `frac_digits.len()` implied decimals.
@@ -75,7 +102,9 @@ pub fn parse_whole(value: &str) -> Result<u64, String> {
         }
         significant += 1;
         if significant > 30 {
-            return Err(format!("{s:?} is out of range"));
+            return Err(QuantityError::OutOfRange {
+                value: s.to_owned(),
+            });
         }
         mantissa = mantissa * 10 + u128::from(c - b'0');
     }
@@ -83,11 +112,14 @@ pub fn parse_whole(value: &str) -> Result<u64, String> {
         return Ok(0);
     }
     if negative {
-        return Err(format!("{s:?} must not be negative"));
+        return Err(QuantityError::Negative {
+            value: s.to_owned(),
+        });
     }
-    let frac_len =
-        i32::try_from(frac_digits.len()).map_err(|_| format!("{s:?} is out of range"))?;
-    let out_of_range = || format!("{s:?} is out of range");
+    let out_of_range = || QuantityError::OutOfRange {
+        value: s.to_owned(),
+    };
+    let frac_len = i32::try_from(frac_digits.len()).map_err(|_| out_of_range())?;
     let mut n = mantissa
         .checked_shl(exp2)
         .filter(|v| v >> exp2 == mantissa)
@@ -100,7 +132,9 @@ pub fn parse_whole(value: &str) -> Result<u64, String> {
     } else {
         for _ in 0..(-e) {
             if n % 10 != 0 {
-                return Err(format!("{s:?} must be a whole number"));
+                return Err(QuantityError::NotWhole {
+                    value: s.to_owned(),
+                });
             }
             n /= 10;
         }
@@ -113,7 +147,7 @@ pub fn parse_whole(value: &str) -> Result<u64, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_whole;
+    use super::{QuantityError, parse_whole};
 
     #[test]
     fn whole_quantities() {
@@ -152,6 +186,30 @@ mod tests {
             "1e99",
         ] {
             assert!(parse_whole(s).is_err(), "{s:?} must be rejected");
+        }
+        let v = |s: &str| s.to_owned();
+        for (s, want) in [
+            ("", QuantityError::Empty),
+            ("abc", QuantityError::NotAQuantity { value: v("abc") }),
+            ("-1", QuantityError::Negative { value: v("-1") }),
+            ("500m", QuantityError::NotWhole { value: v("500m") }),
+            (
+                "1x",
+                QuantityError::UnknownSuffix {
+                    value: v("1x"),
+                    suffix: v("x"),
+                },
+            ),
+            (
+                "1e+",
+                QuantityError::InvalidExponent {
+                    value: v("1e+"),
+                    exponent: v("+"),
+                },
+            ),
+            ("1e99", QuantityError::OutOfRange { value: v("1e99") }),
+        ] {
+            assert_eq!(parse_whole(s), Err(want), "{s:?}");
         }
     }
 }

@@ -52,7 +52,7 @@ fn ratios(card: &Card, usage: CardUsage, req: &ContainerRequest) -> [f64; 3] {
     [slot, core, mem]
 }
 
-/// The device score of `card` for `req` against `usage` (PLACEMENT-SEMANTICS section 4).
+/// The device score of `card` for `req` against `usage` (`docs/placement-semantics.md` section 4).
 pub fn device_score(
     card: &Card,
     usage: CardUsage,

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::error::{InvalidInput, Violation};
+use crate::error::{InvalidInput, Violation, ViolationKind};
 use crate::model::Card;
 use crate::names::{self, KubeNames};
 use crate::policy::{GpuPolicy, GpuToken, NodePolicy, parse_bool};
@@ -36,11 +36,13 @@ impl Default for Defaults {
 }
 
 impl Defaults {
-    /// Checks the defaults themselves (cores at most 100).
+    /// Checks the defaults themselves (cores at most 100). Each violation's field is the name
+    /// of the offending `Defaults` field (`cores`, ...), for the caller to map to its own names.
     pub fn validate(&self) -> Result<(), InvalidInput> {
         if self.cores > 100 {
             return Err(InvalidInput::single(
-                "default_cores",
+                ViolationKind::OutOfRange,
+                "cores",
                 format!("{} is out of range 0..=100", self.cores),
             ));
         }
@@ -352,6 +354,7 @@ fn resolve(
     }
     if raw.mem_percent > 100 {
         violations.push(Violation::new(
+            ViolationKind::InvalidResourceRequest,
             raw.percent_field,
             format!(
                 "memory percentage {} is out of range 1..=100 (0 = not set)",
@@ -370,6 +373,7 @@ fn resolve(
     }
     match raw.cores {
         Some(c) if c > 100 => violations.push(Violation::new(
+            ViolationKind::InvalidResourceRequest,
             raw.cores_field,
             format!("cores {c} is out of range 0..=100"),
         )),
@@ -407,7 +411,11 @@ fn parse_typed(
     let weights = match t.weights {
         None => ScoringWeights::default(),
         Some(w) => w.validate().unwrap_or_else(|e| {
-            violations.push(Violation::new("scoring_weights", e));
+            violations.push(Violation::new(
+                ViolationKind::InvalidScoringWeights,
+                "scoring_weights",
+                e.to_string(),
+            ));
             ScoringWeights::default()
         }),
     };
@@ -474,7 +482,11 @@ fn parse_kube(
                     Some((f, v)) => match quantity::parse_whole(v) {
                         Ok(n) => (Some(n), f),
                         Err(e) => {
-                            violations.push(Violation::new(f.clone(), format!("{name}: {e}")));
+                            violations.push(Violation::new(
+                                ViolationKind::InvalidResourceRequest,
+                                f.clone(),
+                                format!("{name}: {e}"),
+                            ));
                             (None, f)
                         }
                     },
@@ -486,6 +498,7 @@ fn parse_kube(
                 Some(Ok(n)) => n,
                 Some(Err(_)) => {
                     violations.push(Violation::new(
+                        ViolationKind::InvalidResourceRequest,
                         gpus_field,
                         format!("{}: at most {} cards", resources.count, u32::MAX),
                     ));
@@ -534,27 +547,30 @@ fn parse_kube(
     let mut numa_bind = false;
     if requests_gpu {
         if let Some(v) = get(&keys.node_scheduler_policy) {
-            match NodePolicy::parse(v) {
+            match v.parse::<NodePolicy>() {
                 Ok(p) => node_policy = p,
                 Err(e) => violations.push(Violation::new(
+                    ViolationKind::InvalidNodePolicy,
                     annotation_field(&keys.node_scheduler_policy),
                     format!("invalid {} {v:?}: {e}", keys.node_scheduler_policy),
                 )),
             }
         }
         if let Some(v) = get(&keys.gpu_scheduler_policy) {
-            match GpuPolicy::parse(v) {
+            match v.parse::<GpuPolicy>() {
                 Ok(p) => gpu_policy = p,
                 Err(e) => violations.push(Violation::new(
+                    ViolationKind::InvalidGpuPolicy,
                     annotation_field(&keys.gpu_scheduler_policy),
                     format!("invalid {} {v:?}: {e}", keys.gpu_scheduler_policy),
                 )),
             }
         }
         if let Some(v) = get(&keys.device_scoring_weights) {
-            match ScoringWeights::parse(v) {
+            match v.parse::<ScoringWeights>() {
                 Ok(w) => weights = w,
                 Err(e) => violations.push(Violation::new(
+                    ViolationKind::InvalidScoringWeights,
                     annotation_field(&keys.device_scoring_weights),
                     format!("invalid {} {v:?}: {e}", keys.device_scoring_weights),
                 )),
@@ -564,6 +580,7 @@ fn parse_kube(
             match parse_bool(v) {
                 Ok(b) => numa_bind = b,
                 Err(e) => violations.push(Violation::new(
+                    ViolationKind::InvalidNumaBind,
                     annotation_field(&keys.numa_bind),
                     format!("invalid {}: {e}", keys.numa_bind),
                 )),

@@ -1,4 +1,4 @@
-//! Table tests for every annotation and resource rule (PLACEMENT-SEMANTICS sections 2 and 3).
+//! Table tests for every annotation and resource rule (`docs/placement-semantics.md` sections 2 and 3).
 
 #![allow(clippy::unwrap_used)]
 

@@ -1,12 +1,12 @@
 //! The per-card checks in order, each reason, HAMi's text, and the unresolvable flag
-//! (PLACEMENT-SEMANTICS section 5.4).
+//! (`docs/placement-semantics.md` section 5.4).
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use common::*;
-use gpusched_engine::{CardMode, NodeSpec, Reason, evaluate};
+use gpusched_engine::{CardMode, DecideOptions, NodeSpec, Reason, evaluate};
 
 struct Case {
     name: &'static str,
@@ -221,7 +221,7 @@ fn cases() -> Vec<Case> {
 fn every_check_and_reason() {
     for case in cases() {
         let s = snapshot(vec![case.node]);
-        let e = evaluate(&s, &case.pod.workload(), false);
+        let e = evaluate(&s, &case.pod.workload(), DecideOptions::default());
         assert!(e.feasible.is_empty(), "{}", case.name);
         let f = &e.failed[0].failure;
         assert_eq!(f.hami_text(), case.text, "{}", case.name);
@@ -304,7 +304,7 @@ fn insufficient_request_counts_collected_cards() {
         vec![card("a", 0, 8000), card("b", 1, 8000).used(10, 0, 0)],
     )]);
     let w = pod().container(&[("gpu", "2"), ("mem", "100")]).workload();
-    let e = evaluate(&s, &w, false);
+    let e = evaluate(&s, &w, DecideOptions::default());
     let f = &e.failed[0].failure;
     assert_eq!(
         f.hami_text(),
@@ -326,7 +326,7 @@ fn reasons_over_many_cards_sorted_as_text() {
     let e = evaluate(
         &s,
         &pod().container(&[("gpu", "1"), ("mem", "500")]).workload(),
-        false,
+        DecideOptions::default(),
     );
     assert_eq!(
         e.failed[0].failure.hami_text(),

@@ -6,7 +6,10 @@
 mod common;
 
 use common::*;
-use gpusched_engine::{CardUsage, NodeSpec, PairScore, Reason, allocate, allocate_batch, evaluate};
+use gpusched_engine::{
+    BatchMode, CardUsage, DecideOptions, NodeSpec, PairScore, Reason, allocate, allocate_batch,
+    evaluate,
+};
 
 fn ids(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| (*s).to_owned()).collect()
@@ -70,7 +73,7 @@ fn numa_bind_moves_to_the_next_group_and_counts_numa_not_fit() {
     assert_eq!(cards_of(&s, &p), vec![ids(&["g2", "g3"])]);
     // Both groups short: g1 and g3 full.
     let s = numa_node(&[(1, 10), (3, 10)]);
-    let e = evaluate(&s, &p.workload(), false);
+    let e = evaluate(&s, &p.workload(), DecideOptions::default());
     assert_eq!(
         e.failed[0].failure.hami_text(),
         "1/4 AllocatedCardsInsufficientRequest, 1/4 NumaNotFit, 2/4 CardTimeSlicingExhausted"
@@ -189,7 +192,7 @@ fn topology_aware_takes_the_best_connected_set() {
     assert_eq!(cards_of(&s, &topo("2")), vec![ids(&["g2", "g3"])]);
     // Fewer: the collected count is reported.
     let s = topo_node(&[0, 1, 2]);
-    let e = evaluate(&s, &topo("2").workload(), false);
+    let e = evaluate(&s, &topo("2").workload(), DecideOptions::default());
     assert_eq!(
         e.failed[0].failure.hami_text(),
         "1/4 AllocatedCardsInsufficientRequest, 3/4 CardTimeSlicingExhausted"
@@ -229,7 +232,7 @@ fn later_containers_see_earlier_ones() {
         "5000 + 5000 MiB cannot share an 8000 MiB card"
     );
     let s1 = snapshot(vec![node("n", 1, 8000)]);
-    let e = evaluate(&s1, &two.workload(), false);
+    let e = evaluate(&s1, &two.workload(), DecideOptions::default());
     assert_eq!(e.failed[0].failure.container_position, 1);
     assert_eq!(
         e.failed[0].failure.hami_text(),
@@ -251,7 +254,7 @@ fn init_containers_book_the_peak_not_the_sum() {
     let p = pod()
         .init(&[("gpu", "1"), ("mem", "6000"), ("cores", "60")])
         .container(&[("gpu", "1"), ("mem", "4000"), ("cores", "30")]);
-    let a = allocate(&s, &p.workload(), false);
+    let a = allocate(&s, &p.workload(), DecideOptions::default());
     let placement = a
         .placement
         .expect("init 6000 then app 4000 fit one 8000 MiB card");
@@ -271,7 +274,7 @@ fn init_containers_book_the_peak_not_the_sum() {
         .init(&[("gpu", "1"), ("mem", "5000")])
         .init(&[("gpu", "1"), ("mem", "5000")])
         .container(&[("gpu", "1"), ("mem", "1000")]);
-    let a = allocate(&s, &p2.workload(), false);
+    let a = allocate(&s, &p2.workload(), DecideOptions::default());
     assert_eq!(a.placement.unwrap().final_usage[0].used_mem_mib, 5000);
     // Peak per dimension: slots from the apps (2), memory from the init (7000).
     let s2 = snapshot(vec![node("n", 1, 8000)]);
@@ -279,7 +282,7 @@ fn init_containers_book_the_peak_not_the_sum() {
         .init(&[("gpu", "1"), ("mem", "7000")])
         .container(&[("gpu", "1"), ("mem", "500")])
         .container(&[("gpu", "1"), ("mem", "500")]);
-    let u = allocate(&s2, &p3.workload(), false)
+    let u = allocate(&s2, &p3.workload(), DecideOptions::default())
         .placement
         .unwrap()
         .final_usage[0];
@@ -299,7 +302,7 @@ fn an_init_container_that_does_not_fit_fails_the_node() {
     let p = pod()
         .init(&[("gpu", "1"), ("mem", "9000")])
         .container(&[("gpu", "1"), ("mem", "10")]);
-    let e = evaluate(&s, &p.workload(), false);
+    let e = evaluate(&s, &p.workload(), DecideOptions::default());
     assert_eq!(e.failed[0].failure.container_position, 0);
     assert_eq!(
         e.failed[0]
@@ -324,7 +327,7 @@ fn node_ties_go_to_the_smallest_name_and_scores_are_normalised() {
         .gpus(1)
         .workload();
     assert_eq!(place(&s, &spread).unwrap().0, "a");
-    let e = evaluate(&s, &w, false);
+    let e = evaluate(&s, &w, DecideOptions::default());
     assert!(e.feasible.iter().all(|f| f.normalized == 100));
     // Different scores: 100 for the preferred, 0 for the other.
     let s = snapshot(vec![
@@ -337,12 +340,12 @@ fn node_ties_go_to_the_smallest_name_and_scores_are_normalised() {
     let e = evaluate(
         &s,
         &pod().container(&[("gpu", "1"), ("mem", "100")]).workload(),
-        false,
+        DecideOptions::default(),
     );
     let by_name: Vec<(&str, u32)> = e
         .feasible
         .iter()
-        .map(|f| (s.nodes()[f.node].name(), f.normalized))
+        .map(|f| (s[f.node].name(), f.normalized))
         .collect();
     assert_eq!(by_name, vec![("b", 100), ("a", 0)]);
 }
@@ -351,11 +354,11 @@ fn node_ties_go_to_the_smallest_name_and_scores_are_normalised() {
 fn no_gpu_workload_passes_every_node_unchanged() {
     let s = snapshot(vec![node("a", 0, 0), node("b", 1, 8000).clone()]);
     let w = pod().container(&[("cpu", "2")]).workload();
-    let e = evaluate(&s, &w, false);
+    let e = evaluate(&s, &w, DecideOptions::default());
     assert!(!e.requests_gpu);
     assert_eq!(e.feasible.len(), 2);
     assert!(e.failed.is_empty());
-    let a = allocate(&s, &w, false);
+    let a = allocate(&s, &w, DecideOptions::default());
     assert!(a.placement.is_none() && !a.requests_gpu);
 }
 
@@ -364,23 +367,41 @@ fn batch_places_sequentially_and_rolls_back_all_or_nothing() {
     let s = snapshot(vec![node("n", 2, 8000)]);
     let whole = pod().gpus(1).workload();
     let ws = vec![whole.clone(), whole.clone(), whole.clone()];
-    let out = allocate_batch(s.clone(), &ws, false, false);
+    let out = allocate_batch(
+        s.clone(),
+        &ws,
+        BatchMode::Independent,
+        DecideOptions::default(),
+    );
     let placed: Vec<bool> = out.items.iter().map(|i| i.placed()).collect();
     assert_eq!(placed, vec![true, true, false]);
     assert!(!out.all_placed);
     assert_eq!(
-        out.snapshot.nodes()[0]
+        out.snapshot
+            .nodes()
+            .next()
+            .expect("one node")
             .cards()
             .iter()
             .map(|c| c.usage.used)
             .sum::<u32>(),
         2
     );
-    let gang = allocate_batch(s.clone(), &ws, true, false);
+    let gang = allocate_batch(
+        s.clone(),
+        &ws,
+        BatchMode::AllOrNothing,
+        DecideOptions::default(),
+    );
     assert!(gang.items.iter().all(|i| !i.placed()));
     assert!(gang.items[0].rolled_back && gang.items[1].rolled_back && !gang.items[2].rolled_back);
     assert_eq!(gang.snapshot, s);
-    let ok = allocate_batch(s.clone(), &ws[..2], true, false);
+    let ok = allocate_batch(
+        s.clone(),
+        &ws[..2],
+        BatchMode::AllOrNothing,
+        DecideOptions::default(),
+    );
     assert!(ok.all_placed && ok.items.iter().all(|i| i.placed()));
 }
 
@@ -391,7 +412,7 @@ fn explanations_cover_every_card_in_visiting_order() {
         .ann("hami.io/gpu-scheduler-policy", "binpack")
         .container(&[("gpu", "1"), ("mem", "100")])
         .workload();
-    let a = allocate(&s, &w, true);
+    let a = allocate(&s, &w, DecideOptions::explained());
     let cards = &a.explanations[0].containers[0].cards;
     assert_eq!(cards.len(), 4);
     assert_eq!(cards[0].card, 0);

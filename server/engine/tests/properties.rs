@@ -3,9 +3,10 @@
 #![allow(clippy::unwrap_used)]
 
 use gpusched_engine::{
-    Card, CardMode, CardUsage, Defaults, GpuToken, KubeNames, NodePolicy, NodeSpec, PairScore,
-    ScoringWeights, Snapshot, TypedContainer, TypedSpec, Workload, WorkloadMeta, WorkloadSpec,
-    allocate, allocate_batch, evaluate,
+    BatchMode, BookingError, Card, CardMode, CardUsage, DecideOptions, Defaults, GpuToken,
+    KubeNames, NodePolicy, NodeSpec, NodeVerdict, PairScore, PreparedWorkload, ScoringWeights,
+    Snapshot, TypedContainer, TypedSpec, Workload, WorkloadMeta, WorkloadSpec, allocate,
+    allocate_batch, apply, evaluate, release,
 };
 use proptest::prelude::*;
 
@@ -133,9 +134,9 @@ fn arb_workload() -> impl Strategy<Value = Workload> {
 type Decision = (Option<(String, Vec<Vec<String>>)>, Vec<(String, String)>);
 
 fn decision(s: &Snapshot, w: &Workload) -> Decision {
-    let a = allocate(s, w, false);
+    let a = allocate(s, w, DecideOptions::default());
     let placed = a.placement.as_ref().map(|p| {
-        let node = &s.nodes()[p.node];
+        let node = &s[p.node];
         let cards = p
             .containers
             .iter()
@@ -151,7 +152,7 @@ fn decision(s: &Snapshot, w: &Workload) -> Decision {
     let failed = a
         .failed
         .iter()
-        .map(|f| (s.nodes()[f.node].name().to_owned(), f.failure.hami_text()))
+        .map(|f| (s[f.node].name().to_owned(), f.failure.hami_text()))
         .collect();
     (placed, failed)
 }
@@ -168,8 +169,8 @@ proptest! {
     #[test]
     fn never_books_beyond_a_card(nodes in arb_nodes(), ws in prop::collection::vec(arb_workload(), 1..6)) {
         let s = Snapshot::new(nodes).unwrap();
-        prop_assume!(s.nodes().iter().flat_map(|n| n.cards()).all(within_capacity));
-        let out = allocate_batch(s, &ws, false, false);
+        prop_assume!(s.nodes().flat_map(|n| n.cards()).all(within_capacity));
+        let out = allocate_batch(s, &ws, BatchMode::Independent, DecideOptions::default());
         for node in out.snapshot.nodes() {
             for c in node.cards() {
                 prop_assert!(within_capacity(c), "over-booked {:?} on {}", c, node.name());
@@ -195,12 +196,12 @@ proptest! {
     #[test]
     fn filter_feasible_exactly_when_allocate_on_that_node_succeeds(nodes in arb_nodes(), w in arb_workload()) {
         let s = Snapshot::new(nodes).unwrap();
-        let e = evaluate(&s, &w, false);
+        let e = evaluate(&s, &w, DecideOptions::default());
         for node in s.nodes() {
             let mut only = s.clone();
             only.retain_names(&[node.name().to_owned()]);
-            let feasible = e.feasible.iter().any(|f| s.nodes()[f.node].name() == node.name());
-            let a = allocate(&only, &w, false);
+            let feasible = e.feasible.iter().any(|f| s[f.node].name() == node.name());
+            let a = allocate(&only, &w, DecideOptions::default());
             prop_assert_eq!(feasible, a.placement.is_some() || !a.requests_gpu, "node {}", node.name());
         }
     }
@@ -208,8 +209,8 @@ proptest! {
     #[test]
     fn node_choice_follows_the_node_policy(nodes in arb_nodes(), w in arb_workload()) {
         let s = Snapshot::new(nodes).unwrap();
-        let e = evaluate(&s, &w, false);
-        let a = allocate(&s, &w, false);
+        let e = evaluate(&s, &w, DecideOptions::default());
+        let a = allocate(&s, &w, DecideOptions::default());
         if let Some(p) = a.placement {
             for f in &e.feasible {
                 match w.node_policy {
@@ -228,9 +229,78 @@ proptest! {
         // Without an explanation a lone container is decided without choosing cards; with one,
         // every card is visited. Both must give the same feasibility, scores and reasons.
         let s = Snapshot::new(nodes).unwrap();
-        let quick = evaluate(&s, &w, false);
-        let full = evaluate(&s, &w, true);
+        let quick = evaluate(&s, &w, DecideOptions::default());
+        let full = evaluate(&s, &w, DecideOptions::explained());
         prop_assert_eq!(quick.feasible, full.feasible);
         prop_assert_eq!(quick.failed, full.failed);
+    }
+
+    #[test]
+    fn asking_each_node_agrees_with_evaluate(nodes in arb_nodes(), w in arb_workload()) {
+        let s = Snapshot::new(nodes).unwrap();
+        let e = evaluate(&s, &w, DecideOptions::default());
+        let prepared = PreparedWorkload::new(&w);
+        prop_assert_eq!(e.feasible.len() + e.failed.len(), s.len());
+        for (id, node) in s.iter() {
+            let verdict = prepared.fit(node);
+            let feasible = e.feasible.iter().find(|f| f.node == id);
+            let failed = e.failed.iter().find(|f| f.node == id);
+            match (feasible, failed) {
+                (Some(f), None) => prop_assert_eq!(verdict, NodeVerdict::Fits(f.score)),
+                (None, Some(f)) => {
+                    prop_assert_eq!(verdict, NodeVerdict::DoesNotFit(f.failure.clone()));
+                }
+                other => prop_assert!(false, "{} is reported {:?}", node.name(), other),
+            }
+        }
+    }
+
+    #[test]
+    fn release_is_the_exact_inverse_of_apply(nodes in arb_nodes(), ws in prop::collection::vec(arb_workload(), 1..5)) {
+        let s = Snapshot::new(nodes).unwrap();
+        let mut current = s.clone();
+        let mut placements = Vec::new();
+        for w in &ws {
+            let Some(p) = allocate(&current, w, DecideOptions::default()).placement else {
+                continue;
+            };
+            let before = current.clone();
+            apply(&mut current, &p).unwrap();
+            let usage: Vec<CardUsage> = current[p.node].cards().iter().map(|c| c.usage).collect();
+            prop_assert_eq!(&usage, &p.final_usage);
+            let mut undone = current.clone();
+            release(&mut undone, &p).unwrap();
+            prop_assert_eq!(&undone, &before);
+            placements.push(p);
+        }
+        // Applying one after another is what a batch does.
+        let batch = allocate_batch(s.clone(), &ws, BatchMode::Independent, DecideOptions::default());
+        prop_assert_eq!(&batch.snapshot, &current);
+        // Bookings add up: releasing them in the order applied also gives the start back.
+        for p in &placements {
+            release(&mut current, p).unwrap();
+        }
+        prop_assert_eq!(current, s);
+    }
+
+    #[test]
+    fn releasing_what_was_never_applied_is_a_typed_error(nodes in arb_nodes(), w in arb_workload()) {
+        let s = Snapshot::new(nodes.clone()).unwrap();
+        let idle_nodes = nodes
+            .into_iter()
+            .map(|mut n| {
+                for c in &mut n.cards {
+                    c.usage = CardUsage::default();
+                }
+                n
+            })
+            .collect();
+        let idle = Snapshot::new(idle_nodes).unwrap();
+        if let Some(p) = allocate(&s, &w, DecideOptions::default()).placement {
+            let mut t = idle.clone();
+            let err = release(&mut t, &p).unwrap_err();
+            prop_assert!(matches!(err, BookingError::NotBooked { .. }), "{:?}", err);
+            prop_assert_eq!(t, idle);
+        }
     }
 }

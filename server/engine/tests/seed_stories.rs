@@ -1,11 +1,11 @@
-//! Every story and worked example of the two seed documents (`shared/seeds/`).
+//! Every story and worked example of the two design documents (`docs/design/`).
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use common::*;
-use gpusched_engine::{Reason, allocate, evaluate};
+use gpusched_engine::{DecideOptions, Reason, allocate, evaluate};
 
 const NODE_SPREAD: (&str, &str) = ("hami.io/node-scheduler-policy", "spread");
 const GPU_BINPACK: (&str, &str) = ("hami.io/gpu-scheduler-policy", "binpack");
@@ -91,11 +91,11 @@ fn nodes_3_and_2_used() -> gpusched_engine::Snapshot {
 fn node_policy_worked_example_scores_and_choice() {
     let s = nodes_3_and_2_used();
     let whole = pod().container(&[("gpu", "1"), ("cores", "100")]);
-    let e = evaluate(&s, &whole.workload(), false);
+    let e = evaluate(&s, &whole.workload(), DecideOptions::default());
     let score = |n: &str| {
         e.feasible
             .iter()
-            .find(|f| s.nodes()[f.node].name() == n)
+            .find(|f| s[f.node].name() == n)
             .unwrap()
             .score
             .raw
@@ -131,7 +131,7 @@ fn gpu_example_scores(used_slots: u32) -> (f64, f64) {
     let w = pod()
         .container(&[("gpu", "1"), ("cores", "20"), ("mem", "1000")])
         .workload();
-    let a = allocate(&s, &w, true);
+    let a = allocate(&s, &w, DecideOptions::explained());
     let ex = &a.explanations[0].containers[0].cards;
     let score = |pos: usize| ex.iter().find(|c| c.card == pos).unwrap().terms.total();
     (score(0), score(1))
@@ -195,7 +195,7 @@ fn weights_example_scores_16_15_and_26_27() {
         if let Some(w) = weights {
             p = p.ann("hami.io/device-scoring-weights", w);
         }
-        let a = allocate(&s, &p.workload(), true);
+        let a = allocate(&s, &p.workload(), DecideOptions::explained());
         let cards = &a.explanations[0].containers[0].cards;
         let score = |pos: usize| cards.iter().find(|c| c.card == pos).unwrap().terms.total();
         assert!((score(0) - a_score).abs() < 1e-9, "A {}", score(0));
@@ -245,7 +245,7 @@ fn mutex_example_both_cards_in_use_stays_pending() {
         .ann("hami.io/gpu-scheduler-policy", "mutex")
         .container(&[("gpu", "1"), ("mem", "1000")])
         .workload();
-    let a = allocate(&s, &w, false);
+    let a = allocate(&s, &w, DecideOptions::default());
     assert!(a.placement.is_none());
     assert_eq!(
         a.failed[0]

@@ -7,7 +7,7 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use gpusched_api::v1;
-use gpusched_engine::allocate;
+use gpusched_engine::{DecideOptions, allocate};
 use gpusched_service::convert;
 use prost::Message;
 
@@ -111,7 +111,7 @@ fn bench(c: &mut Criterion) {
                     &settings.limits,
                 )
                 .expect("valid");
-                let a = allocate(&s, &w, false);
+                let a = allocate(&s, &w, DecideOptions::default());
                 let out = v1::AllocateResponse {
                     result: Some(convert::allocation_out(&s, &w, &a, false)),
                 };

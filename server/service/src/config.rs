@@ -316,13 +316,13 @@ impl FileConfig {
             drain_timeout: l.drain_timeout,
         };
         let p = &self.policy;
-        let node_policy = NodePolicy::parse(&p.node_scheduler_policy).map_err(|e| {
+        let node_policy = p.node_scheduler_policy.parse::<NodePolicy>().map_err(|e| {
             err(
                 "policy.node_scheduler_policy",
                 format!("{:?}: {e}", p.node_scheduler_policy),
             )
         })?;
-        let gpu_policy = GpuPolicy::parse(&p.gpu_scheduler_policy).map_err(|e| {
+        let gpu_policy = p.gpu_scheduler_policy.parse::<GpuPolicy>().map_err(|e| {
             err(
                 "policy.gpu_scheduler_policy",
                 format!("{:?}: {e}", p.gpu_scheduler_policy),

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use gpusched_api::v1;
 use gpusched_engine as engine;
 use gpusched_engine::{
-    Allocation, Card, CardMode, CardUsage, Defaults, GpuPolicy, GpuToken, KubeNames, NodePolicy,
-    NodeSpec, PairScore, Reason, Snapshot, Violation, Workload,
+    Allocation, Card, CardMode, CardUsage, DecideOptions, Defaults, GpuPolicy, GpuToken, KubeNames,
+    NodePolicy, NodeSpec, PairScore, Reason, Snapshot, Violation, ViolationKind, Workload,
 };
 
 use crate::config::Limits;
@@ -22,6 +22,7 @@ pub fn check_node_limits(nodes: &[v1::Node], limits: &Limits) -> Result<usize, S
     let mut too_large = Vec::new();
     if nodes.len() > limits.max_nodes {
         too_large.push(Violation::new(
+            ViolationKind::LimitExceeded,
             "nodes",
             format!(
                 "{} nodes exceed the limit of {} (limits.max_nodes)",
@@ -35,6 +36,7 @@ pub fn check_node_limits(nodes: &[v1::Node], limits: &Limits) -> Result<usize, S
         cards += n.cards.len();
         if n.cards.len() > limits.max_cards_per_node {
             too_large.push(Violation::new(
+                ViolationKind::LimitExceeded,
                 format!("nodes[{i}].cards"),
                 format!(
                     "{} cards exceed the limit of {} per node (limits.max_cards_per_node)",
@@ -46,6 +48,7 @@ pub fn check_node_limits(nodes: &[v1::Node], limits: &Limits) -> Result<usize, S
     }
     if cards > limits.max_cards {
         too_large.push(Violation::new(
+            ViolationKind::LimitExceeded,
             "nodes",
             format!(
                 "{cards} cards exceed the limit of {} (limits.max_cards)",
@@ -88,7 +91,7 @@ fn node_in(n: v1::Node, i: usize, names: &KubeNames, violations: &mut Vec<Violat
         .filter(|s| !s.is_empty())
         .collect();
     if let Some(v) = annotations.get(&names.annotations.device_cordon) {
-        cordoned.extend(engine::names::split_list(v));
+        cordoned.extend(engine::split_list(v));
     }
     let cards = cards
         .into_iter()
@@ -138,6 +141,7 @@ fn card_in(c: v1::Card, at: (usize, usize), violations: &mut Vec<Violation>) -> 
         Ok(v1::CardHealth::Unhealthy) => false,
         Ok(v1::CardHealth::Unspecified) => {
             violations.push(Violation::new(
+                ViolationKind::MissingField,
                 format!("{}.health", field()),
                 "must be set (CARD_HEALTH_HEALTHY or CARD_HEALTH_UNHEALTHY)",
             ));
@@ -145,6 +149,7 @@ fn card_in(c: v1::Card, at: (usize, usize), violations: &mut Vec<Violation>) -> 
         }
         Err(_) => {
             violations.push(Violation::new(
+                ViolationKind::UnknownEnumValue,
                 format!("{}.health", field()),
                 format!("unknown CardHealth value {health}"),
             ));
@@ -157,6 +162,7 @@ fn card_in(c: v1::Card, at: (usize, usize), violations: &mut Vec<Violation>) -> 
         Ok(v1::CardMode::Mps) => CardMode::Mps,
         Err(_) => {
             violations.push(Violation::new(
+                ViolationKind::UnknownEnumValue,
                 format!("{}.mode", field()),
                 format!("unknown CardMode value {mode}"),
             ));
@@ -196,6 +202,7 @@ fn node_policy_in(v: i32, field: &str, violations: &mut Vec<Violation>) -> Optio
         Ok(v1::NodePolicy::Spread) => Some(NodePolicy::Spread),
         Err(_) => {
             violations.push(Violation::new(
+                ViolationKind::InvalidNodePolicy,
                 field,
                 format!("unknown NodePolicy value {v}"),
             ));
@@ -216,6 +223,7 @@ fn gpu_tokens_in(values: &[i32], field: &str, violations: &mut Vec<Violation>) -
             Ok(v1::GpuPolicy::Numa) => Some(GpuToken::Numa),
             Ok(v1::GpuPolicy::Unspecified) => {
                 violations.push(Violation::new(
+                    ViolationKind::InvalidGpuPolicy,
                     format!("{field}[{i}]"),
                     "GPU_POLICY_UNSPECIFIED is not a policy token",
                 ));
@@ -223,6 +231,7 @@ fn gpu_tokens_in(values: &[i32], field: &str, violations: &mut Vec<Violation>) -
             }
             Err(_) => {
                 violations.push(Violation::new(
+                    ViolationKind::InvalidGpuPolicy,
                     format!("{field}[{i}]"),
                     format!("unknown GpuPolicy value {v}"),
                 ));
@@ -232,13 +241,13 @@ fn gpu_tokens_in(values: &[i32], field: &str, violations: &mut Vec<Violation>) -
         .collect()
 }
 
-/// The defaults of this request (request options over the server's) and the explain flag.
+/// The defaults of this request (request options over the server's) and the decision options.
 pub fn options_in(
     o: Option<v1::PlacementOptions>,
     server: &Defaults,
-) -> Result<(Defaults, bool), ServiceError> {
+) -> Result<(Defaults, DecideOptions), ServiceError> {
     let Some(o) = o else {
-        return Ok((server.clone(), false));
+        return Ok((server.clone(), DecideOptions::default()));
     };
     let v1::PlacementOptions {
         default_node_policy,
@@ -265,16 +274,28 @@ pub fn options_in(
         cores: default_cores_percent.unwrap_or(server.cores),
     };
     if let Err(e) = defaults.validate() {
-        violations.extend(
-            e.violations
-                .into_iter()
-                .map(|v| Violation::new("options.default_cores_percent", v.description)),
-        );
+        violations.extend(e.violations.into_iter().map(|v| Violation {
+            field: option_field(&v.field),
+            ..v
+        }));
     }
     if violations.is_empty() {
-        Ok((defaults, explain))
+        Ok((defaults, DecideOptions { explain }))
     } else {
         Err(ServiceError::InvalidArgument(violations))
+    }
+}
+
+/// The `PlacementOptions` field of a field of the engine's `Defaults` (as named by
+/// `Defaults::validate`). A name this table does not know keeps its own name under `options.`,
+/// so a new engine check is never reported against a field it does not concern.
+fn option_field(defaults_field: &str) -> String {
+    match defaults_field {
+        "node_policy" => "options.default_node_policy".to_owned(),
+        "gpu_policy" => "options.default_gpu_policy".to_owned(),
+        "memory_mib" => "options.default_memory_mib".to_owned(),
+        "cores" => "options.default_cores_percent".to_owned(),
+        other => format!("options.{other}"),
     }
 }
 
@@ -289,6 +310,7 @@ pub fn workload_in(
 ) -> Result<Workload, ServiceError> {
     let Some(w) = w else {
         return Err(ServiceError::InvalidArgument(vec![Violation::new(
+            ViolationKind::MissingField,
             prefix,
             "a workload is required",
         )]));
@@ -308,6 +330,7 @@ pub fn workload_in(
     let (spec, spec_prefix) = match spec {
         None => {
             return Err(ServiceError::InvalidArgument(vec![Violation::new(
+                ViolationKind::MissingField,
                 format!("{prefix}.spec"),
                 "one of typed or kubernetes is required",
             )]));
@@ -354,6 +377,7 @@ pub fn workload_in(
     };
     if container_count > limits.max_containers {
         return Err(ServiceError::TooLarge(vec![Violation::new(
+            ViolationKind::LimitExceeded,
             format!("{spec_prefix}.containers"),
             format!(
                 "{container_count} containers exceed the limit of {} (limits.max_containers)",
@@ -491,8 +515,17 @@ pub fn raw_cards_in(cards: Vec<v1::RawCard>) -> Result<Vec<engine::RawCard>, Ser
             let healthy = match v1::CardHealth::try_from(health) {
                 Ok(v1::CardHealth::Healthy) => true,
                 Ok(v1::CardHealth::Unhealthy) => false,
-                Ok(v1::CardHealth::Unspecified) | Err(_) => {
+                Ok(v1::CardHealth::Unspecified) => {
                     violations.push(Violation::new(
+                        ViolationKind::MissingField,
+                        format!("cards[{i}].health"),
+                        "must be CARD_HEALTH_HEALTHY or CARD_HEALTH_UNHEALTHY",
+                    ));
+                    false
+                }
+                Err(_) => {
+                    violations.push(Violation::new(
+                        ViolationKind::UnknownEnumValue,
                         format!("cards[{i}].health"),
                         "must be CARD_HEALTH_HEALTHY or CARD_HEALTH_UNHEALTHY",
                     ));
@@ -519,6 +552,7 @@ pub fn raw_cards_in(cards: Vec<v1::RawCard>) -> Result<Vec<engine::RawCard>, Ser
                         Ok(v1::LinkKind::System) => engine::LinkKind::System,
                         Err(_) => {
                             violations.push(Violation::new(
+                                ViolationKind::UnknownEnumValue,
                                 format!("cards[{i}].links[{j}].kind"),
                                 format!("unknown LinkKind value {kind}"),
                             ));
@@ -592,6 +626,24 @@ pub fn effective_out(w: &Workload) -> v1::EffectivePolicy {
     }
 }
 
+/// The protobuf reason of a violation kind (its name is `VIOLATION_REASON_` + the kind's
+/// reason string, checked by a test).
+pub fn violation_reason_out(k: ViolationKind) -> v1::ViolationReason {
+    match k {
+        ViolationKind::InvalidNodePolicy => v1::ViolationReason::InvalidNodePolicy,
+        ViolationKind::InvalidGpuPolicy => v1::ViolationReason::InvalidGpuPolicy,
+        ViolationKind::InvalidScoringWeights => v1::ViolationReason::InvalidScoringWeights,
+        ViolationKind::InvalidNumaBind => v1::ViolationReason::InvalidNumaBind,
+        ViolationKind::InvalidResourceRequest => v1::ViolationReason::InvalidResourceRequest,
+        ViolationKind::MissingField => v1::ViolationReason::MissingField,
+        ViolationKind::DuplicateId => v1::ViolationReason::DuplicateId,
+        ViolationKind::UnknownReference => v1::ViolationReason::UnknownReference,
+        ViolationKind::UnknownEnumValue => v1::ViolationReason::UnknownEnumValue,
+        ViolationKind::OutOfRange => v1::ViolationReason::OutOfRange,
+        ViolationKind::LimitExceeded => v1::ViolationReason::LimitExceeded,
+    }
+}
+
 /// The protobuf reason.
 pub fn reason_out(r: Reason) -> v1::Reason {
     match r {
@@ -635,8 +687,7 @@ pub fn failed_out(
             } = failure;
             v1::FailedNode {
                 node_name: s
-                    .nodes()
-                    .get(*node)
+                    .node(*node)
                     .map(|n| n.name().to_owned())
                     .unwrap_or_default(),
                 reasons: reasons
@@ -666,8 +717,7 @@ pub fn score_out(s: &Snapshot, f: &engine::FeasibleNode) -> v1::NodeScore {
     } = f;
     v1::NodeScore {
         node_name: s
-            .nodes()
-            .get(*node)
+            .node(*node)
             .map(|n| n.name().to_owned())
             .unwrap_or_default(),
         raw_score: score.raw,
@@ -684,7 +734,7 @@ pub fn explanations_out(
     ex.iter()
         .map(|e| {
             let engine::NodeExplanation { node, containers } = e;
-            let n = s.nodes().get(*node);
+            let n = s.node(*node);
             v1::NodeExplanation {
                 node_name: n.map(|n| n.name().to_owned()).unwrap_or_default(),
                 containers: containers
@@ -763,8 +813,9 @@ pub fn allocation_out(
             normalized,
             containers,
             final_usage: _,
+            booked: _,
         } = p;
-        let n = s.nodes().get(*node);
+        let n = s.node(*node);
         out.node_name = n.map(|n| n.name().to_owned()).unwrap_or_default();
         out.node_score = Some(v1::NodeScore {
             node_name: out.node_name.clone(),
@@ -941,4 +992,97 @@ pub fn resolved_out(w: &Workload) -> Vec<v1::ResolvedContainer> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn violation_reasons_are_the_kinds_with_the_enum_prefix() {
+        let mut seen = Vec::new();
+        for k in ViolationKind::ALL {
+            let r = violation_reason_out(k);
+            assert_eq!(
+                r.as_str_name(),
+                format!("VIOLATION_REASON_{}", k.as_str()),
+                "{k:?}"
+            );
+            seen.push(r as i32);
+        }
+        // Every value of the proto enum but UNSPECIFIED is some kind: the set is closed both ways.
+        let mut all: Vec<i32> = (0..64)
+            .filter(|n| v1::ViolationReason::try_from(*n).is_ok())
+            .filter(|n| *n != v1::ViolationReason::Unspecified as i32)
+            .collect();
+        all.sort_unstable();
+        seen.sort_unstable();
+        assert_eq!(seen, all);
+    }
+
+    #[test]
+    fn every_defaults_field_maps_to_its_own_option() {
+        for (engine_field, option) in [
+            ("node_policy", "options.default_node_policy"),
+            ("gpu_policy", "options.default_gpu_policy"),
+            ("memory_mib", "options.default_memory_mib"),
+            ("cores", "options.default_cores_percent"),
+            ("something_new", "options.something_new"),
+        ] {
+            assert_eq!(option_field(engine_field), option);
+        }
+    }
+
+    #[test]
+    fn options_keep_the_kind_and_name_their_field() {
+        let server = Defaults::default();
+        let bad = |o: v1::PlacementOptions| match options_in(Some(o), &server) {
+            Err(ServiceError::InvalidArgument(v)) => {
+                v.into_iter().map(|v| (v.field, v.kind)).collect::<Vec<_>>()
+            }
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            bad(v1::PlacementOptions {
+                default_cores_percent: Some(101),
+                ..Default::default()
+            }),
+            vec![(
+                "options.default_cores_percent".to_owned(),
+                ViolationKind::OutOfRange
+            )]
+        );
+        assert_eq!(
+            bad(v1::PlacementOptions {
+                default_node_policy: 3,
+                ..Default::default()
+            }),
+            vec![(
+                "options.default_node_policy".to_owned(),
+                ViolationKind::InvalidNodePolicy
+            )]
+        );
+        assert_eq!(
+            bad(v1::PlacementOptions {
+                default_gpu_policy: vec![v1::GpuPolicy::Unspecified as i32],
+                ..Default::default()
+            }),
+            vec![(
+                "options.default_gpu_policy[0]".to_owned(),
+                ViolationKind::InvalidGpuPolicy
+            )]
+        );
+        // Any memory default is valid (0 = the whole card).
+        for memory in [0, 1, u64::MAX] {
+            let (d, _) = options_in(
+                Some(v1::PlacementOptions {
+                    default_memory_mib: Some(memory),
+                    ..Default::default()
+                }),
+                &server,
+            )
+            .unwrap();
+            assert_eq!(d.memory_mib, memory);
+        }
+    }
 }

@@ -1,8 +1,10 @@
 //! The one table from service errors to gRPC status codes, with structured details.
 
+use std::collections::HashMap;
+
 use gpusched_engine::{InvalidInput, Violation};
 use tonic::{Code, Status};
-use tonic_types::{ErrorDetails, StatusExt};
+use tonic_types::{ErrorDetails, FieldViolation, StatusExt};
 
 /// Why a call could not be answered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,6 +66,31 @@ impl ServiceError {
     }
 }
 
+/// The domain of every `google.rpc.ErrorInfo` the service sends.
+pub const ERROR_DOMAIN: &str = "gpusched.io";
+
+/// `google.rpc.ErrorInfo` of a list of violations: reason = the kind of the first violation,
+/// metadata `field` (the first violation's field), `reasons` (the distinct kinds, comma
+/// separated, in order of first appearance) and `violationCount`. The per-violation kinds travel
+/// in `BadRequest.FieldViolation.reason`; QuotaFailure violations have no reason field and are
+/// all `LIMIT_EXCEEDED`.
+fn set_error_info(d: &mut ErrorDetails, v: &[Violation]) {
+    let Some(first) = v.first() else { return };
+    let mut reasons: Vec<&str> = Vec::new();
+    for x in v {
+        if !reasons.contains(&x.kind.as_str()) {
+            reasons.push(x.kind.as_str());
+        }
+    }
+    let metadata: HashMap<String, String> = [
+        ("field".to_owned(), first.field.clone()),
+        ("reasons".to_owned(), reasons.join(",")),
+        ("violationCount".to_owned(), v.len().to_string()),
+    ]
+    .into();
+    d.set_error_info(first.kind.as_str(), ERROR_DOMAIN, metadata);
+}
+
 impl From<ServiceError> for Status {
     fn from(e: ServiceError) -> Status {
         let code = e.code();
@@ -71,9 +98,17 @@ impl From<ServiceError> for Status {
         let details = match &e {
             ServiceError::InvalidArgument(v) => {
                 let mut d = ErrorDetails::new();
-                for x in v {
-                    d.add_bad_request_violation(x.field.clone(), x.description.clone());
-                }
+                d.set_bad_request(
+                    v.iter()
+                        .map(|x| FieldViolation {
+                            field: x.field.clone(),
+                            description: x.description.clone(),
+                            reason: x.kind.as_str().to_owned(),
+                            localized_message: None,
+                        })
+                        .collect::<Vec<_>>(),
+                );
+                set_error_info(&mut d, v);
                 d
             }
             ServiceError::TooLarge(v) => {
@@ -81,6 +116,7 @@ impl From<ServiceError> for Status {
                 for x in v {
                     d.add_quota_failure_violation(x.field.clone(), x.description.clone());
                 }
+                set_error_info(&mut d, v);
                 d
             }
             ServiceError::Busy(_) | ServiceError::ShuttingDown => {
@@ -97,16 +133,70 @@ impl From<ServiceError> for Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpusched_engine::ViolationKind;
 
     #[test]
-    fn invalid_argument_carries_field_violations() {
-        let s: Status =
-            ServiceError::InvalidArgument(vec![Violation::new("workload.x", "bad")]).into();
+    fn invalid_argument_carries_field_violations_with_reasons() {
+        let s: Status = ServiceError::InvalidArgument(vec![
+            Violation::new(ViolationKind::InvalidScoringWeights, "workload.x", "bad"),
+            Violation::new(ViolationKind::DuplicateId, "nodes[1].name", "dup"),
+            Violation::new(
+                ViolationKind::InvalidScoringWeights,
+                "workload.y",
+                "bad too",
+            ),
+        ])
+        .into();
         assert_eq!(s.code(), Code::InvalidArgument);
         let d = s.get_error_details();
         let br = d.bad_request().expect("bad request detail");
+        assert_eq!(br.field_violations.len(), 3);
         assert_eq!(br.field_violations[0].field, "workload.x");
         assert_eq!(br.field_violations[0].description, "bad");
+        assert_eq!(br.field_violations[0].reason, "INVALID_SCORING_WEIGHTS");
+        assert_eq!(br.field_violations[1].reason, "DUPLICATE_ID");
+        assert_eq!(br.field_violations[2].reason, "INVALID_SCORING_WEIGHTS");
+        let info = d.error_info().expect("error info detail");
+        assert_eq!(info.reason, "INVALID_SCORING_WEIGHTS");
+        assert_eq!(info.domain, ERROR_DOMAIN);
+        assert_eq!(info.metadata["field"], "workload.x");
+        assert_eq!(
+            info.metadata["reasons"],
+            "INVALID_SCORING_WEIGHTS,DUPLICATE_ID"
+        );
+        assert_eq!(info.metadata["violationCount"], "3");
+        assert!(d.quota_failure().is_none());
+    }
+
+    #[test]
+    fn too_large_carries_quota_violations_and_limit_exceeded() {
+        let s: Status = ServiceError::TooLarge(vec![Violation::new(
+            ViolationKind::LimitExceeded,
+            "nodes",
+            "too many",
+        )])
+        .into();
+        assert_eq!(s.code(), Code::ResourceExhausted);
+        let d = s.get_error_details();
+        let q = d.quota_failure().expect("quota failure detail");
+        assert_eq!(q.violations[0].subject, "nodes");
+        let info = d.error_info().expect("error info detail");
+        assert_eq!(info.reason, "LIMIT_EXCEEDED");
+        assert_eq!(info.domain, ERROR_DOMAIN);
+        assert!(d.bad_request().is_none());
+    }
+
+    #[test]
+    fn errors_without_violations_carry_no_error_info() {
+        for e in [
+            ServiceError::Busy(1),
+            ServiceError::ShuttingDown,
+            ServiceError::Internal("x".into()),
+            ServiceError::InvalidArgument(vec![]),
+        ] {
+            let s: Status = e.into();
+            assert!(s.get_error_details().error_info().is_none());
+        }
     }
 
     #[test]

@@ -39,6 +39,7 @@ fn normalize(
     let limits = &state.settings.limits;
     if cards.len() > limits.max_cards_per_node {
         return Err(ServiceError::TooLarge(vec![engine::Violation::new(
+            engine::ViolationKind::LimitExceeded,
             "cards",
             format!(
                 "{} cards exceed the limit of {} per node (limits.max_cards_per_node)",

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use gpusched_api::v1;
 use gpusched_api::v1::placement_service_server::PlacementService;
 use gpusched_engine as engine;
-use gpusched_engine::{Snapshot, Workload};
+use gpusched_engine::{BatchMode, DecideOptions, Snapshot, Workload};
 use tonic::{Request, Response, Status};
 
 use crate::call::{Record, State, run};
@@ -37,7 +37,7 @@ fn workload_label(w: &Workload) -> String {
 
 fn describe(record: &mut Record, w: &Workload, s: &Snapshot) {
     record.workload = workload_label(w);
-    record.nodes = s.nodes().len();
+    record.nodes = s.len();
     record.cards = s.card_count();
     record.node_policy = w.node_policy.as_str();
     record.gpu_policy = w.gpu_policy.to_string();
@@ -49,7 +49,7 @@ fn inputs(
     nodes: Vec<v1::Node>,
     workload: Option<v1::Workload>,
     options: Option<v1::PlacementOptions>,
-) -> Result<(Snapshot, Workload, bool), ServiceError> {
+) -> Result<(Snapshot, Workload, DecideOptions), ServiceError> {
     let settings = &state.settings;
     convert::check_node_limits(&nodes, &settings.limits)?;
     let (defaults, explain) = convert::options_in(options, &settings.defaults)?;
@@ -95,7 +95,7 @@ fn decide_filter(
     let mut names: Vec<String> = e
         .feasible
         .iter()
-        .filter_map(|f| s.nodes().get(f.node).map(|n| n.name().to_owned()))
+        .filter_map(|f| s.node(f.node).map(|n| n.name().to_owned()))
         .collect();
     names.sort();
     Ok(v1::FilterResponse {
@@ -166,6 +166,7 @@ fn decide_allocate(
         let missing = s.retain_names(&restrict_to_node_names);
         if !missing.is_empty() {
             return Err(ServiceError::InvalidArgument(vec![engine::Violation::new(
+                engine::ViolationKind::UnknownReference,
                 "restrict_to_node_names",
                 format!("not among the request's nodes: {}", missing.join(", ")),
             )]));
@@ -198,6 +199,7 @@ fn decide_batch(
     let settings = &state.settings;
     if workloads.len() > settings.limits.max_workloads {
         return Err(ServiceError::TooLarge(vec![engine::Violation::new(
+            engine::ViolationKind::LimitExceeded,
             "workloads",
             format!(
                 "{} workloads exceed the limit of {} (limits.max_workloads)",
@@ -208,12 +210,13 @@ fn decide_batch(
     }
     if workloads.is_empty() {
         return Err(ServiceError::InvalidArgument(vec![engine::Violation::new(
+            engine::ViolationKind::MissingField,
             "workloads",
             "at least one workload is required",
         )]));
     }
     convert::check_node_limits(&nodes, &settings.limits)?;
-    let (defaults, explain) = convert::options_in(options, &settings.defaults)?;
+    let (defaults, decide) = convert::options_in(options, &settings.defaults)?;
     let mut parsed = Vec::with_capacity(workloads.len());
     let mut violations = Vec::new();
     for (i, w) in workloads.into_iter().enumerate() {
@@ -234,14 +237,23 @@ fn decide_batch(
     }
     let s = convert::snapshot_in(nodes, &settings.names)?;
     record.workload = format!("{} workloads", parsed.len());
-    record.nodes = s.nodes().len();
+    record.nodes = s.len();
     record.cards = s.card_count();
     record.node_policy = parsed.first().map_or("", |w| w.node_policy.as_str());
     record.gpu_policy = parsed
         .first()
         .map(|w| w.gpu_policy.to_string())
         .unwrap_or_default();
-    let out = engine::allocate_batch(s, &parsed, all_or_nothing, explain);
+    let out = engine::allocate_batch(
+        s,
+        &parsed,
+        if all_or_nothing {
+            BatchMode::AllOrNothing
+        } else {
+            BatchMode::Independent
+        },
+        decide,
+    );
     record.add_rejections(
         out.items
             .iter()
@@ -265,7 +277,7 @@ fn decide_batch(
         results,
         all_placed: out.all_placed,
         updated_nodes: if return_updated_nodes {
-            out.snapshot.nodes().iter().map(convert::node_out).collect()
+            out.snapshot.nodes().map(convert::node_out).collect()
         } else {
             Vec::new()
         },
@@ -313,6 +325,7 @@ fn decide_validate(
                 violations: v
                     .into_iter()
                     .map(|x| v1::Violation {
+                        reason: convert::violation_reason_out(x.kind) as i32,
                         field: x.field,
                         description: x.description,
                     })

@@ -670,3 +670,273 @@ async fn deadlines_are_honoured() {
             .placed
     );
 }
+
+/// (field, reason) of the first violation of a failed call.
+fn first_reason(s: &tonic::Status) -> (String, String) {
+    reasons(s).into_iter().next().expect("a field violation")
+}
+
+#[tokio::test]
+async fn every_violation_carries_its_reason() {
+    let server = TestServer::start(&[]).await;
+    let mut client = server.placement();
+    let kube = |annotations: &[(&str, &str)], limits: &[(&str, &str)]| {
+        let mut client = client.clone();
+        let req = allocate_req(vec![node("a", 1, 8000)], pod(annotations, &[limits]));
+        async move { client.allocate(req).await }
+    };
+    let gpu = ("nvidia.com/gpu", "1");
+    for (annotation, reason) in [
+        (
+            ("hami.io/node-scheduler-policy", "pack"),
+            "INVALID_NODE_POLICY",
+        ),
+        (
+            ("hami.io/gpu-scheduler-policy", "pack"),
+            "INVALID_GPU_POLICY",
+        ),
+        ((WEIGHTS, "slot=1"), "INVALID_SCORING_WEIGHTS"),
+        (("nvidia.com/numa-bind", "maybe"), "INVALID_NUMA_BIND"),
+    ] {
+        let err = kube(&[annotation], &[gpu]).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert_eq!(first_reason(&err).1, reason, "{annotation:?}");
+        assert_eq!(error_info_reason(&err), reason);
+    }
+    for limits in [
+        vec![("nvidia.com/gpu", "one")],
+        vec![gpu, ("nvidia.com/gpucores", "150")],
+        vec![gpu, ("nvidia.com/gpumem-percentage", "101")],
+        vec![gpu, ("nvidia.com/gpumem", "lots")],
+    ] {
+        let err = kube(&[], &limits).await.unwrap_err();
+        assert_eq!(
+            first_reason(&err).1,
+            "INVALID_RESOURCE_REQUEST",
+            "{limits:?}"
+        );
+    }
+    // Typed form: the same reasons as the annotations.
+    let typed = |spec: v1::TypedWorkloadSpec| v1::Workload {
+        spec: Some(v1::workload::Spec::Typed(v1::TypedWorkloadSpec {
+            containers: vec![v1::ContainerRequest {
+                name: "c".into(),
+                gpu_count: 1,
+                ..Default::default()
+            }],
+            ..spec
+        })),
+        ..Default::default()
+    };
+    for (spec, field, reason) in [
+        (
+            v1::TypedWorkloadSpec {
+                node_policy: 9,
+                ..Default::default()
+            },
+            "workload.typed.node_policy",
+            "INVALID_NODE_POLICY",
+        ),
+        (
+            v1::TypedWorkloadSpec {
+                gpu_policy: vec![0],
+                ..Default::default()
+            },
+            "workload.typed.gpu_policy[0]",
+            "INVALID_GPU_POLICY",
+        ),
+        (
+            v1::TypedWorkloadSpec {
+                scoring_weights: Some(v1::ScoringWeights::default()),
+                ..Default::default()
+            },
+            "workload.typed.scoring_weights",
+            "INVALID_SCORING_WEIGHTS",
+        ),
+    ] {
+        let err = client
+            .allocate(allocate_req(vec![node("a", 1, 8000)], typed(spec)))
+            .await
+            .unwrap_err();
+        assert_eq!(first_reason(&err), (field.to_owned(), reason.to_owned()));
+    }
+    // Request structure.
+    let mut no_health = card("x", 0, 8000);
+    no_health.health = v1::CardHealth::Unspecified as i32;
+    let mut odd_mode = card("y", 1, 8000);
+    odd_mode.mode = 42;
+    let mut pairs = node("p", 1, 8000);
+    pairs.pair_scores = vec![v1::CardPairScore {
+        card_id: pairs.cards[0].id.clone(),
+        peer_card_id: "nowhere".into(),
+        score: 1,
+    }];
+    let err = client
+        .allocate(allocate_req(
+            vec![node_with("b", vec![no_health, odd_mode])],
+            one_gpu(),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        reasons(&err),
+        vec![
+            (
+                "nodes[0].cards[0].health".to_owned(),
+                "MISSING_FIELD".to_owned()
+            ),
+            (
+                "nodes[0].cards[1].mode".to_owned(),
+                "UNKNOWN_ENUM_VALUE".to_owned()
+            ),
+        ]
+    );
+    let err = client
+        .allocate(allocate_req(
+            vec![
+                node("a", 1, 8000),
+                node("a", 1, 8000),
+                node("", 1, 8000),
+                pairs,
+            ],
+            one_gpu(),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        reasons(&err),
+        vec![
+            ("nodes[1].name".to_owned(), "DUPLICATE_ID".to_owned()),
+            ("nodes[2].name".to_owned(), "MISSING_FIELD".to_owned()),
+            (
+                "nodes[3].pair_scores[0].peer_card_id".to_owned(),
+                "UNKNOWN_REFERENCE".to_owned()
+            ),
+        ]
+    );
+    assert_eq!(error_info_reason(&err), "DUPLICATE_ID");
+    let err = client
+        .allocate(v1::AllocateRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        first_reason(&err),
+        ("workload".into(), "MISSING_FIELD".into())
+    );
+    let mut req = allocate_req(vec![node("a", 1, 8000)], one_gpu());
+    req.restrict_to_node_names = vec!["zzz".into()];
+    let err = client.allocate(req).await.unwrap_err();
+    assert_eq!(first_reason(&err).1, "UNKNOWN_REFERENCE");
+}
+
+#[tokio::test]
+async fn validate_workload_violations_carry_the_typed_reason() {
+    let server = TestServer::start(&[]).await;
+    let bad = server
+        .placement()
+        .validate_workload(v1::ValidateWorkloadRequest {
+            workload: Some(pod(&[(WEIGHTS, "x")], &[&[("nvidia.com/gpu", "1")]])),
+            options: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!bad.valid);
+    assert_eq!(
+        bad.violations[0].reason(),
+        v1::ViolationReason::InvalidScoringWeights
+    );
+}
+
+#[tokio::test]
+async fn over_a_limit_is_limit_exceeded() {
+    let server = TestServer::start(&[("limits.max_nodes", "1")]).await;
+    let err = server
+        .placement()
+        .allocate(allocate_req(
+            vec![node("a", 1, 8000), node("b", 1, 8000)],
+            one_gpu(),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert_eq!(error_info_reason(&err), "LIMIT_EXCEEDED");
+}
+
+/// Each invalid request default is reported against its own options field.
+#[tokio::test]
+async fn each_invalid_option_names_its_own_field() {
+    let server = TestServer::start(&[]).await;
+    let cases = [
+        (
+            v1::PlacementOptions {
+                default_cores_percent: Some(101),
+                ..Default::default()
+            },
+            "options.default_cores_percent",
+            "OUT_OF_RANGE",
+        ),
+        (
+            v1::PlacementOptions {
+                default_node_policy: 7,
+                ..Default::default()
+            },
+            "options.default_node_policy",
+            "INVALID_NODE_POLICY",
+        ),
+        (
+            v1::PlacementOptions {
+                default_gpu_policy: vec![1, 0],
+                ..Default::default()
+            },
+            "options.default_gpu_policy[1]",
+            "INVALID_GPU_POLICY",
+        ),
+        (
+            v1::PlacementOptions {
+                default_gpu_policy: vec![99],
+                ..Default::default()
+            },
+            "options.default_gpu_policy[0]",
+            "INVALID_GPU_POLICY",
+        ),
+    ];
+    for (options, field, reason) in cases {
+        let mut req = allocate_req(vec![node("a", 1, 8000)], one_gpu());
+        req.options = Some(options.clone());
+        let err = server.placement().allocate(req).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert_eq!(
+            reasons(&err),
+            vec![(field.to_owned(), reason.to_owned())],
+            "{options:?}"
+        );
+        // ValidateWorkload validates the options the same way (they are not the workload's).
+        let err = server
+            .placement()
+            .validate_workload(v1::ValidateWorkloadRequest {
+                workload: Some(one_gpu()),
+                options: Some(options),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(reasons(&err), vec![(field.to_owned(), reason.to_owned())]);
+    }
+    // Two bad defaults: two violations, each with its own field.
+    let mut req = allocate_req(vec![node("a", 1, 8000)], one_gpu());
+    req.options = Some(v1::PlacementOptions {
+        default_node_policy: 7,
+        default_cores_percent: Some(200),
+        default_memory_mib: Some(u64::MAX),
+        ..Default::default()
+    });
+    let err = server.placement().allocate(req).await.unwrap_err();
+    let fields: Vec<String> = reasons(&err).into_iter().map(|v| v.0).collect();
+    assert_eq!(
+        fields,
+        vec![
+            "options.default_node_policy",
+            "options.default_cores_percent"
+        ]
+    );
+}

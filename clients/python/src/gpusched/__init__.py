@@ -13,7 +13,9 @@ from gpusched.errors import (
     AlreadyExistsError,
     CallCancelledError,
     DataLossError,
+    ERROR_DOMAIN,
     DeadlineExceededError,
+    ErrorInfo,
     FailedPreconditionError,
     FieldViolation,
     GpuschedError,
@@ -28,6 +30,8 @@ from gpusched.errors import (
     UnavailableError,
     UnimplementedError,
     UnknownError,
+    violation_reason,
+    violation_reason_name,
 )
 from gpusched.workload import container, gpu_limits, kubernetes_workload, workload_from_pod
 
@@ -36,6 +40,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT",
     "DEFAULT_TIMEOUT",
+    "ERROR_DOMAIN",
     "METHODS",
     "AbortedError",
     "AlreadyExistsError",
@@ -44,6 +49,7 @@ __all__ = [
     "Client",
     "DataLossError",
     "DeadlineExceededError",
+    "ErrorInfo",
     "FailedPreconditionError",
     "FieldViolation",
     "GpuschedError",
@@ -63,6 +69,8 @@ __all__ = [
     "gpu_limits",
     "kubernetes_workload",
     "v1",
+    "violation_reason",
+    "violation_reason_name",
     "workload",
     "workload_from_pod",
 ]

@@ -3,13 +3,18 @@
 Every failed call raises a :class:`GpuschedError` (or one of its subclasses, chosen by the
 gRPC status code). The exception carries the status code, the status message and, when the
 server sent one, the ``google.rpc.Status`` from the ``grpc-status-details-bin`` trailer with
-its ``google.rpc.BadRequest`` field violations decoded::
+its ``google.rpc.BadRequest`` field violations and ``google.rpc.ErrorInfo`` decoded. Every
+field violation carries a stable machine-readable ``reason`` (a ``ViolationReason`` name without
+its ``VIOLATION_REASON_`` prefix, e.g. ``INVALID_SCORING_WEIGHTS``): branch on it, not on the
+field path or the description::
 
     try:
         client.allocate(request)
     except gpusched.InvalidArgumentError as e:
         for v in e.field_violations:
-            print(v.field, v.description)
+            print(v.reason, v.field, v.description)
+        if e.violations_of(gpusched.v1.VIOLATION_REASON_INVALID_SCORING_WEIGHTS):
+            ...
 """
 
 from __future__ import annotations
@@ -19,16 +24,20 @@ from typing import Any, TypeAlias
 
 import grpc
 from google.protobuf.any_pb2 import Any as AnyProto
-from google.rpc.error_details_pb2 import BadRequest, QuotaFailure, RetryInfo
+from google.rpc.error_details_pb2 import BadRequest, ErrorInfo, QuotaFailure, RetryInfo
 from google.rpc.status_pb2 import Status
 from grpc_status import rpc_status
+
+from gpusched._gen.gpusched.v1 import types_pb2
 
 __all__ = [
     "AbortedError",
     "AlreadyExistsError",
     "CallCancelledError",
     "DataLossError",
+    "ERROR_DOMAIN",
     "DeadlineExceededError",
+    "ErrorInfo",
     "FailedPreconditionError",
     "FieldViolation",
     "GpuschedError",
@@ -44,13 +53,41 @@ __all__ = [
     "UnimplementedError",
     "UnknownError",
     "error_from_rpc_error",
+    "violation_reason",
+    "violation_reason_name",
 ]
 
 #: ``google.rpc.BadRequest.FieldViolation``: ``field`` (e.g.
-#: ``annotations["hami.io/device-scoring-weights"]``) and ``description``.
+#: ``annotations["hami.io/device-scoring-weights"]``), ``description`` and ``reason`` (the kind
+#: of problem, e.g. ``INVALID_SCORING_WEIGHTS``; :func:`violation_reason` gives the enum value).
 FieldViolation: TypeAlias = BadRequest.FieldViolation
-#: ``google.rpc.QuotaFailure.Violation``: ``subject`` (the limited field) and ``description``.
+#: ``google.rpc.QuotaFailure.Violation``: ``subject`` (the limited field) and ``description``
+#: (no reason of its own: the error's :attr:`GpuschedError.reason` is ``LIMIT_EXCEEDED``).
 QuotaViolation: TypeAlias = QuotaFailure.Violation
+
+#: The ``google.rpc.ErrorInfo`` domain of the server's errors.
+ERROR_DOMAIN = "gpusched.io"
+
+_REASON_PREFIX = "VIOLATION_REASON_"
+
+
+def violation_reason(reason: str) -> types_pb2.ViolationReason.ValueType:
+    """The ``ViolationReason`` value of a reason string such as ``INVALID_SCORING_WEIGHTS``;
+    ``VIOLATION_REASON_UNSPECIFIED`` when empty or unknown to this client."""
+    if not reason:
+        return types_pb2.VIOLATION_REASON_UNSPECIFIED
+    try:
+        return types_pb2.ViolationReason.Value(_REASON_PREFIX + reason)
+    except ValueError:
+        return types_pb2.VIOLATION_REASON_UNSPECIFIED
+
+
+def violation_reason_name(kind: types_pb2.ViolationReason.ValueType) -> str:
+    """The reason string the server sends for a ``ViolationReason`` value (its name without the
+    ``VIOLATION_REASON_`` prefix; ``""`` for ``VIOLATION_REASON_UNSPECIFIED``)."""
+    if kind == types_pb2.VIOLATION_REASON_UNSPECIFIED:
+        return ""
+    return types_pb2.ViolationReason.Name(kind).removeprefix(_REASON_PREFIX)
 
 _DETAILS_KEY = "grpc-status-details-bin"
 
@@ -69,6 +106,9 @@ class GpuschedError(Exception):
             RESOURCE_EXHAUSTED for a request over a server limit carries them.
         retry_delay: seconds to wait before retrying, from a ``google.rpc.RetryInfo`` detail
             (a busy or shutting-down server sends one), else ``None``.
+        error_info: the ``google.rpc.ErrorInfo`` detail (``reason`` = the reason of the first
+            violation, ``domain`` = :data:`ERROR_DOMAIN`, ``metadata`` with ``field``,
+            ``reasons`` and ``violationCount``), or ``None``; every error with violations has one.
     """
 
     code: grpc.StatusCode
@@ -78,6 +118,7 @@ class GpuschedError(Exception):
     field_violations: tuple[FieldViolation, ...]
     quota_violations: tuple[QuotaViolation, ...]
     retry_delay: float | None
+    error_info: ErrorInfo | None
 
     def __init__(
         self,
@@ -89,6 +130,7 @@ class GpuschedError(Exception):
         field_violations: Iterable[FieldViolation] = (),
         quota_violations: Iterable[QuotaViolation] = (),
         retry_delay: float | None = None,
+        error_info: ErrorInfo | None = None,
     ) -> None:
         self.code = code
         self.details = details
@@ -97,7 +139,18 @@ class GpuschedError(Exception):
         self.field_violations = tuple(field_violations)
         self.quota_violations = tuple(quota_violations)
         self.retry_delay = retry_delay
+        self.error_info = error_info
         super().__init__(self._describe())
+
+    @property
+    def reason(self) -> str:
+        """The ``google.rpc.ErrorInfo`` reason (e.g. ``INVALID_SCORING_WEIGHTS`` or
+        ``LIMIT_EXCEEDED``), or ``""`` when the error carries none."""
+        return self.error_info.reason if self.error_info is not None else ""
+
+    def violations_of(self, kind: types_pb2.ViolationReason.ValueType) -> list[FieldViolation]:
+        """The field violations of one kind (a ``ViolationReason`` value), in order."""
+        return [v for v in self.field_violations if violation_reason(v.reason) == kind]
 
     @property
     def violated_fields(self) -> list[str]:
@@ -114,7 +167,7 @@ class GpuschedError(Exception):
         if self.method:
             text = f"{self.method}: {text}"
         for v in self.field_violations:
-            text += f"\n  {v.field}: {v.description}"
+            text += f"\n  {v.field}: {v.description}" + (f" [{v.reason}]" if v.reason else "")
         for q in self.quota_violations:
             text += f"\n  {q.subject}: {q.description}"
         return text
@@ -223,20 +276,25 @@ def _rich_status(err: Any) -> Status | None:
     return None
 
 
-def _decoded(status: Status | None) -> tuple[list[FieldViolation], list[QuotaViolation], float | None]:
-    fields: list[FieldViolation] = []
-    quotas: list[QuotaViolation] = []
-    retry: float | None = None
-    for detail in status.details if status is not None else ():
-        bad, quota, info = BadRequest(), QuotaFailure(), RetryInfo()
-        # Unpack is False for other detail types
-        if detail.Unpack(bad):
-            fields.extend(bad.field_violations)
-        elif detail.Unpack(quota):
-            quotas.extend(quota.violations)
-        elif detail.Unpack(info):
-            retry = info.retry_delay.seconds + info.retry_delay.nanos / 1e9
-    return fields, quotas, retry
+class _Decoded:
+    """The details of a google.rpc.Status this client understands."""
+
+    def __init__(self, status: Status | None) -> None:
+        self.fields: list[FieldViolation] = []
+        self.quotas: list[QuotaViolation] = []
+        self.retry: float | None = None
+        self.error_info: ErrorInfo | None = None
+        for detail in status.details if status is not None else ():
+            bad, quota, retry, info = BadRequest(), QuotaFailure(), RetryInfo(), ErrorInfo()
+            # Unpack is False for other detail types
+            if detail.Unpack(bad):
+                self.fields.extend(bad.field_violations)
+            elif detail.Unpack(quota):
+                self.quotas.extend(quota.violations)
+            elif detail.Unpack(retry):
+                self.retry = retry.retry_delay.seconds + retry.retry_delay.nanos / 1e9
+            elif detail.Unpack(info):
+                self.error_info = info
 
 
 def error_from_rpc_error(err: grpc.RpcError, method: str | None = None) -> GpuschedError:
@@ -248,14 +306,15 @@ def error_from_rpc_error(err: grpc.RpcError, method: str | None = None) -> Gpusc
         code = grpc.StatusCode.UNKNOWN
     details = details_fn() if callable(details_fn) else None
     status = _rich_status(err)
-    fields, quotas, retry = _decoded(status)
+    decoded = _Decoded(status)
     cls = _BY_CODE.get(code, GpuschedError)
     return cls(
         code,
         details if isinstance(details, str) else str(err),
         method=method,
         status=status,
-        field_violations=fields,
-        quota_violations=quotas,
-        retry_delay=retry,
+        field_violations=decoded.fields,
+        quota_violations=decoded.quotas,
+        retry_delay=decoded.retry,
+        error_info=decoded.error_info,
     )

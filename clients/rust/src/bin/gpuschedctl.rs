@@ -365,7 +365,7 @@ fn main() -> std::process::ExitCode {
                 Some(api) => {
                     eprintln!("gpuschedctl: {:?}: {}", api.code, api.message);
                     for v in &api.field_violations {
-                        eprintln!("  {}: {}", v.field, v.description);
+                        eprintln!("  {} {}: {}", v.reason, v.field, v.description);
                     }
                 }
                 None => eprintln!("gpuschedctl: {e:#}"),

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use gpusched_engine::{
-    Allocation, Card, CardUsage, Defaults, KubeContainer, KubeNames, KubeSpec, NodeSpec, Snapshot,
-    Workload, WorkloadMeta, WorkloadSpec, allocate,
+    Allocation, Card, CardUsage, DecideOptions, Defaults, KubeContainer, KubeNames, KubeSpec,
+    NodeSpec, Snapshot, Workload, WorkloadMeta, WorkloadSpec, allocate,
 };
 
 /// A healthy card `id` with `index`, 10 slots, 100 cores and `mem` MiB.
@@ -155,13 +155,13 @@ fn expand<'a>(pairs: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
 
 /// Allocates and returns (node name, card ids per container).
 pub fn place(s: &Snapshot, w: &Workload) -> Option<(String, Vec<Vec<String>>)> {
-    let a = allocate(s, w, false);
+    let a = allocate(s, w, DecideOptions::default());
     placed(s, &a)
 }
 
 pub fn placed(s: &Snapshot, a: &Allocation) -> Option<(String, Vec<Vec<String>>)> {
     let p = a.placement.as_ref()?;
-    let node = &s.nodes()[p.node];
+    let node = &s[p.node];
     let cards = p
         .containers
         .iter()
@@ -177,19 +177,19 @@ pub fn placed(s: &Snapshot, a: &Allocation) -> Option<(String, Vec<Vec<String>>)
 
 /// Allocates and applies the placement (the next workload sees it). Returns the placement.
 pub fn place_and_apply(s: &mut Snapshot, w: &Workload) -> Option<(String, Vec<Vec<String>>)> {
-    let a = allocate(s, w, false);
+    let a = allocate(s, w, DecideOptions::default());
     let out = placed(s, &a);
     if let Some(p) = &a.placement {
-        gpusched_engine::apply(s, p);
+        gpusched_engine::apply(s, p).expect("a fresh placement applies");
     }
     out
 }
 
 /// The HAMi reason text of `node` for `w`, when it fails.
 pub fn failure_text(s: &Snapshot, w: &Workload, node: &str) -> Option<String> {
-    let e = gpusched_engine::evaluate(s, w, false);
+    let e = gpusched_engine::evaluate(s, w, DecideOptions::default());
     e.failed
         .iter()
-        .find(|f| s.nodes()[f.node].name() == node)
+        .find(|f| s[f.node].name() == node)
         .map(|f| f.failure.hami_text())
 }

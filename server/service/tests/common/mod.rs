@@ -125,6 +125,32 @@ pub fn allocate_req(nodes: Vec<v1::Node>, w: v1::Workload) -> v1::AllocateReques
     }
 }
 
+/// The BadRequest field violations of a status as (field, reason).
+pub fn reasons(s: &tonic::Status) -> Vec<(String, String)> {
+    use tonic_types::StatusExt;
+    s.get_error_details()
+        .bad_request()
+        .map(|b| {
+            b.field_violations
+                .iter()
+                .map(|v| (v.field.clone(), v.reason.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The google.rpc.ErrorInfo reason of a status (checking its domain), or "" without one.
+pub fn error_info_reason(s: &tonic::Status) -> String {
+    use tonic_types::StatusExt;
+    s.get_error_details()
+        .error_info()
+        .map(|i| {
+            assert_eq!(i.domain, "gpusched.io");
+            i.reason.clone()
+        })
+        .unwrap_or_default()
+}
+
 /// The BadRequest field violations of a status.
 pub fn violations(s: &tonic::Status) -> Vec<(String, String)> {
     use tonic_types::StatusExt;

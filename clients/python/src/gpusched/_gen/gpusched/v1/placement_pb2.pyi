@@ -437,6 +437,7 @@ class Violation(_message.Message):
 
     FIELD_FIELD_NUMBER: _builtins.int
     DESCRIPTION_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     field: _builtins.str
     """The field or annotation, e.g.
     `workload.kubernetes.annotations["hami.io/device-scoring-weights"]` or
@@ -444,15 +445,18 @@ class Violation(_message.Message):
     """
     description: _builtins.str
     """What is wrong and what is accepted."""
+    reason: _types_pb2.ViolationReason.ValueType
+    """The kind of problem, for a client to branch on."""
     def __init__(
         self,
         *,
         field: _builtins.str = ...,
         description: _builtins.str = ...,
+        reason: _types_pb2.ViolationReason.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "field", b"field"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "field", b"field", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

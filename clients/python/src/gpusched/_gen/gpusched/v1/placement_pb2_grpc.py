@@ -28,8 +28,10 @@ if _version_not_supported:
 class PlacementServiceStub:
     """Placement decisions. Every call is answered from the request alone.
     Bad input (an invalid annotation, a duplicate node name, ...) is
-    INVALID_ARGUMENT with google.rpc.BadRequest field violations; a workload
-    that fits nowhere is a normal answer with per-node reasons.
+    INVALID_ARGUMENT with google.rpc.BadRequest field violations, each with its
+    ViolationReason (without the prefix) in FieldViolation.reason, and a
+    google.rpc.ErrorInfo (domain "gpusched.io"); a workload that fits nowhere is a
+    normal answer with per-node reasons.
     """
 
     def __init__(self, channel):
@@ -68,8 +70,10 @@ class PlacementServiceStub:
 class PlacementServiceServicer:
     """Placement decisions. Every call is answered from the request alone.
     Bad input (an invalid annotation, a duplicate node name, ...) is
-    INVALID_ARGUMENT with google.rpc.BadRequest field violations; a workload
-    that fits nowhere is a normal answer with per-node reasons.
+    INVALID_ARGUMENT with google.rpc.BadRequest field violations, each with its
+    ViolationReason (without the prefix) in FieldViolation.reason, and a
+    google.rpc.ErrorInfo (domain "gpusched.io"); a workload that fits nowhere is a
+    normal answer with per-node reasons.
     """
 
     def Filter(self, request, context):
@@ -148,8 +152,10 @@ def add_PlacementServiceServicer_to_server(servicer, server):
 class PlacementService:
     """Placement decisions. Every call is answered from the request alone.
     Bad input (an invalid annotation, a duplicate node name, ...) is
-    INVALID_ARGUMENT with google.rpc.BadRequest field violations; a workload
-    that fits nowhere is a normal answer with per-node reasons.
+    INVALID_ARGUMENT with google.rpc.BadRequest field violations, each with its
+    ViolationReason (without the prefix) in FieldViolation.reason, and a
+    google.rpc.ErrorInfo (domain "gpusched.io"); a workload that fits nowhere is a
+    normal answer with per-node reasons.
     """
 
     @staticmethod

@@ -29,8 +29,10 @@ GRPC_VERSION: str
 class PlacementServiceStub:
     """Placement decisions. Every call is answered from the request alone.
     Bad input (an invalid annotation, a duplicate node name, ...) is
-    INVALID_ARGUMENT with google.rpc.BadRequest field violations; a workload
-    that fits nowhere is a normal answer with per-node reasons.
+    INVALID_ARGUMENT with google.rpc.BadRequest field violations, each with its
+    ViolationReason (without the prefix) in FieldViolation.reason, and a
+    google.rpc.ErrorInfo (domain "gpusched.io"); a workload that fits nowhere is a
+    normal answer with per-node reasons.
     """
 
     @_typing.overload
@@ -56,8 +58,10 @@ class PlacementServiceStub:
 class PlacementServiceAsyncStub(PlacementServiceStub):
     """Placement decisions. Every call is answered from the request alone.
     Bad input (an invalid annotation, a duplicate node name, ...) is
-    INVALID_ARGUMENT with google.rpc.BadRequest field violations; a workload
-    that fits nowhere is a normal answer with per-node reasons.
+    INVALID_ARGUMENT with google.rpc.BadRequest field violations, each with its
+    ViolationReason (without the prefix) in FieldViolation.reason, and a
+    google.rpc.ErrorInfo (domain "gpusched.io"); a workload that fits nowhere is a
+    normal answer with per-node reasons.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -79,8 +83,10 @@ class PlacementServiceAsyncStub(PlacementServiceStub):
 class PlacementServiceServicer(metaclass=_abc_1.ABCMeta):
     """Placement decisions. Every call is answered from the request alone.
     Bad input (an invalid annotation, a duplicate node name, ...) is
-    INVALID_ARGUMENT with google.rpc.BadRequest field violations; a workload
-    that fits nowhere is a normal answer with per-node reasons.
+    INVALID_ARGUMENT with google.rpc.BadRequest field violations, each with its
+    ViolationReason (without the prefix) in FieldViolation.reason, and a
+    google.rpc.ErrorInfo (domain "gpusched.io"); a workload that fits nowhere is a
+    normal answer with per-node reasons.
     """
 
     @_abc_1.abstractmethod

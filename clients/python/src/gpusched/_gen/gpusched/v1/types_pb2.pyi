@@ -137,6 +137,107 @@ CARD_HEALTH_UNHEALTHY: CardHealth.ValueType  # 2
 """The card takes no new work (reason CARD_NOT_HEALTH)."""
 Global___CardHealth: _TypeAlias = CardHealth  # noqa: Y015
 
+class _ViolationReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ViolationReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ViolationReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    VIOLATION_REASON_UNSPECIFIED: _ViolationReason.ValueType  # 0
+    """Never sent."""
+    VIOLATION_REASON_INVALID_NODE_POLICY: _ViolationReason.ValueType  # 1
+    """A node policy that is not binpack or spread: the hami.io/node-scheduler-policy
+    annotation, a typed node_policy or options.default_node_policy.
+    """
+    VIOLATION_REASON_INVALID_GPU_POLICY: _ViolationReason.ValueType  # 2
+    """A GPU policy that is not a token or a chain of tokens: the
+    hami.io/gpu-scheduler-policy annotation, a typed gpu_policy or
+    options.default_gpu_policy (GPU_POLICY_UNSPECIFIED or an unknown value).
+    """
+    VIOLATION_REASON_INVALID_SCORING_WEIGHTS: _ViolationReason.ValueType  # 3
+    """Device scoring weights that are malformed, over the maximum or all zero (the
+    hami.io/device-scoring-weights annotation or typed scoring_weights).
+    """
+    VIOLATION_REASON_INVALID_NUMA_BIND: _ViolationReason.ValueType  # 4
+    """A numa-bind annotation that is not a boolean."""
+    VIOLATION_REASON_INVALID_RESOURCE_REQUEST: _ViolationReason.ValueType  # 5
+    """A container's GPU request that is malformed or out of range: card count, memory,
+    memory percentage or cores (resource quantities or typed fields).
+    """
+    VIOLATION_REASON_MISSING_FIELD: _ViolationReason.ValueType  # 6
+    """A required field is unset or empty (a node name, a card id, a card's health, the
+    workload, its spec, the workload list of a batch).
+    """
+    VIOLATION_REASON_DUPLICATE_ID: _ViolationReason.ValueType  # 7
+    """A name or id that must be unique is repeated (node name, card id, card uuid)."""
+    VIOLATION_REASON_UNKNOWN_REFERENCE: _ViolationReason.ValueType  # 8
+    """A name or id that refers to something the request does not contain (a pair
+    score's card, a name in restrict_to_node_names).
+    """
+    VIOLATION_REASON_UNKNOWN_ENUM_VALUE: _ViolationReason.ValueType  # 9
+    """An enum number this server does not know (CardHealth, CardMode, LinkKind)."""
+    VIOLATION_REASON_OUT_OF_RANGE: _ViolationReason.ValueType  # 10
+    """A number outside its accepted range: options.default_cores_percent, normalisation
+    split counts and scaling factors.
+    """
+    VIOLATION_REASON_LIMIT_EXCEEDED: _ViolationReason.ValueType  # 11
+    """The request is over a configured server limit (RESOURCE_EXHAUSTED with
+    google.rpc.QuotaFailure violations).
+    """
+
+class ViolationReason(_ViolationReason, metaclass=_ViolationReasonEnumTypeWrapper):
+    """The kind of a problem with a request: a closed, stable set a client can branch on
+    without reading field paths or descriptions. Every rejected field carries one:
+    in ValidateWorkloadResponse.violations as this enum; on an error status as the
+    value name without the `VIOLATION_REASON_` prefix (e.g. "INVALID_SCORING_WEIGHTS")
+    in google.rpc.BadRequest.FieldViolation.reason, with google.rpc.ErrorInfo (domain
+    "gpusched.io", reason = the reason of the first violation). The workload reasons
+    are the same for the typed and the Kubernetes form of a workload.
+    """
+
+VIOLATION_REASON_UNSPECIFIED: ViolationReason.ValueType  # 0
+"""Never sent."""
+VIOLATION_REASON_INVALID_NODE_POLICY: ViolationReason.ValueType  # 1
+"""A node policy that is not binpack or spread: the hami.io/node-scheduler-policy
+annotation, a typed node_policy or options.default_node_policy.
+"""
+VIOLATION_REASON_INVALID_GPU_POLICY: ViolationReason.ValueType  # 2
+"""A GPU policy that is not a token or a chain of tokens: the
+hami.io/gpu-scheduler-policy annotation, a typed gpu_policy or
+options.default_gpu_policy (GPU_POLICY_UNSPECIFIED or an unknown value).
+"""
+VIOLATION_REASON_INVALID_SCORING_WEIGHTS: ViolationReason.ValueType  # 3
+"""Device scoring weights that are malformed, over the maximum or all zero (the
+hami.io/device-scoring-weights annotation or typed scoring_weights).
+"""
+VIOLATION_REASON_INVALID_NUMA_BIND: ViolationReason.ValueType  # 4
+"""A numa-bind annotation that is not a boolean."""
+VIOLATION_REASON_INVALID_RESOURCE_REQUEST: ViolationReason.ValueType  # 5
+"""A container's GPU request that is malformed or out of range: card count, memory,
+memory percentage or cores (resource quantities or typed fields).
+"""
+VIOLATION_REASON_MISSING_FIELD: ViolationReason.ValueType  # 6
+"""A required field is unset or empty (a node name, a card id, a card's health, the
+workload, its spec, the workload list of a batch).
+"""
+VIOLATION_REASON_DUPLICATE_ID: ViolationReason.ValueType  # 7
+"""A name or id that must be unique is repeated (node name, card id, card uuid)."""
+VIOLATION_REASON_UNKNOWN_REFERENCE: ViolationReason.ValueType  # 8
+"""A name or id that refers to something the request does not contain (a pair
+score's card, a name in restrict_to_node_names).
+"""
+VIOLATION_REASON_UNKNOWN_ENUM_VALUE: ViolationReason.ValueType  # 9
+"""An enum number this server does not know (CardHealth, CardMode, LinkKind)."""
+VIOLATION_REASON_OUT_OF_RANGE: ViolationReason.ValueType  # 10
+"""A number outside its accepted range: options.default_cores_percent, normalisation
+split counts and scaling factors.
+"""
+VIOLATION_REASON_LIMIT_EXCEEDED: ViolationReason.ValueType  # 11
+"""The request is over a configured server limit (RESOURCE_EXHAUSTED with
+google.rpc.QuotaFailure violations).
+"""
+Global___ViolationReason: _TypeAlias = ViolationReason  # noqa: Y015
+
 class _Reason:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015

@@ -1,0 +1,427 @@
+//! Prometheus metrics (prometheus-client): typed families for the extender calls and the
+//! admission reviews, and a collector that reads leadership, informer sync and the assume cache
+//! at scrape time.
+//!
+//! [`registry`] builds the [`Registry`] that whatever serves `/metrics` encodes; today that is
+//! [`router`] on the extender listener (see `run.rs`).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::leader::Leadership;
+use crate::view::ClusterView;
+
+/// Prefix of every metric name.
+pub const PREFIX: &str = "gpusched_kube";
+
+/// An extender call.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ExtenderCall {
+    /// `/filter`.
+    Filter,
+    /// `/prioritize`.
+    Prioritize,
+    /// `/bind`.
+    Bind,
+}
+
+impl ExtenderCall {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExtenderCall::Filter => "filter",
+            ExtenderCall::Prioritize => "prioritize",
+            ExtenderCall::Bind => "bind",
+        }
+    }
+}
+
+/// How an extender call ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ExtenderOutcome {
+    /// Filter or prioritize answered without an error.
+    Ok,
+    /// Answered with an error (filter `Error`, prioritize 503, bind `Error`).
+    Error,
+    /// Bound with a GPU decision written into the pod.
+    BoundGpu,
+    /// Bound without a GPU decision (the pod requests no GPU).
+    BoundNoGpu,
+}
+
+impl ExtenderOutcome {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExtenderOutcome::Ok => "ok",
+            ExtenderOutcome::Error => "error",
+            ExtenderOutcome::BoundGpu => "bound_gpu",
+            ExtenderOutcome::BoundNoGpu => "bound_no_gpu",
+        }
+    }
+}
+
+/// An admission webhook.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Webhook {
+    /// `/validate`.
+    Validate,
+    /// `/mutate`.
+    Mutate,
+}
+
+impl Webhook {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Webhook::Validate => "validate",
+            Webhook::Mutate => "mutate",
+        }
+    }
+}
+
+/// How an admission review ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum AdmissionResult {
+    /// Allowed unchanged.
+    Allowed,
+    /// Allowed with a JSON patch.
+    Patched,
+    /// Denied.
+    Denied,
+    /// The body was not a readable AdmissionReview (answered 400).
+    Invalid,
+}
+
+impl AdmissionResult {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdmissionResult::Allowed => "allowed",
+            AdmissionResult::Patched => "patched",
+            AdmissionResult::Denied => "denied",
+            AdmissionResult::Invalid => "invalid",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    call: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReviewLabels {
+    webhook: &'static str,
+    result: &'static str,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 100 µs .. ~13 s (kube-scheduler's extender and the webhook timeouts are 10-30 s).
+    Histogram::new(exponential_buckets(0.000_1, 2.0, 18))
+}
+
+const CALL_OUTCOMES: [(ExtenderCall, ExtenderOutcome); 7] = [
+    (ExtenderCall::Filter, ExtenderOutcome::Ok),
+    (ExtenderCall::Filter, ExtenderOutcome::Error),
+    (ExtenderCall::Prioritize, ExtenderOutcome::Ok),
+    (ExtenderCall::Prioritize, ExtenderOutcome::Error),
+    (ExtenderCall::Bind, ExtenderOutcome::BoundGpu),
+    (ExtenderCall::Bind, ExtenderOutcome::BoundNoGpu),
+    (ExtenderCall::Bind, ExtenderOutcome::Error),
+];
+
+const REVIEW_RESULTS: [(Webhook, AdmissionResult); 6] = [
+    (Webhook::Validate, AdmissionResult::Allowed),
+    (Webhook::Validate, AdmissionResult::Denied),
+    (Webhook::Validate, AdmissionResult::Invalid),
+    (Webhook::Mutate, AdmissionResult::Allowed),
+    (Webhook::Mutate, AdmissionResult::Patched),
+    (Webhook::Mutate, AdmissionResult::Invalid),
+];
+
+/// The shim's metric families. Cloning shares the values (the families are reference-counted).
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    extender_requests: Family<CallLabels, Counter>,
+    extender_latency: Histograms<CallLabels>,
+    admission_reviews: Family<ReviewLabels, Counter>,
+    admission_latency: Histograms<ReviewLabels>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// New families; every series that can occur exists from the start (at 0), so a scrape
+    /// never misses one and every family shows its HELP.
+    pub fn new() -> Self {
+        let m = Metrics {
+            extender_requests: Family::default(),
+            extender_latency: Family::new_with_constructor(latency_histogram),
+            admission_reviews: Family::default(),
+            admission_latency: Family::new_with_constructor(latency_histogram),
+        };
+        for (call, outcome) in CALL_OUTCOMES {
+            let labels = CallLabels {
+                call: call.as_str(),
+                outcome: outcome.as_str(),
+            };
+            drop(m.extender_requests.get_or_create(&labels));
+            drop(m.extender_latency.get_or_create(&labels));
+        }
+        for (webhook, result) in REVIEW_RESULTS {
+            let labels = ReviewLabels {
+                webhook: webhook.as_str(),
+                result: result.as_str(),
+            };
+            drop(m.admission_reviews.get_or_create(&labels));
+            drop(m.admission_latency.get_or_create(&labels));
+        }
+        m
+    }
+
+    /// One finished extender call.
+    pub fn extender(&self, call: ExtenderCall, outcome: ExtenderOutcome, seconds: f64) {
+        let labels = CallLabels {
+            call: call.as_str(),
+            outcome: outcome.as_str(),
+        };
+        self.extender_requests.get_or_create(&labels).inc();
+        self.extender_latency
+            .get_or_create(&labels)
+            .observe(seconds);
+    }
+
+    /// One answered admission review.
+    pub fn admission(&self, webhook: Webhook, result: AdmissionResult, seconds: f64) {
+        let labels = ReviewLabels {
+            webhook: webhook.as_str(),
+            result: result.as_str(),
+        };
+        self.admission_reviews.get_or_create(&labels).inc();
+        self.admission_latency
+            .get_or_create(&labels)
+            .observe(seconds);
+    }
+
+    /// Registers the families (names without the prefix; counters get `_total`, units their
+    /// suffix, from prometheus-client).
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "extender_requests",
+            "Extender calls answered, by call (filter, prioritize, bind) and outcome",
+            self.extender_requests.clone(),
+        );
+        r.register_with_unit(
+            "extender_request_duration",
+            "Time to answer an extender call, by call and outcome",
+            Unit::Seconds,
+            self.extender_latency.clone(),
+        );
+        r.register(
+            "admission_reviews",
+            "Admission reviews answered, by webhook (validate, mutate) and result",
+            self.admission_reviews.clone(),
+        );
+        r.register_with_unit(
+            "admission_review_duration",
+            "Time to answer an admission review, by webhook and result",
+            Unit::Seconds,
+            self.admission_latency.clone(),
+        );
+    }
+}
+
+/// Gauges read from the shim's state at each scrape.
+#[derive(Debug)]
+struct StateCollector {
+    view: Arc<ClusterView>,
+    leader: Arc<Leadership>,
+}
+
+impl Collector for StateCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let gauges = [
+            (
+                "leader",
+                "1 when this replica holds the Lease (always 1 without leader election).",
+                i64::from(self.leader.is_leader()),
+            ),
+            (
+                "informers_synced",
+                "1 once the node and pod informers have listed.",
+                i64::from(self.view.is_synced()),
+            ),
+            (
+                "assumed_pods",
+                "Pods in the assume cache: bind decisions and reservations the informer has not shown yet.",
+                i64::try_from(self.view.assumed_len()).unwrap_or(i64::MAX),
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let gauge = ConstGauge::new(value);
+            let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+            gauge.encode(metric)?;
+        }
+        Ok(())
+    }
+}
+
+/// The registry to serve: the families of `metrics` and the state gauges of `view` and
+/// `leader`, all prefixed `gpusched_kube_`.
+pub fn registry(metrics: &Metrics, view: Arc<ClusterView>, leader: Arc<Leadership>) -> Registry {
+    let mut r = Registry::with_prefix(PREFIX);
+    metrics.register(&mut r);
+    r.register_collector(Box::new(StateCollector { view, leader }));
+    r
+}
+
+/// The registry as OpenMetrics text.
+pub fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, registry)?;
+    Ok(out)
+}
+
+async fn scrape(State(registry): State<Arc<Registry>>) -> Response {
+    match encode(&registry) {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// `GET /metrics` serving `registry` (merged into the extender's router until the shared
+/// runtime serves it).
+pub fn router(registry: Arc<Registry>) -> Router {
+    Router::new()
+        .route("/metrics", get(scrape))
+        .with_state(registry)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::config::Names;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::runtime::reflector;
+    use std::time::Duration;
+
+    fn view() -> Arc<ClusterView> {
+        let (nodes, _nw) = reflector::store::<Node>();
+        let (pods, _pw) = reflector::store::<Pod>();
+        Arc::new(ClusterView::new(
+            nodes,
+            pods,
+            Names::default(),
+            Duration::from_secs(60),
+        ))
+    }
+
+    /// The value of one series line (`name{labels} value`).
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    #[test]
+    fn every_family_has_help_type_and_unit_and_counts() {
+        let m = Metrics::new();
+        let leader = Arc::new(Leadership::always("t"));
+        let r = registry(&m, view(), leader);
+        let text = encode(&r).unwrap();
+        // Every series exists before the first call.
+        let bind_gpu = r#"gpusched_kube_extender_requests_total{call="bind",outcome="bound_gpu"}"#;
+        assert_eq!(value(&text, bind_gpu), Some(0.0), "{text}");
+        let denied = r#"gpusched_kube_admission_reviews_total{webhook="validate",result="denied"}"#;
+        assert_eq!(value(&text, denied), Some(0.0), "{text}");
+        let patched_count = r#"gpusched_kube_admission_review_duration_seconds_count{webhook="mutate",result="patched"}"#;
+        assert_eq!(value(&text, patched_count), Some(0.0), "{text}");
+        m.extender(ExtenderCall::Bind, ExtenderOutcome::BoundGpu, 0.003);
+        m.extender(ExtenderCall::Bind, ExtenderOutcome::BoundGpu, 0.5);
+        m.admission(Webhook::Validate, AdmissionResult::Denied, 0.002);
+        let text = encode(&r).unwrap();
+        assert_eq!(value(&text, bind_gpu), Some(2.0), "{text}");
+        assert_eq!(value(&text, denied), Some(1.0), "{text}");
+        assert_eq!(
+            value(
+                &text,
+                r#"gpusched_kube_extender_request_duration_seconds_count{call="bind",outcome="bound_gpu"}"#
+            ),
+            Some(2.0),
+            "{text}"
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"gpusched_kube_extender_request_duration_seconds_bucket{le="0.0064",call="bind",outcome="bound_gpu"}"#
+            ),
+            Some(1.0),
+            "{text}"
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"gpusched_kube_admission_review_duration_seconds_count{webhook="validate",result="denied"}"#
+            ),
+            Some(1.0),
+            "{text}"
+        );
+        // State gauges: always leading, not synced, nothing assumed.
+        assert_eq!(value(&text, "gpusched_kube_leader"), Some(1.0), "{text}");
+        assert_eq!(
+            value(&text, "gpusched_kube_informers_synced"),
+            Some(0.0),
+            "{text}"
+        );
+        assert_eq!(value(&text, "gpusched_kube_assumed_pods"), Some(0.0));
+        // HELP and TYPE on every family; the unit on the histograms.
+        for family in [
+            "gpusched_kube_extender_requests",
+            "gpusched_kube_extender_request_duration_seconds",
+            "gpusched_kube_admission_reviews",
+            "gpusched_kube_admission_review_duration_seconds",
+            "gpusched_kube_leader",
+            "gpusched_kube_informers_synced",
+            "gpusched_kube_assumed_pods",
+        ] {
+            assert!(
+                text.contains(&format!("# HELP {family} ")),
+                "{family}: {text}"
+            );
+            assert!(
+                text.contains(&format!("# TYPE {family} ")),
+                "{family}: {text}"
+            );
+        }
+        assert!(text.contains("# UNIT gpusched_kube_extender_request_duration_seconds seconds"));
+        assert!(text.ends_with("# EOF\n"));
+    }
+}

@@ -1,0 +1,9 @@
+//! The stories, one module each; [`crate`] runs them in order (filtered by `E2E_FILTER`).
+
+pub mod admission;
+pub mod burst;
+pub mod mutex;
+pub mod replicas;
+pub mod restart;
+pub mod seed;
+pub mod weights;

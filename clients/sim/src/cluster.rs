@@ -1,0 +1,385 @@
+//! The simulated cluster: nodes with the usage booked from the service's answers.
+
+use std::collections::{BTreeSet, HashMap};
+
+use gpusched_api::v1;
+use prost::Message as _;
+use serde::Serialize;
+
+use crate::trace::Need;
+
+/// What one placement booked: released exactly on departure.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Booking {
+    /// Node index.
+    pub node: usize,
+    /// (card index within the node, MiB, cores percent), one entry per card assignment.
+    pub cards: Vec<(usize, u64, u32)>,
+}
+
+/// Nodes and their usage.
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    /// The nodes with current usage (as sent to the service).
+    pub nodes: Vec<v1::Node>,
+    index: HashMap<String, usize>,
+    total_cards: usize,
+    /// Node index -> position in name order.
+    rank: Vec<usize>,
+    /// Position in name order -> node index.
+    by_rank: Vec<usize>,
+    /// Node index -> its content without the name (usage included).
+    key: Vec<Vec<u8>>,
+    /// Content -> the nodes (name ranks) with exactly that content.
+    classes: HashMap<Vec<u8>, BTreeSet<usize>>,
+}
+
+/// A node's content without its name: nodes with equal keys are interchangeable but for the
+/// name, which only breaks ties (smaller name first, as the API specifies).
+fn node_key(n: &v1::Node) -> Vec<u8> {
+    let mut k = n.clone();
+    k.name.clear();
+    k.encode_to_vec()
+}
+
+/// Counts of cards by state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct CardStates {
+    /// Cards with nothing booked.
+    pub idle: usize,
+    /// Cards with something booked that can still take more.
+    pub partial: usize,
+    /// Cards with all cores, all memory or all slots booked.
+    pub full: usize,
+}
+
+fn usage(c: &v1::Card) -> v1::CardUsage {
+    c.usage.unwrap_or_default()
+}
+
+/// Memory a need books on a card (percent of the card floored, as HAMi does), or its MiB.
+fn need_mem(n: &Need, c: &v1::Card) -> u64 {
+    if n.mem_mib > 0 {
+        n.mem_mib
+    } else {
+        c.total_mem_mib.saturating_mul(u64::from(n.mem_percent)) / 100
+    }
+}
+
+/// Whether a card could take one card of `n` right now: a free slot, enough free cores and
+/// memory. A necessary condition of the service's fit rules (used to narrow candidates and for
+/// the fragmentation measure; the service decides).
+pub fn card_may_fit(c: &v1::Card, n: &Need) -> bool {
+    let u = usage(c);
+    if c.health != v1::CardHealth::Healthy as i32 || u.used_slots >= c.slots {
+        return false;
+    }
+    let free_cores = c.total_cores.saturating_sub(u.used_cores);
+    let free_mem = c.total_mem_mib.saturating_sub(u.used_mem_mib);
+    free_cores >= n.cores && free_mem >= need_mem(n, c)
+}
+
+impl Cluster {
+    /// A cluster of these nodes (names must be unique).
+    pub fn new(nodes: Vec<v1::Node>) -> anyhow::Result<Cluster> {
+        let mut index = HashMap::with_capacity(nodes.len());
+        for (i, n) in nodes.iter().enumerate() {
+            if index.insert(n.name.clone(), i).is_some() {
+                anyhow::bail!("duplicate node `{}`", n.name);
+            }
+        }
+        let total_cards = nodes.iter().map(|n| n.cards.len()).sum();
+        let mut by_rank: Vec<usize> = (0..nodes.len()).collect();
+        by_rank.sort_by(|&a, &b| nodes[a].name.cmp(&nodes[b].name));
+        let mut rank = vec![0; nodes.len()];
+        for (r, &i) in by_rank.iter().enumerate() {
+            rank[i] = r;
+        }
+        let key: Vec<Vec<u8>> = nodes.iter().map(node_key).collect();
+        let mut classes: HashMap<Vec<u8>, BTreeSet<usize>> = HashMap::new();
+        for (i, k) in key.iter().enumerate() {
+            classes.entry(k.clone()).or_default().insert(rank[i]);
+        }
+        Ok(Cluster {
+            nodes,
+            index,
+            total_cards,
+            rank,
+            by_rank,
+            key,
+            classes,
+        })
+    }
+
+    /// Re-files node `i` after its usage changed.
+    fn rekey(&mut self, i: usize) {
+        let new = node_key(&self.nodes[i]);
+        let old = std::mem::replace(&mut self.key[i], new.clone());
+        if old == new {
+            return;
+        }
+        if let Some(set) = self.classes.get_mut(&old) {
+            set.remove(&self.rank[i]);
+            if set.is_empty() {
+                self.classes.remove(&old);
+            }
+        }
+        self.classes.entry(new).or_default().insert(self.rank[i]);
+    }
+
+    /// Groups of identical nodes (same cards and usage), for tests and statistics.
+    pub fn class_count(&self) -> usize {
+        self.classes.len()
+    }
+
+    /// Cards in the cluster.
+    pub fn total_cards(&self) -> usize {
+        self.total_cards
+    }
+
+    /// Books a placement the service returned; None when nothing was placed.
+    pub fn book(&mut self, r: &v1::AllocationResult) -> anyhow::Result<Option<Booking>> {
+        if !r.placed {
+            return Ok(None);
+        }
+        let node = *self
+            .index
+            .get(&r.node_name)
+            .ok_or_else(|| anyhow::anyhow!("the service chose unknown node `{}`", r.node_name))?;
+        let n = &mut self.nodes[node];
+        let mut b = Booking {
+            node,
+            cards: Vec::new(),
+        };
+        for ca in r.containers.iter().flat_map(|c| &c.cards) {
+            let ci = n
+                .cards
+                .iter()
+                .position(|c| c.id == ca.card_id)
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "the service chose unknown card `{}` on `{}`",
+                        ca.card_id,
+                        r.node_name
+                    )
+                })?;
+            let u = n.cards[ci].usage.get_or_insert_with(v1::CardUsage::default);
+            u.used_slots += 1;
+            u.used_mem_mib += ca.mem_mib;
+            u.used_cores += ca.cores_percent;
+            b.cards.push((ci, ca.mem_mib, ca.cores_percent));
+        }
+        self.rekey(node);
+        Ok(Some(b))
+    }
+
+    /// Releases exactly what `b` booked.
+    pub fn release(&mut self, b: &Booking) -> anyhow::Result<()> {
+        let n = &mut self.nodes[b.node];
+        for &(ci, mem, cores) in &b.cards {
+            let u = n.cards[ci].usage.get_or_insert_with(v1::CardUsage::default);
+            let (Some(s), Some(m), Some(c)) = (
+                u.used_slots.checked_sub(1),
+                u.used_mem_mib.checked_sub(mem),
+                u.used_cores.checked_sub(cores),
+            ) else {
+                anyhow::bail!("release below zero on `{}` card {ci}", n.name);
+            };
+            *u = v1::CardUsage {
+                used_slots: s,
+                used_mem_mib: m,
+                used_cores: c,
+            };
+            if *u == v1::CardUsage::default() {
+                n.cards[ci].usage = None;
+            }
+        }
+        self.rekey(b.node);
+        Ok(())
+    }
+
+    /// Whether node `i` may take every container of `needs` (each on its own, now).
+    fn node_may_fit(&self, i: usize, needs: &[Need]) -> bool {
+        let n = &self.nodes[i];
+        needs.iter().all(|need| {
+            let fit = n.cards.iter().filter(|c| card_may_fit(c, need)).count();
+            fit >= need.count as usize
+        })
+    }
+
+    /// The nodes to send for a batch of `jobs` (each a list of needs; None = not known):
+    /// of every group of identical nodes, the `per_group` smallest names (a batch of k
+    /// workloads can touch at most k nodes of a group, and among identical nodes the service
+    /// prefers the smaller name), and only groups whose nodes may take at least one of the jobs
+    /// (usage only grows within a batch). The service's choices are the same as with every
+    /// node; its reasons for unplaced workloads are not (ask again with every node).
+    pub fn candidates(&self, jobs: &[Option<&[Need]>], per_group: usize) -> Vec<v1::Node> {
+        let unknown = jobs.iter().any(Option::is_none);
+        let mut ranks: Vec<usize> = Vec::new();
+        for members in self.classes.values() {
+            let Some(&first) = members.iter().next() else {
+                continue;
+            };
+            let i = self.by_rank[first];
+            if !unknown
+                && !jobs
+                    .iter()
+                    .flatten()
+                    .any(|needs| self.node_may_fit(i, needs))
+            {
+                continue;
+            }
+            ranks.extend(members.iter().take(per_group.max(1)));
+        }
+        ranks.sort_unstable();
+        ranks
+            .into_iter()
+            .map(|r| self.nodes[self.by_rank[r]].clone())
+            .collect()
+    }
+
+    /// Cards by state.
+    pub fn card_states(&self) -> CardStates {
+        let mut s = CardStates::default();
+        for c in self.nodes.iter().flat_map(|n| &n.cards) {
+            let u = usage(c);
+            if u.used_slots == 0 && u.used_cores == 0 && u.used_mem_mib == 0 {
+                s.idle += 1;
+            } else if u.used_cores >= c.total_cores
+                || u.used_mem_mib >= c.total_mem_mib
+                || u.used_slots >= c.slots
+            {
+                s.full += 1;
+            } else {
+                s.partial += 1;
+            }
+        }
+        s
+    }
+
+    /// Booked compute over all compute (cores percent summed), 0..1.
+    pub fn allocation_ratio(&self) -> f64 {
+        let (used, total) =
+            self.nodes
+                .iter()
+                .flat_map(|n| &n.cards)
+                .fold((0u64, 0u64), |(u, t), c| {
+                    (
+                        u + u64::from(usage(c).used_cores.min(c.total_cores)),
+                        t + u64::from(c.total_cores),
+                    )
+                });
+        if total == 0 {
+            0.0
+        } else {
+            used as f64 / total as f64
+        }
+    }
+
+    /// Expected fragmentation (the card-level form of Weng et al.'s measure): of the free
+    /// compute, the share that sits on cards where a request drawn from `classes` (per-card
+    /// needs with their popularity) could not fit. 0..1; 0 when nothing is free.
+    pub fn fragmentation(&self, classes: &[(Need, f64)]) -> f64 {
+        let mut free_total = 0.0;
+        let mut frag = 0.0;
+        for c in self.nodes.iter().flat_map(|n| &n.cards) {
+            let free = f64::from(c.total_cores.saturating_sub(usage(c).used_cores));
+            if free <= 0.0 {
+                continue;
+            }
+            free_total += free;
+            let miss: f64 = classes
+                .iter()
+                .filter(|(n, _)| !card_may_fit(c, n))
+                .map(|(_, p)| p)
+                .sum();
+            frag += free * miss;
+        }
+        if free_total > 0.0 {
+            frag / free_total
+        } else {
+            0.0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::trace::card;
+
+    fn need(cores: u32) -> Need {
+        Need {
+            count: 1,
+            cores,
+            mem_mib: 0,
+            mem_percent: cores,
+        }
+    }
+
+    #[test]
+    fn measures_and_groups() {
+        let mut n = v1::Node {
+            name: "b".into(),
+            cards: vec![card(0, "T4", 16384, 10), card(1, "T4", 16384, 10)],
+            ..v1::Node::default()
+        };
+        n.cards[0].usage = Some(v1::CardUsage {
+            used_slots: 1,
+            used_mem_mib: 8192,
+            used_cores: 50,
+        });
+        let idle = v1::Node {
+            name: "a".into(),
+            cards: vec![card(0, "T4", 16384, 10), card(1, "T4", 16384, 10)],
+            ..v1::Node::default()
+        };
+        let c = Cluster::new(vec![
+            n,
+            idle.clone(),
+            v1::Node {
+                name: "c".into(),
+                ..idle.clone()
+            },
+        ])
+        .unwrap();
+        assert_eq!(
+            c.card_states(),
+            CardStates {
+                idle: 5,
+                partial: 1,
+                full: 0
+            }
+        );
+        assert!((c.allocation_ratio() - 50.0 / 600.0).abs() < 1e-12);
+        // Free: 50 on the used card, 100 on each of 5 idle cards. A 30% request fits
+        // everywhere; an 80% request misses the used card only: 0.5 * 50 / 550.
+        let f = c.fragmentation(&[(need(30), 0.5), (need(80), 0.5)]);
+        assert!((f - 25.0 / 550.0).abs() < 1e-12, "{f}");
+        // Two identical idle nodes are one group: a batch of one gets the smaller name.
+        assert_eq!(c.class_count(), 2);
+        let one: Vec<String> = c
+            .candidates(&[Some(&[need(80)][..])], 1)
+            .into_iter()
+            .map(|n| n.name)
+            .collect();
+        assert_eq!(one, ["a", "b"]);
+        let two: Vec<String> = c
+            .candidates(&[Some(&[need(100)][..]), None], 2)
+            .into_iter()
+            .map(|n| n.name)
+            .collect();
+        assert_eq!(two, ["a", "b", "c"]);
+        let big = Need {
+            count: 2,
+            ..need(80)
+        };
+        let fits: Vec<String> = c
+            .candidates(&[Some(&[big][..])], 1)
+            .into_iter()
+            .map(|n| n.name)
+            .collect();
+        assert_eq!(fits, ["a"]);
+    }
+}

@@ -1,0 +1,16 @@
+//! # gpusched-sim
+//!
+//! What-if replay of a GPU workload trace through gpusched-server: arrivals and departures in
+//! time order (or arrivals only, `--fill`), each placement decided by the service over gRPC
+//! (AllocateBatch for runs of arrivals with no departure between them), usage booked from the
+//! service's answers and released exactly on departure, under one or more policy set-ups.
+//! Reports allocation, card states, fragmentation and unplaced workloads with the service's
+//! reasons, as JSON, Markdown and SVG/PNG charts. See the crate README.
+
+pub mod app;
+pub mod chart;
+pub mod cluster;
+pub mod replay;
+pub mod report;
+pub mod setup;
+pub mod trace;

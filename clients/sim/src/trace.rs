@@ -1,0 +1,596 @@
+//! Traces and clusters: the openb CSV files (Alibaba cluster-trace-gpu-v2023) and gpusched's
+//! own JSON Lines formats, turned into gpusched workloads and nodes.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use gpusched_api::json::from_json;
+use gpusched_api::v1;
+use serde::Serialize;
+
+/// A row that could not be read: where and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}:{line}: {message}")]
+pub struct BadRow {
+    /// The file.
+    pub path: String,
+    /// 1-based line number.
+    pub line: u64,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Per-card needs of one GPU container, as far as the simulator knows them (used to narrow
+/// the candidate nodes and to classify requests for the fragmentation measure, never to
+/// decide).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Need {
+    /// Cards wanted.
+    pub count: u32,
+    /// Cores per card, percent (0 = not known).
+    pub cores: u32,
+    /// Memory per card, MiB (0 = not fixed).
+    pub mem_mib: u64,
+    /// Memory per card, percent of the card (0 = not given).
+    pub mem_percent: u32,
+}
+
+/// One workload of a trace.
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// Name (from the trace).
+    pub name: String,
+    /// Arrival, seconds.
+    pub arrive: f64,
+    /// Departure, seconds (None: stays to the end).
+    pub leave: Option<f64>,
+    /// What is sent to the service.
+    pub workload: v1::Workload,
+    /// GPU demand in whole-GPU equivalents (cores percent / 100 summed over cards).
+    pub demand: f64,
+    /// Per-container needs, when known (typed workloads).
+    pub needs: Option<Vec<Need>>,
+}
+
+/// What reading a trace found.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LoadStats {
+    /// Data rows read.
+    pub rows: usize,
+    /// GPU workloads kept.
+    pub gpu_jobs: usize,
+    /// Rows without a GPU request (skipped: the service places GPUs only).
+    pub skipped_no_gpu: usize,
+    /// Malformed rows skipped (`--skip-bad`).
+    pub skipped_bad: usize,
+    /// The first few skipped rows, `file:line: why`.
+    pub bad_examples: Vec<String>,
+}
+
+/// How to read traces and node lists.
+#[derive(Clone, Debug)]
+pub struct ReadOptions {
+    /// Skip malformed rows (counted) instead of failing.
+    pub skip_bad: bool,
+    /// Card memory per openb model, MiB.
+    pub model_mem_mib: BTreeMap<String, u64>,
+    /// Virtual slots per card (HAMi deviceSplitCount).
+    pub slots: u32,
+}
+
+/// Default card memory per openb model (MiB). G1-G3 are undisclosed types; their size only
+/// matters for requests in MiB (openb requests are percentages, see the README).
+pub fn default_model_mem() -> BTreeMap<String, u64> {
+    [
+        ("V100M16", 16),
+        ("V100M32", 32),
+        ("P100", 16),
+        ("T4", 16),
+        ("A10", 24),
+        ("G1", 16),
+        ("G2", 16),
+        ("G3", 32),
+    ]
+    .into_iter()
+    .map(|(k, g)| (k.to_owned(), g * 1024))
+    .collect()
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            skip_bad: false,
+            model_mem_mib: default_model_mem(),
+            slots: 10,
+        }
+    }
+}
+
+/// A trace: workloads in file order, and what reading found.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    /// The GPU workloads.
+    pub jobs: Vec<Job>,
+    /// Counts.
+    pub stats: LoadStats,
+}
+
+/// A cluster and what reading found.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterFile {
+    /// The nodes, idle.
+    pub nodes: Vec<v1::Node>,
+    /// Counts (rows, nodes without GPUs in `skipped_no_gpu`).
+    pub stats: LoadStats,
+}
+
+struct Rows<'a> {
+    path: &'a str,
+    opts: &'a ReadOptions,
+    stats: LoadStats,
+}
+
+impl Rows<'_> {
+    /// Ok(true) when the row was skipped as bad, Err when it must fail.
+    fn bad(&mut self, line: u64, message: String) -> Result<(), BadRow> {
+        let e = BadRow {
+            path: self.path.to_owned(),
+            line,
+            message,
+        };
+        if self.opts.skip_bad {
+            self.stats.skipped_bad += 1;
+            if self.stats.bad_examples.len() < 5 {
+                self.stats.bad_examples.push(e.to_string());
+            }
+            Ok(())
+        } else {
+            Err(e)
+        }
+    }
+}
+
+fn read_text(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+fn csv_reader(text: &str) -> csv::Reader<&[u8]> {
+    csv::ReaderBuilder::new()
+        .has_headers(true)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes())
+}
+
+fn columns(path: &str, rdr: &mut csv::Reader<&[u8]>, want: &[&str]) -> anyhow::Result<Vec<usize>> {
+    let headers = rdr
+        .headers()
+        .map_err(|e| anyhow::anyhow!("{path}:1: cannot read the header: {e}"))?
+        .clone();
+    want.iter()
+        .map(|w| {
+            headers.iter().position(|h| h == *w).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{path}:1: the header lacks column `{w}` (want {})",
+                    want.join(",")
+                )
+            })
+        })
+        .collect()
+}
+
+fn field<'r>(rec: &'r csv::StringRecord, idx: usize, name: &str) -> Result<&'r str, String> {
+    rec.get(idx)
+        .ok_or_else(|| format!("missing column `{name}` ({} fields)", rec.len()))
+}
+
+fn num<T: std::str::FromStr>(rec: &csv::StringRecord, idx: usize, name: &str) -> Result<T, String> {
+    let s = field(rec, idx, name)?;
+    s.parse()
+        .map_err(|_| format!("column `{name}`: `{s}` is not a valid number"))
+}
+
+fn time(rec: &csv::StringRecord, idx: usize, name: &str) -> Result<Option<f64>, String> {
+    let s = field(rec, idx, name)?;
+    if s.is_empty() {
+        return Ok(None);
+    }
+    let t: f64 = s
+        .parse()
+        .map_err(|_| format!("column `{name}`: `{s}` is not a time in seconds"))?;
+    if !t.is_finite() || t < 0.0 {
+        return Err(format!("column `{name}`: `{s}` is not a time >= 0"));
+    }
+    Ok(Some(t))
+}
+
+/// The typed workload of an openb pod: `num_gpu` cards, each with `pct` percent of the card's
+/// cores and `pct` percent of its memory, on the allowed models.
+pub fn openb_workload(name: &str, num_gpu: u32, pct: u32, gpu_types: &[String]) -> v1::Workload {
+    v1::Workload {
+        namespace: "openb".into(),
+        name: name.to_owned(),
+        uid: String::new(),
+        spec: Some(v1::workload::Spec::Typed(v1::TypedWorkloadSpec {
+            use_gpu_types: gpu_types.to_vec(),
+            containers: vec![v1::ContainerRequest {
+                name: "main".into(),
+                gpu_count: num_gpu,
+                gpumem_mib: 0,
+                gpumem_percent: pct,
+                gpucores_percent: Some(pct),
+            }],
+            ..v1::TypedWorkloadSpec::default()
+        })),
+    }
+}
+
+/// Reads an openb pod list (`name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,
+/// pod_phase,creation_time,deletion_time,scheduled_time`).
+pub fn read_openb_pods(path: &Path, opts: &ReadOptions) -> anyhow::Result<Trace> {
+    let text = read_text(path)?;
+    parse_openb_pods(&path.display().to_string(), &text, opts)
+}
+
+/// [`read_openb_pods`] on text.
+pub fn parse_openb_pods(path: &str, text: &str, opts: &ReadOptions) -> anyhow::Result<Trace> {
+    let mut rdr = csv_reader(text);
+    let names = [
+        "name",
+        "num_gpu",
+        "gpu_milli",
+        "gpu_spec",
+        "creation_time",
+        "deletion_time",
+    ];
+    let col = columns(path, &mut rdr, &names)?;
+    let mut rows = Rows {
+        path,
+        opts,
+        stats: LoadStats::default(),
+    };
+    let mut jobs = Vec::new();
+    for rec in rdr.records() {
+        let (rec, line) = match rec {
+            Ok(r) => {
+                let line = r.position().map_or(0, csv::Position::line);
+                (r, line)
+            }
+            Err(e) => {
+                let line = e.position().map_or(0, csv::Position::line);
+                rows.stats.rows += 1;
+                rows.bad(line, format!("unreadable row: {e}"))?;
+                continue;
+            }
+        };
+        rows.stats.rows += 1;
+        match openb_row(&rec, &col) {
+            Ok(Some(job)) => jobs.push(job),
+            Ok(None) => rows.stats.skipped_no_gpu += 1,
+            Err(m) => rows.bad(line, m)?,
+        }
+    }
+    let mut stats = rows.stats;
+    stats.gpu_jobs = jobs.len();
+    Ok(Trace { jobs, stats })
+}
+
+fn openb_row(rec: &csv::StringRecord, col: &[usize]) -> Result<Option<Job>, String> {
+    let name = field(rec, col[0], "name")?.to_owned();
+    if name.is_empty() {
+        return Err("column `name` is empty".into());
+    }
+    let num_gpu: u32 = num(rec, col[1], "num_gpu")?;
+    let gpu_milli: u32 = num(rec, col[2], "gpu_milli")?;
+    let spec = field(rec, col[3], "gpu_spec")?;
+    let arrive = time(rec, col[4], "creation_time")?
+        .ok_or_else(|| "column `creation_time` is empty".to_owned())?;
+    let leave = time(rec, col[5], "deletion_time")?;
+    if num_gpu == 0 {
+        return Ok(None);
+    }
+    if gpu_milli == 0 || gpu_milli > 1000 {
+        return Err(format!(
+            "column `gpu_milli`: {gpu_milli} is not in 1..=1000 (num_gpu is {num_gpu})"
+        ));
+    }
+    if num_gpu > 64 {
+        return Err(format!("column `num_gpu`: {num_gpu} is more than 64 cards"));
+    }
+    let pct = gpu_milli.div_ceil(10);
+    let types: Vec<String> = spec
+        .split('|')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    Ok(Some(Job {
+        workload: openb_workload(&name, num_gpu, pct, &types),
+        name,
+        arrive,
+        leave,
+        demand: f64::from(num_gpu) * f64::from(pct) / 100.0,
+        needs: Some(vec![Need {
+            count: num_gpu,
+            cores: pct,
+            mem_mib: 0,
+            mem_percent: pct,
+        }]),
+    }))
+}
+
+/// One card of a node built from a node list.
+pub fn card(index: u32, model: &str, mem_mib: u64, slots: u32) -> v1::Card {
+    v1::Card {
+        id: format!("gpu{index}"),
+        index,
+        r#type: model.to_owned(),
+        slots,
+        total_mem_mib: mem_mib,
+        total_cores: 100,
+        numa: 0,
+        health: v1::CardHealth::Healthy as i32,
+        mode: v1::CardMode::HamiCore as i32,
+        usage: None,
+    }
+}
+
+/// Reads an openb node list (`sn,cpu_milli,memory_mib,gpu,model`).
+pub fn read_openb_nodes(path: &Path, opts: &ReadOptions) -> anyhow::Result<ClusterFile> {
+    let text = read_text(path)?;
+    parse_openb_nodes(&path.display().to_string(), &text, opts)
+}
+
+/// [`read_openb_nodes`] on text.
+pub fn parse_openb_nodes(
+    path: &str,
+    text: &str,
+    opts: &ReadOptions,
+) -> anyhow::Result<ClusterFile> {
+    let mut rdr = csv_reader(text);
+    let col = columns(path, &mut rdr, &["sn", "gpu", "model"])?;
+    let mut rows = Rows {
+        path,
+        opts,
+        stats: LoadStats::default(),
+    };
+    let mut nodes = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for rec in rdr.records() {
+        rows.stats.rows += 1;
+        let rec = match rec {
+            Ok(r) => r,
+            Err(e) => {
+                let line = e.position().map_or(0, csv::Position::line);
+                rows.bad(line, format!("unreadable row: {e}"))?;
+                continue;
+            }
+        };
+        let line = rec.position().map_or(0, csv::Position::line);
+        let node = (|| -> Result<Option<v1::Node>, String> {
+            let sn = field(&rec, col[0], "sn")?;
+            if sn.is_empty() {
+                return Err("column `sn` is empty".into());
+            }
+            let gpus: u32 = num(&rec, col[1], "gpu")?;
+            let model = field(&rec, col[2], "model")?;
+            if gpus == 0 {
+                return Ok(None);
+            }
+            if gpus > 64 {
+                return Err(format!("column `gpu`: {gpus} is more than 64 cards"));
+            }
+            let mem = *opts.model_mem_mib.get(model).ok_or_else(|| {
+                format!(
+                    "unknown GPU model `{model}`: give its card memory with --model-mem {model}=MIB"
+                )
+            })?;
+            if !seen.insert(sn.to_owned()) {
+                return Err(format!("duplicate node `{sn}`"));
+            }
+            Ok(Some(v1::Node {
+                name: sn.to_owned(),
+                cards: (0..gpus).map(|i| card(i, model, mem, opts.slots)).collect(),
+                ..v1::Node::default()
+            }))
+        })();
+        match node {
+            Ok(Some(n)) => nodes.push(n),
+            Ok(None) => rows.stats.skipped_no_gpu += 1,
+            Err(m) => rows.bad(line, m)?,
+        }
+    }
+    let mut stats = rows.stats;
+    stats.gpu_jobs = nodes.len();
+    Ok(ClusterFile { nodes, stats })
+}
+
+/// Reads JSON Lines of `gpusched.v1.Node` (proto JSON), one node per line; blank lines and
+/// lines starting with `#` are skipped.
+pub fn read_jsonl_nodes(path: &Path, opts: &ReadOptions) -> anyhow::Result<ClusterFile> {
+    let text = read_text(path)?;
+    parse_jsonl_nodes(&path.display().to_string(), &text, opts)
+}
+
+/// [`read_jsonl_nodes`] on text.
+pub fn parse_jsonl_nodes(
+    path: &str,
+    text: &str,
+    opts: &ReadOptions,
+) -> anyhow::Result<ClusterFile> {
+    let mut rows = Rows {
+        path,
+        opts,
+        stats: LoadStats::default(),
+    };
+    let mut nodes = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (i, l) in text.lines().enumerate() {
+        let l = l.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        rows.stats.rows += 1;
+        let line = i as u64 + 1;
+        match from_json::<v1::Node>("gpusched.v1.Node", l) {
+            Ok(n) if n.name.is_empty() => rows.bad(line, "node without a name".into())?,
+            Ok(n) if !seen.insert(n.name.clone()) => {
+                rows.bad(line, format!("duplicate node `{}`", n.name))?;
+            }
+            Ok(n) if n.cards.is_empty() => rows.stats.skipped_no_gpu += 1,
+            Ok(n) => nodes.push(n),
+            Err(e) => rows.bad(line, format!("not a gpusched.v1.Node: {e}"))?,
+        }
+    }
+    let mut stats = rows.stats;
+    stats.gpu_jobs = nodes.len();
+    Ok(ClusterFile { nodes, stats })
+}
+
+/// Reads a JSON Lines trace: each line `{"arrive": SECONDS, "leave": SECONDS|null,
+/// "workload": <gpusched.v1.Workload in proto JSON>}`.
+pub fn read_jsonl_jobs(path: &Path, opts: &ReadOptions) -> anyhow::Result<Trace> {
+    let text = read_text(path)?;
+    parse_jsonl_jobs(&path.display().to_string(), &text, opts)
+}
+
+/// [`read_jsonl_jobs`] on text.
+pub fn parse_jsonl_jobs(path: &str, text: &str, opts: &ReadOptions) -> anyhow::Result<Trace> {
+    let mut rows = Rows {
+        path,
+        opts,
+        stats: LoadStats::default(),
+    };
+    let mut jobs = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        let l = l.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        rows.stats.rows += 1;
+        let line = i as u64 + 1;
+        match jsonl_job(l, line) {
+            Ok(Some(j)) => jobs.push(j),
+            Ok(None) => rows.stats.skipped_no_gpu += 1,
+            Err(m) => rows.bad(line, m)?,
+        }
+    }
+    let mut stats = rows.stats;
+    stats.gpu_jobs = jobs.len();
+    Ok(Trace { jobs, stats })
+}
+
+fn jsonl_time(v: &serde_json::Value, key: &str) -> Result<Option<f64>, String> {
+    match v.get(key) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(x) => match x.as_f64() {
+            Some(t) if t.is_finite() && t >= 0.0 => Ok(Some(t)),
+            _ => Err(format!("`{key}` must be a number of seconds >= 0, got {x}")),
+        },
+    }
+}
+
+fn jsonl_job(l: &str, line: u64) -> Result<Option<Job>, String> {
+    let v: serde_json::Value = serde_json::from_str(l).map_err(|e| format!("not JSON: {e}"))?;
+    if !v.is_object() {
+        return Err("a line must be a JSON object".into());
+    }
+    let arrive = jsonl_time(&v, "arrive")?.ok_or_else(|| "`arrive` is missing".to_owned())?;
+    let leave = jsonl_time(&v, "leave")?;
+    let w = v
+        .get("workload")
+        .ok_or_else(|| "`workload` is missing".to_owned())?;
+    let workload: v1::Workload = from_json("gpusched.v1.Workload", &w.to_string())
+        .map_err(|e| format!("`workload` is not a gpusched.v1.Workload: {e}"))?;
+    let name = if workload.name.is_empty() {
+        format!("line-{line}")
+    } else {
+        workload.name.clone()
+    };
+    let (demand, needs) = match &workload.spec {
+        Some(v1::workload::Spec::Typed(t)) => typed_demand(t),
+        Some(v1::workload::Spec::Kubernetes(k)) => (kubernetes_demand(k), None),
+        None => return Err("`workload` has neither `typed` nor `kubernetes`".into()),
+    };
+    if demand <= 0.0 {
+        return Ok(None);
+    }
+    Ok(Some(Job {
+        name,
+        arrive,
+        leave,
+        workload,
+        demand,
+        needs,
+    }))
+}
+
+fn typed_demand(t: &v1::TypedWorkloadSpec) -> (f64, Option<Vec<Need>>) {
+    let demand = t
+        .containers
+        .iter()
+        .map(|c| f64::from(c.gpu_count) * f64::from(c.gpucores_percent.unwrap_or(100)) / 100.0)
+        .sum();
+    let needs = t
+        .init_containers
+        .iter()
+        .chain(&t.containers)
+        .filter(|c| c.gpu_count > 0)
+        .map(|c| Need {
+            count: c.gpu_count,
+            cores: c.gpucores_percent.unwrap_or(0),
+            mem_mib: c.gpumem_mib,
+            mem_percent: c.gpumem_percent,
+        })
+        .collect();
+    (demand, Some(needs))
+}
+
+fn quantity(c: &v1::KubernetesContainer, key: &str) -> Option<f64> {
+    c.limits
+        .get(key)
+        .or_else(|| c.requests.get(key))
+        .and_then(|s| s.trim().parse::<f64>().ok())
+}
+
+fn kubernetes_demand(k: &v1::KubernetesWorkloadSpec) -> f64 {
+    k.containers
+        .iter()
+        .map(|c| {
+            let n = quantity(c, "nvidia.com/gpu").unwrap_or(0.0);
+            let cores = quantity(c, "nvidia.com/gpucores").unwrap_or(100.0);
+            n * cores / 100.0
+        })
+        .sum()
+}
+
+/// Reads a trace by extension: `.csv` = openb pods, `.jsonl`/`.json`/`.ndjson` = JSON Lines.
+pub fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Trace> {
+    match ext(path).as_str() {
+        "csv" => read_openb_pods(path, opts),
+        "jsonl" | "json" | "ndjson" => read_jsonl_jobs(path, opts),
+        e => anyhow::bail!(
+            "{}: unknown trace format `.{e}` (use .csv for openb pods, .jsonl for JSON Lines)",
+            path.display()
+        ),
+    }
+}
+
+/// Reads a node list by extension: `.csv` = openb nodes, `.jsonl`/`.json`/`.ndjson` = nodes.
+pub fn read_nodes(path: &Path, opts: &ReadOptions) -> anyhow::Result<ClusterFile> {
+    match ext(path).as_str() {
+        "csv" => read_openb_nodes(path, opts),
+        "jsonl" | "json" | "ndjson" => read_jsonl_nodes(path, opts),
+        e => anyhow::bail!(
+            "{}: unknown node list format `.{e}` (use .csv for openb nodes, .jsonl for JSON Lines)",
+            path.display()
+        ),
+    }
+}
+
+fn ext(path: &Path) -> String {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase()
+}

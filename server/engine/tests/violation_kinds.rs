@@ -1,0 +1,196 @@
+//! Every violation carries the kind a client branches on, the same for both workload forms.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use gpusched_engine::{
+    Card, Defaults, InvalidInput, KubeContainer, KubeNames, KubeSpec, NodeSpec,
+    NormalizationConfig, RawCard, ScoringWeights, Snapshot, TypedContainer, TypedSpec,
+    ViolationKind, Workload, WorkloadMeta, WorkloadSpec, normalize_inventory,
+};
+
+fn kube(annotations: &[(&str, &str)], limits: &[(&str, &str)]) -> Result<Workload, InvalidInput> {
+    let map = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
+    let spec = WorkloadSpec::Kubernetes(KubeSpec {
+        annotations: map(annotations),
+        init_containers: Vec::new(),
+        containers: vec![KubeContainer {
+            name: "c".into(),
+            limits: map(limits),
+            requests: BTreeMap::new(),
+        }],
+    });
+    Workload::parse(
+        WorkloadMeta::default(),
+        &spec,
+        &Defaults::default(),
+        &KubeNames::default(),
+    )
+}
+
+fn kinds(e: &InvalidInput) -> Vec<ViolationKind> {
+    e.violations.iter().map(|v| v.kind).collect()
+}
+
+#[test]
+fn annotation_kinds() {
+    let gpu = [("nvidia.com/gpu", "1")];
+    for (key, value, kind) in [
+        (
+            "hami.io/node-scheduler-policy",
+            "pack",
+            ViolationKind::InvalidNodePolicy,
+        ),
+        (
+            "hami.io/gpu-scheduler-policy",
+            "binpack,",
+            ViolationKind::InvalidGpuPolicy,
+        ),
+        (
+            "hami.io/device-scoring-weights",
+            "slot=1",
+            ViolationKind::InvalidScoringWeights,
+        ),
+        (
+            "nvidia.com/numa-bind",
+            "yes please",
+            ViolationKind::InvalidNumaBind,
+        ),
+    ] {
+        let e = kube(&[(key, value)], &gpu).unwrap_err();
+        assert_eq!(kinds(&e), vec![kind], "{key}={value}");
+    }
+}
+
+#[test]
+fn resource_kinds() {
+    for limits in [
+        vec![("nvidia.com/gpu", "x")],
+        vec![("nvidia.com/gpu", "99999999999")],
+        vec![("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "-1")],
+        vec![
+            ("nvidia.com/gpu", "1"),
+            ("nvidia.com/gpumem-percentage", "101"),
+        ],
+        vec![("nvidia.com/gpu", "1"), ("nvidia.com/gpucores", "101")],
+    ] {
+        let e = kube(&[], &limits).unwrap_err();
+        assert_eq!(
+            kinds(&e),
+            vec![ViolationKind::InvalidResourceRequest],
+            "{limits:?}"
+        );
+    }
+}
+
+#[test]
+fn typed_kinds_match_the_annotation_kinds() {
+    let spec = WorkloadSpec::Typed(TypedSpec {
+        weights: Some(ScoringWeights {
+            slot: 0,
+            core: 0,
+            memory: 0,
+        }),
+        containers: vec![TypedContainer {
+            name: "c".into(),
+            gpus: 1,
+            gpumem_percent: 150,
+            gpucores: Some(300),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let e = Workload::parse(
+        WorkloadMeta::default(),
+        &spec,
+        &Defaults::default(),
+        &KubeNames::default(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        kinds(&e),
+        vec![
+            ViolationKind::InvalidResourceRequest,
+            ViolationKind::InvalidResourceRequest,
+            ViolationKind::InvalidScoringWeights,
+        ]
+    );
+}
+
+#[test]
+fn defaults_name_their_own_field() {
+    let e = Defaults {
+        cores: 101,
+        ..Defaults::default()
+    }
+    .validate()
+    .unwrap_err();
+    assert_eq!(e.violations.len(), 1);
+    assert_eq!(e.violations[0].kind, ViolationKind::OutOfRange);
+    assert_eq!(e.violations[0].field, "cores");
+}
+
+#[test]
+fn snapshot_kinds() {
+    let card = |id: &str| Card::new(id, 0, "NVIDIA-A100", 1024);
+    let e = Snapshot::new(vec![
+        NodeSpec::new("a", vec![card("x"), card("x"), card("")]),
+        NodeSpec::new("a", vec![]),
+        NodeSpec::new("", vec![]),
+    ])
+    .unwrap_err();
+    let got: Vec<(&str, ViolationKind)> = e
+        .violations
+        .iter()
+        .map(|v| (v.field.as_str(), v.kind))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("nodes[0].cards[1].id", ViolationKind::DuplicateId),
+            ("nodes[0].cards[2].id", ViolationKind::MissingField),
+            ("nodes[1].name", ViolationKind::DuplicateId),
+            ("nodes[2].name", ViolationKind::MissingField),
+        ]
+    );
+}
+
+#[test]
+fn inventory_kinds() {
+    let raw = |uuid: &str| RawCard {
+        uuid: uuid.into(),
+        index: 0,
+        model_name: "A100".into(),
+        total_memory_bytes: 1 << 30,
+        numa: None,
+        mig_enabled: false,
+        healthy: true,
+        links: Vec::new(),
+    };
+    let e = normalize_inventory(
+        "n",
+        &[raw("a"), raw("a"), raw(" ")],
+        &NormalizationConfig::default(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        kinds(&e),
+        vec![ViolationKind::DuplicateId, ViolationKind::MissingField]
+    );
+    let config = NormalizationConfig {
+        split_count: 0,
+        memory_scaling: f64::NAN,
+        ..NormalizationConfig::default()
+    };
+    let e = normalize_inventory("n", &[raw("a")], &config).unwrap_err();
+    assert_eq!(
+        kinds(&e),
+        vec![ViolationKind::OutOfRange, ViolationKind::OutOfRange]
+    );
+    assert_eq!(e.violations[0].field, "config.split_count");
+}
