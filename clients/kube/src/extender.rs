@@ -1,7 +1,7 @@
 //! The scheduler extender's HTTP handlers (kube-scheduler `extender/v1` JSON over HTTP):
 //! `/filter`, `/prioritize`, `/bind`, plus `/healthz` and `/readyz`. They decode the wire
 //! types of [`crate::extender_v1`], call the logic in [`crate::shim`] and encode its answer;
-//! `/metrics` is served by [`crate::metrics::router`].
+//! `/metrics` is served by `gpusched_runtime::metrics::router` (see `run.rs`).
 
 use std::sync::Arc;
 

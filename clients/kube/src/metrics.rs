@@ -2,16 +2,11 @@
 //! admission reviews, and a collector that reads leadership, informer sync and the assume cache
 //! at scrape time.
 //!
-//! [`registry`] builds the [`Registry`] that whatever serves `/metrics` encodes; today that is
-//! [`router`] on the extender listener (see `run.rs`).
+//! [`registry`] builds the [`Registry`] that `gpusched_runtime::metrics::router` serves at
+//! `/metrics` on the extender listener (see `run.rs`).
 
 use std::sync::Arc;
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
@@ -295,34 +290,8 @@ pub fn registry(metrics: &Metrics, view: Arc<ClusterView>, leader: Arc<Leadershi
     r
 }
 
-/// The registry as OpenMetrics text.
-pub fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
-    let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, registry)?;
-    Ok(out)
-}
-
-async fn scrape(State(registry): State<Arc<Registry>>) -> Response {
-    match encode(&registry) {
-        Ok(text) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            text,
-        )
-            .into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-    }
-}
-
-/// `GET /metrics` serving `registry` (merged into the extender's router until the shared
-/// runtime serves it).
-pub fn router(registry: Arc<Registry>) -> Router {
-    Router::new()
-        .route("/metrics", get(scrape))
-        .with_state(registry)
-}
+/// The registry as OpenMetrics text (served by `gpusched_runtime::metrics::router`).
+pub use gpusched_runtime::metrics::encode;
 
 #[cfg(test)]
 mod tests {

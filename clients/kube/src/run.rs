@@ -172,7 +172,8 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     {
         // The metrics registry, handed to what serves /metrics (for now: the extender listener).
         let registry = Arc::new(shim.registry());
-        let router = crate::extender::router(shim.clone()).merge(crate::metrics::router(registry));
+        let router = crate::extender::router(shim.clone())
+            .merge(gpusched_runtime::metrics::router(registry));
         let mut rx = shutdown_rx.clone();
         tasks.spawn(async move {
             // kube-scheduler sends small requests on kept-alive connections: no Nagle delays.

@@ -23,21 +23,24 @@ pub struct MetricsError {
     pub source: std::io::Error,
 }
 
-/// The registry as OpenMetrics text.
-pub fn encode(registry: &Registry) -> String {
+/// The registry as OpenMetrics text (a collector may fail to encode).
+pub fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
     let mut out = String::new();
-    // Writing to a String cannot fail.
-    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
-    out
+    prometheus_client::encoding::text::encode(&mut out, registry)?;
+    Ok(out)
 }
 
-/// A `GET /metrics` response for `registry` (to mount on a router of one's own).
+/// A `GET /metrics` response for `registry` (to mount on a router of one's own); 500 when a
+/// collector fails to encode.
 pub fn response(registry: &Registry) -> axum::response::Response {
-    (
-        [(axum::http::header::CONTENT_TYPE, CONTENT_TYPE)],
-        encode(registry),
-    )
-        .into_response()
+    match encode(registry) {
+        Ok(text) => ([(axum::http::header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
+        Err(e) => (
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            format!("metrics: {e}"),
+        )
+            .into_response(),
+    }
 }
 
 /// A router with `GET /metrics`.

@@ -159,6 +159,6 @@ impl Metrics {
 
     /// Prometheus text exposition.
     pub fn encode(&self) -> String {
-        gpusched_runtime::metrics::encode(&self.registry)
+        gpusched_runtime::metrics::encode(&self.registry).unwrap_or_default()
     }
 }
