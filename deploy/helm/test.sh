@@ -98,6 +98,17 @@ PY
 
 # ---- static checks ------------------------------------------------------------------------------
 check "version: Cargo workspace, Python, Go, chart agree (scripts/version.sh --check)" scripts/version.sh --check
+version_drift_detected() { # a copy of the versioned files with the chart's appVersion changed
+  local t="$WORK/version-copy"
+  rm -rf "$t"; mkdir -p "$t"
+  (cd "$REPO" && git ls-files Cargo.toml '*/Cargo.toml' scripts/version.sh clients/python/pyproject.toml \
+    clients/python/src/gpusched/__init__.py clients/go/gpusched/version.go deploy/helm/gpusched/Chart.yaml |
+    while read -r f; do mkdir -p "$t/$(dirname "$f")"; cp "$f" "$t/$f"; done)
+  sed -i 's/^appVersion: .*/appVersion: "9.9.9"/' "$t/deploy/helm/gpusched/Chart.yaml"
+  if "$t/scripts/version.sh" --check; then echo "drift not detected"; return 1; fi
+  "$t/scripts/version.sh" --set 0.2.0 && [[ "$("$t/scripts/version.sh")" == 0.2.0 ]]
+}
+check "version: --check catches a drifted copy, --set rewrites every copy" version_drift_detected
 check "Dockerfile: hadolint (deploy/docker/lint.sh; builds images when a docker daemon answers)" \
   deploy/docker/lint.sh
 
