@@ -222,6 +222,15 @@ for set in default full; do
   extract_config "$WORK/render/$set.yaml" gpusched-server-config >"$WORK/render/server-$set.yaml"
   extract_config "$WORK/render/$set.yaml" gpusched-kube-config >"$WORK/render/kube-$set.yaml"
 done
+check "rendered server config.yaml: only keys of server/service/src/default-config.toml" bash -c "
+  python3 '$HERE/check_config.py' server/service/src/default-config.toml '$WORK/render/server-default.yaml' &&
+  python3 '$HERE/check_config.py' server/service/src/default-config.toml '$WORK/render/server-full.yaml'"
+check "rendered shim config.yaml: only keys of clients/kube/src/default-config.toml" bash -c "
+  python3 '$HERE/check_config.py' clients/kube/src/default-config.toml '$WORK/render/kube-default.yaml' &&
+  python3 '$HERE/check_config.py' clients/kube/src/default-config.toml '$WORK/render/kube-full.yaml'"
+check "agent DaemonSet: GPUSCHED_AGENT_* variables are keys of clients/agent/src/default-config.toml" bash -c "
+  python3 '$HERE/check_config.py' clients/agent/src/default-config.toml --agent-env '$D' &&
+  python3 '$HERE/check_config.py' clients/agent/src/default-config.toml --agent-env '$F'"
 if [[ -x "$SERVER_BIN" ]]; then
   check "gpusched-server --print-config accepts the chart's config.yaml (default, mTLS)" bash -c "
     '$SERVER_BIN' --config '$WORK/render/server-default.yaml' --print-config >/dev/null &&
