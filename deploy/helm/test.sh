@@ -25,6 +25,9 @@ CLUSTER="$WORK/cluster"
 NS=gpusched-system
 KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
 export PATH="$PATH:/usr/local/go/bin"
+# The YAML checks run on the machine's python3: install PyYAML there when a fresh machine lacks it.
+python3 -c 'import yaml' 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check pyyaml >&2 ||
+  { echo "[helm-test] PyYAML is missing and could not be installed" >&2; exit 1; }
 
 PASSED=0 FAILED=0 SKIPPED=0
 FAILURES=()
