@@ -138,6 +138,7 @@ pub fn pipeline_once(
         workload,
         options,
         restrict_to_node_names: _,
+        node_refs: _,
     } = decoded.map_err(|e| format!("decode: {e}"))?;
     let t1 = Instant::now();
     let (s, w) = inputs(settings, nodes, workload, options).map_err(|e| e.to_string())?;

@@ -175,6 +175,7 @@ impl Client {
             nodes,
             workload: Some(workload),
             options: None,
+            node_refs: Vec::new(),
         })
         .await
     }
@@ -190,6 +191,7 @@ impl Client {
             workload: Some(workload),
             options: None,
             restrict_to_node_names: vec![],
+            node_refs: Vec::new(),
         })
         .await
     }

@@ -420,6 +420,7 @@ fn random_requests_never_break_the_server() {
                         nodes: req.nodes.clone(),
                         workload: req.workload.clone(),
                         options: req.options.clone(),
+                        node_refs: Vec::new(),
                     })
                     .await;
                 let allocate = c.allocate(req).await;

@@ -81,6 +81,9 @@ from gpusched._gen.gpusched.v1.types_pb2 import (
     REASON_CARD_INSUFFICIENT_CORE as REASON_CARD_INSUFFICIENT_CORE,
     REASON_CARD_COMPUTE_UNITS_EXHAUSTED as REASON_CARD_COMPUTE_UNITS_EXHAUSTED,
     REASON_ALLOCATED_CARDS_INSUFFICIENT_REQUEST as REASON_ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
+    DigestFunction as DigestFunction,
+    DIGEST_FUNCTION_UNSPECIFIED as DIGEST_FUNCTION_UNSPECIFIED,
+    DIGEST_FUNCTION_SHA256 as DIGEST_FUNCTION_SHA256,
     CardUsage as CardUsage,
     Card as Card,
     CardPairScore as CardPairScore,
@@ -101,6 +104,10 @@ from gpusched._gen.gpusched.v1.types_pb2 import (
     CardExplanation as CardExplanation,
     ContainerExplanation as ContainerExplanation,
     NodeExplanation as NodeExplanation,
+    Digest as Digest,
+    CardUsageEntry as CardUsageEntry,
+    NodeUsage as NodeUsage,
+    NodeRef as NodeRef,
 )
 
 __all__ = [
@@ -173,6 +180,9 @@ __all__ = [
     "REASON_CARD_INSUFFICIENT_CORE",
     "REASON_CARD_COMPUTE_UNITS_EXHAUSTED",
     "REASON_ALLOCATED_CARDS_INSUFFICIENT_REQUEST",
+    "DigestFunction",
+    "DIGEST_FUNCTION_UNSPECIFIED",
+    "DIGEST_FUNCTION_SHA256",
     "CardUsage",
     "Card",
     "CardPairScore",
@@ -193,4 +203,8 @@ __all__ = [
     "CardExplanation",
     "ContainerExplanation",
     "NodeExplanation",
+    "Digest",
+    "CardUsageEntry",
+    "NodeUsage",
+    "NodeRef",
 ]
