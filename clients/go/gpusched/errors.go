@@ -46,6 +46,10 @@ type Error struct {
 	// QuotaViolations are the google.rpc.QuotaFailure violations (RESOURCE_EXHAUSTED for a
 	// request over a limit).
 	QuotaViolations []QuotaViolation
+	// MissingDigests are the subjects (sha256/<hex>/<size>) of the google.rpc.PreconditionFailure
+	// violations of type MISSING (FAILED_PRECONDITION: node parts referenced by digest that the
+	// server does not hold).
+	MissingDigests []string
 	// RetryDelay is the google.rpc.RetryInfo delay (server busy or shutting down); 0 when absent.
 	RetryDelay time.Duration
 
@@ -141,6 +145,12 @@ func fromStatus(st *status.Status) *Error {
 		case *errdetails.QuotaFailure:
 			for _, v := range d.GetViolations() {
 				e.QuotaViolations = append(e.QuotaViolations, QuotaViolation{Subject: v.GetSubject(), Description: v.GetDescription()})
+			}
+		case *errdetails.PreconditionFailure:
+			for _, v := range d.GetViolations() {
+				if v.GetType() == "MISSING" {
+					e.MissingDigests = append(e.MissingDigests, v.GetSubject())
+				}
 			}
 		case *errdetails.RetryInfo:
 			if d.GetRetryDelay() != nil {

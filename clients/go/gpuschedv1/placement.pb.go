@@ -32,7 +32,8 @@ type FilterRequest struct {
 	Options *PlacementOptions `protobuf:"bytes,3,opt,name=options,proto3" json:"options,omitempty"`
 	// Candidate nodes by reference (inventory and usage as bytes or digests), beside `nodes`;
 	// see NodeRef. A digest the server does not hold: FAILED_PRECONDITION listing all of them.
-	NodeRefs      []*NodeRef `protobuf:"bytes,4,rep,name=node_refs,json=nodeRefs,proto3" json:"node_refs,omitempty"`
+	// Field 5, as in AllocateRequest, so one encoded node list serves Filter, Score and Allocate.
+	NodeRefs      []*NodeRef `protobuf:"bytes,5,rep,name=node_refs,json=nodeRefs,proto3" json:"node_refs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -188,7 +189,8 @@ type ScoreRequest struct {
 	Options *PlacementOptions `protobuf:"bytes,3,opt,name=options,proto3" json:"options,omitempty"`
 	// Candidate nodes by reference (inventory and usage as bytes or digests), beside `nodes`;
 	// see NodeRef. A digest the server does not hold: FAILED_PRECONDITION listing all of them.
-	NodeRefs      []*NodeRef `protobuf:"bytes,4,rep,name=node_refs,json=nodeRefs,proto3" json:"node_refs,omitempty"`
+	// Field 5, as in AllocateRequest, so one encoded node list serves Filter, Score and Allocate.
+	NodeRefs      []*NodeRef `protobuf:"bytes,5,rep,name=node_refs,json=nodeRefs,proto3" json:"node_refs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1041,7 +1043,7 @@ const file_gpusched_v1_placement_proto_rawDesc = "" +
 	"\x05nodes\x18\x01 \x03(\v2\x11.gpusched.v1.NodeR\x05nodes\x121\n" +
 	"\bworkload\x18\x02 \x01(\v2\x15.gpusched.v1.WorkloadR\bworkload\x127\n" +
 	"\aoptions\x18\x03 \x01(\v2\x1d.gpusched.v1.PlacementOptionsR\aoptions\x121\n" +
-	"\tnode_refs\x18\x04 \x03(\v2\x14.gpusched.v1.NodeRefR\bnodeRefs\"\xaa\x02\n" +
+	"\tnode_refs\x18\x05 \x03(\v2\x14.gpusched.v1.NodeRefR\bnodeRefs\"\xaa\x02\n" +
 	"\x0eFilterResponse\x12.\n" +
 	"\x13feasible_node_names\x18\x01 \x03(\tR\x11feasibleNodeNames\x12:\n" +
 	"\ffailed_nodes\x18\x02 \x03(\v2\x17.gpusched.v1.FailedNodeR\vfailedNodes\x12G\n" +
@@ -1052,7 +1054,7 @@ const file_gpusched_v1_placement_proto_rawDesc = "" +
 	"\x05nodes\x18\x01 \x03(\v2\x11.gpusched.v1.NodeR\x05nodes\x121\n" +
 	"\bworkload\x18\x02 \x01(\v2\x15.gpusched.v1.WorkloadR\bworkload\x127\n" +
 	"\aoptions\x18\x03 \x01(\v2\x1d.gpusched.v1.PlacementOptionsR\aoptions\x121\n" +
-	"\tnode_refs\x18\x04 \x03(\v2\x14.gpusched.v1.NodeRefR\bnodeRefs\"\xa9\x02\n" +
+	"\tnode_refs\x18\x05 \x03(\v2\x14.gpusched.v1.NodeRefR\bnodeRefs\"\xa9\x02\n" +
 	"\rScoreResponse\x12.\n" +
 	"\x06scores\x18\x01 \x03(\v2\x16.gpusched.v1.NodeScoreR\x06scores\x12:\n" +
 	"\ffailed_nodes\x18\x02 \x03(\v2\x17.gpusched.v1.FailedNodeR\vfailedNodes\x12G\n" +

@@ -24,6 +24,9 @@ pub struct ApiError {
     pub field_violations: Vec<FieldViolation>,
     /// `google.rpc.QuotaFailure` violations (RESOURCE_EXHAUSTED: which limit).
     pub quota_violations: Vec<FieldViolation>,
+    /// `google.rpc.PreconditionFailure` subjects of type `MISSING` (FAILED_PRECONDITION: node
+    /// parts referenced by digest that the server does not hold), `sha256/<hex>/<size>`.
+    pub missing_digests: Vec<String>,
 }
 
 impl ApiError {
@@ -54,6 +57,16 @@ impl ApiError {
                             field: v.subject.clone(),
                             description: v.description.clone(),
                         })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            missing_digests: details
+                .precondition_failure()
+                .map(|p| {
+                    p.violations
+                        .iter()
+                        .filter(|v| v.r#type == "MISSING")
+                        .map(|v| v.subject.clone())
                         .collect()
                 })
                 .unwrap_or_default(),

@@ -18,10 +18,12 @@
 //! ```
 
 mod builder;
+pub mod byref;
 mod client;
 mod error;
 mod pod;
 
+pub use byref::PreparedNode;
 pub use builder::{ClientBuilder, RetryPolicy, TlsOptions};
 pub use client::Client;
 pub use error::{ApiError, Error, FieldViolation};

@@ -399,6 +399,7 @@ fn arb_request() -> impl Strategy<Value = v1::AllocateRequest> {
                     ..Default::default()
                 }),
                 restrict_to_node_names: vec![],
+                node_refs: vec![],
             }
         })
 }

@@ -216,6 +216,7 @@ async fn score_orders_by_preference() {
                 default_node_policy: v1::NodePolicy::Spread as i32,
                 ..Default::default()
             }),
+            node_refs: vec![],
         })
         .await
         .unwrap()

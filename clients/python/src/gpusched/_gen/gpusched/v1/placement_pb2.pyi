@@ -45,6 +45,7 @@ class FilterRequest(_message.Message):
     def node_refs(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.NodeRef]:
         """Candidate nodes by reference (inventory and usage as bytes or digests), beside `nodes`;
         see NodeRef. A digest the server does not hold: FAILED_PRECONDITION listing all of them.
+        Field 5, as in AllocateRequest, so one encoded node list serves Filter, Score and Allocate.
         """
 
     def __init__(
@@ -135,6 +136,7 @@ class ScoreRequest(_message.Message):
     def node_refs(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.NodeRef]:
         """Candidate nodes by reference (inventory and usage as bytes or digests), beside `nodes`;
         see NodeRef. A digest the server does not hold: FAILED_PRECONDITION listing all of them.
+        Field 5, as in AllocateRequest, so one encoded node list serves Filter, Score and Allocate.
         """
 
     def __init__(
