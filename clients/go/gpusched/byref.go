@@ -250,6 +250,9 @@ func withNodes[R any](ctx context.Context, b *byRef, nodes []*v1.Node, call func
 		for i := range e.FieldViolations {
 			e.FieldViolations[i].Field = fieldBack(e.FieldViolations[i].Field)
 		}
+		for i := range e.QuotaViolations {
+			e.QuotaViolations[i].Subject = fieldBack(e.QuotaViolations[i].Subject)
+		}
 		return zero, e
 	}
 }

@@ -107,7 +107,7 @@ impl Client {
                     force_inline.extend(missing);
                 }
                 Err(Error::Api(mut e)) => {
-                    for v in &mut e.field_violations {
+                    for v in e.field_violations.iter_mut().chain(&mut e.quota_violations) {
                         v.field = field_back(&v.field);
                     }
                     return Err(Error::Api(e));

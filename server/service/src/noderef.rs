@@ -34,7 +34,7 @@ pub fn check_limits(
     let total = nodes.len() + refs.len();
     if total > limits.max_nodes {
         return Err(ServiceError::TooLarge(vec![Violation::new(
-            "node_refs",
+            "nodes",
             format!(
                 "{total} nodes ({} whole, {} by reference) exceed the limit of {} (limits.max_nodes)",
                 nodes.len(),

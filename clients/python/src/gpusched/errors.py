@@ -19,7 +19,7 @@ from typing import Any, TypeAlias
 
 import grpc
 from google.protobuf.any_pb2 import Any as AnyProto
-from google.rpc.error_details_pb2 import BadRequest, QuotaFailure, RetryInfo
+from google.rpc.error_details_pb2 import BadRequest, PreconditionFailure, QuotaFailure, RetryInfo
 from google.rpc.status_pb2 import Status
 from grpc_status import rpc_status
 
@@ -69,6 +69,9 @@ class GpuschedError(Exception):
             RESOURCE_EXHAUSTED for a request over a server limit carries them.
         retry_delay: seconds to wait before retrying, from a ``google.rpc.RetryInfo`` detail
             (a busy or shutting-down server sends one), else ``None``.
+        missing_digests: subjects (``sha256/<hex>/<size>``) of the ``google.rpc.PreconditionFailure``
+            violations of type ``MISSING``: node parts referenced by digest that the server does
+            not hold (FAILED_PRECONDITION); the client resends them inline.
     """
 
     code: grpc.StatusCode
@@ -78,6 +81,7 @@ class GpuschedError(Exception):
     field_violations: tuple[FieldViolation, ...]
     quota_violations: tuple[QuotaViolation, ...]
     retry_delay: float | None
+    missing_digests: tuple[str, ...]
 
     def __init__(
         self,
@@ -89,7 +93,9 @@ class GpuschedError(Exception):
         field_violations: Iterable[FieldViolation] = (),
         quota_violations: Iterable[QuotaViolation] = (),
         retry_delay: float | None = None,
+        missing_digests: Iterable[str] = (),
     ) -> None:
+        self.missing_digests = tuple(missing_digests)
         self.code = code
         self.details = details
         self.method = method
@@ -223,6 +229,15 @@ def _rich_status(err: Any) -> Status | None:
     return None
 
 
+def _missing(status: Status | None) -> list[str]:
+    out: list[str] = []
+    for detail in status.details if status is not None else ():
+        pf = PreconditionFailure()
+        if detail.Unpack(pf):
+            out.extend(v.subject for v in pf.violations if v.type == "MISSING")
+    return out
+
+
 def _decoded(status: Status | None) -> tuple[list[FieldViolation], list[QuotaViolation], float | None]:
     fields: list[FieldViolation] = []
     quotas: list[QuotaViolation] = []
@@ -258,4 +273,5 @@ def error_from_rpc_error(err: grpc.RpcError, method: str | None = None) -> Gpusc
         field_violations=fields,
         quota_violations=quotas,
         retry_delay=retry,
+        missing_digests=_missing(status),
     )
