@@ -79,7 +79,10 @@ impl Client {
         F: FnMut(tonic::Request<T>) -> Fut + Clone,
         Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     {
-        let (Some(byref), Some(nodes)) = (&self.byref, msg.take_nodes()) else {
+        let Some(byref) = &self.byref else {
+            return self.with_retry(msg, call).await;
+        };
+        let Some(nodes) = msg.take_nodes() else {
             return self.with_retry(msg, call).await;
         };
         let prepared = byref.prepare(nodes);

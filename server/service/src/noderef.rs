@@ -47,7 +47,11 @@ pub fn check_limits(
 }
 
 /// The digest of a `Digest` field, checked; `None` (with a violation) when malformed.
-fn digest_in(d: &v1::Digest, field: &str, violations: &mut Vec<Violation>) -> Option<Digest> {
+fn digest_in(
+    d: &v1::Digest,
+    field: &dyn Fn() -> String,
+    violations: &mut Vec<Violation>,
+) -> Option<Digest> {
     let v1::Digest {
         hash,
         size_bytes,
@@ -58,7 +62,7 @@ fn digest_in(d: &v1::Digest, field: &str, violations: &mut Vec<Violation>) -> Op
         Ok(v1::DigestFunction::Unspecified | v1::DigestFunction::Sha256) => {}
         Err(_) => {
             violations.push(Violation::new(
-                format!("{field}.function"),
+                format!("{}.function", field()),
                 format!("unknown DigestFunction value {function} (only SHA-256 is supported)"),
             ));
             ok = false;
@@ -67,7 +71,7 @@ fn digest_in(d: &v1::Digest, field: &str, violations: &mut Vec<Violation>) -> Op
     let hash: Option<[u8; 32]> = hash.as_slice().try_into().ok();
     if hash.is_none() {
         violations.push(Violation::new(
-            format!("{field}.hash"),
+            format!("{}.hash", field()),
             format!(
                 "must be the 32 raw bytes of a SHA-256 hash, got {} bytes",
                 d.hash.len()
@@ -97,19 +101,23 @@ enum Found {
 
 /// Resolves one part: inline bytes are hashed (and checked against the digest when one is
 /// given), converted by `convert` and cached; a digest alone is looked up.
+#[allow(clippy::too_many_arguments)]
 fn part_in(
     state: &State,
     part: Part,
+    i: usize,
     bytes: &[u8],
     digest: Option<&v1::Digest>,
-    field: &str,
-    digest_field: &str,
     violations: &mut Vec<Violation>,
     missing: &mut Vec<Missing>,
     convert: impl FnOnce(&[u8], &mut Vec<Violation>) -> Option<Value>,
 ) -> Found {
+    // Field names are built only for a violation or a miss (not on the hot path).
+    let name = part.as_str();
+    let field = || format!("node_refs[{i}].{name}");
+    let digest_field = || format!("node_refs[{i}].{name}_digest");
     let claimed = match digest {
-        Some(d) => match digest_in(d, digest_field, violations) {
+        Some(d) => match digest_in(d, &digest_field, violations) {
             Some(d) => Some(d),
             None => return Found::Bad,
         },
@@ -123,8 +131,11 @@ fn part_in(
             && c != actual
         {
             violations.push(Violation::new(
-                digest_field,
-                format!("{c} does not match the bytes of {field} (they hash to {actual})"),
+                digest_field(),
+                format!(
+                    "{c} does not match the bytes of {} (they hash to {actual})",
+                    field()
+                ),
             ));
             return Found::Bad;
         }
@@ -146,7 +157,7 @@ fn part_in(
                 missing.push(Missing {
                     part,
                     digest: d,
-                    field: digest_field.to_owned(),
+                    field: digest_field(),
                 });
             }
             Found::Missing
@@ -254,10 +265,9 @@ pub fn snapshot_in(
         let inv = part_in(
             state,
             Part::Inventory,
+            i,
             &inventory,
             inventory_digest.as_ref(),
-            &format!("node_refs[{i}].inventory"),
-            &format!("node_refs[{i}].inventory_digest"),
             &mut violations,
             &mut missing,
             |b, v| inventory_in(state, i, b, v),
@@ -265,10 +275,9 @@ pub fn snapshot_in(
         let use_ = part_in(
             state,
             Part::Usage,
+            i,
             &usage,
             usage_digest.as_ref(),
-            &format!("node_refs[{i}].usage"),
-            &format!("node_refs[{i}].usage_digest"),
             &mut violations,
             &mut missing,
             |b, v| usage_part_in(i, b, v),

@@ -381,7 +381,7 @@ proptest! {
         whole_prefix in 0usize..3,
         explain in any::<bool>(),
     ) {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let api = api(settings(&[]));
         let w = pod(
             &[("hami.io/gpu-scheduler-policy", policy)],
