@@ -66,7 +66,7 @@ func (k partKey) digest() *v1.Digest {
 
 // preparedNode is a node serialized and digested once.
 type preparedNode struct {
-	node      *v1.Node
+	node      *v1.Node // a copy of the node as prepared
 	inventory []byte
 	invKey    partKey
 	usage     []byte
@@ -89,7 +89,7 @@ func prepareNode(n *v1.Node) (*preparedNode, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpusched: encoding node %q: %w", n.GetName(), err)
 	}
-	p := &preparedNode{node: n, inventory: ib, invKey: keyOf(ib)}
+	p := &preparedNode{node: proto.Clone(n).(*v1.Node), inventory: ib, invKey: keyOf(ib)}
 	if len(usage.Cards) > 0 {
 		ub, err := det.Marshal(usage)
 		if err != nil {
@@ -135,7 +135,8 @@ func (b *byRef) prepare(nodes []*v1.Node) ([]*preparedNode, error) {
 	}
 	out := make([]*preparedNode, len(nodes))
 	for i, n := range nodes {
-		if p, ok := b.memo[n.GetName()]; ok && (p.node == n || proto.Equal(p.node, n)) {
+		// Compared by content: callers update their nodes in place.
+		if p, ok := b.memo[n.GetName()]; ok && proto.Equal(p.node, n) {
 			out[i] = p
 			continue
 		}
