@@ -918,9 +918,12 @@ fn chart_sweep(path: &Path, a: &SweepArgs, points: &[SweepPoint]) -> anyhow::Res
         &|p| Some(p.grpc_throughput.throughput_per_s),
     ));
     if points.iter().any(|p| p.byref_latency.is_some()) {
-        latency.push(line("gRPC by reference p50 (1 in flight)", 2, false, &|p| {
-            p.byref_latency.as_ref().map(|r| r.latency_us.p50)
-        }));
+        latency.push(line(
+            "gRPC by reference p50 (1 in flight)",
+            2,
+            false,
+            &|p| p.byref_latency.as_ref().map(|r| r.latency_us.p50),
+        ));
         latency.push(line("gRPC by reference p99 (1 in flight)", 2, true, &|p| {
             p.byref_latency.as_ref().map(|r| r.latency_us.p99)
         }));
@@ -940,7 +943,11 @@ fn chart_sweep(path: &Path, a: &SweepArgs, points: &[SweepPoint]) -> anyhow::Res
                 p.whole_request_bytes / 1024.0,
                 b / 1024.0
             ),
-            None => format!("{}: {:.0} KiB", p.cluster.nodes, p.whole_request_bytes / 1024.0),
+            None => format!(
+                "{}: {:.0} KiB",
+                p.cluster.nodes,
+                p.whole_request_bytes / 1024.0
+            ),
         })
         .collect();
     let title = format!(

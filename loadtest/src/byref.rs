@@ -102,11 +102,19 @@ mod tests {
         let mut pool = Pool::build(&spec, &Mix::default(), Form::Kubernetes, 4, 42);
         let whole = pool.mean_request_bytes();
         let prime = apply(&mut pool, ByRefMode::Warm).unwrap();
-        assert!(pool.mean_request_bytes() * 4.0 < whole, "{} vs {whole}", pool.mean_request_bytes());
+        assert!(
+            pool.mean_request_bytes() * 4.0 < whole,
+            "{} vs {whole}",
+            pool.mean_request_bytes()
+        );
         let req = v1::AllocateRequest::decode(pool.encoded[1].to_vec().as_slice()).unwrap();
         assert_eq!(req.node_refs.len(), 100);
         assert!(req.nodes.is_empty());
-        let inline: Vec<_> = req.node_refs.iter().filter(|r| !r.usage.is_empty()).collect();
+        let inline: Vec<_> = req
+            .node_refs
+            .iter()
+            .filter(|r| !r.usage.is_empty())
+            .collect();
         assert_eq!(inline.len(), 1, "one node's usage changed");
         assert!(req.node_refs.iter().all(|r| r.inventory.is_empty()));
         let p = v1::AllocateRequest::decode(prime.to_vec().as_slice()).unwrap();

@@ -253,10 +253,9 @@ pub(crate) fn field_back(field: &str) -> String {
     let Some((num, tail)) = rest.split_once(']') else {
         return field.to_owned();
     };
-    let tail = tail.strip_prefix(".inventory_digest").map_or_else(
-        || tail.strip_prefix(".inventory").unwrap_or(tail),
-        |_| "",
-    );
+    let tail = tail
+        .strip_prefix(".inventory_digest")
+        .map_or_else(|| tail.strip_prefix(".inventory").unwrap_or(tail), |_| "");
     format!("nodes[{num}]{tail}")
 }
 

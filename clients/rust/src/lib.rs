@@ -23,8 +23,8 @@ mod client;
 mod error;
 mod pod;
 
-pub use byref::PreparedNode;
 pub use builder::{ClientBuilder, RetryPolicy, TlsOptions};
+pub use byref::PreparedNode;
 pub use client::Client;
 pub use error::{ApiError, Error, FieldViolation};
 pub use gpusched_api::v1;

@@ -85,7 +85,11 @@ async fn sends_references_after_the_first_call_and_answers_the_same() {
     let m = &metrics.node_cache;
     // First call inline (20 inventories), then one usage part per placement: by reference.
     assert_eq!(m.inserts[0].get(), 20, "inventories converted once");
-    assert!(m.hits[0].get() >= 9 * 20, "{} inventory hits", m.hits[0].get());
+    assert!(
+        m.hits[0].get() >= 9 * 20,
+        "{} inventory hits",
+        m.hits[0].get()
+    );
     assert_eq!(m.misses[0].get(), 0);
     assert!(client.acknowledged_parts() >= 20);
     // Off: whole nodes, nothing cached.
@@ -113,7 +117,10 @@ async fn two_clients_share_one_server() {
 async fn a_server_restart_between_calls_is_transparent() {
     let (server, _) = start_at("127.0.0.1:0").await;
     let addr = server.grpc_addr;
-    let client = ClientBuilder::new(addr.to_string()).connect().await.unwrap();
+    let client = ClientBuilder::new(addr.to_string())
+        .connect()
+        .await
+        .unwrap();
     let mut nodes = cluster(8);
     let first = client.allocate(nodes.clone(), pod()).await.unwrap();
     book(&mut nodes, &first);
@@ -125,7 +132,10 @@ async fn a_server_restart_between_calls_is_transparent() {
     let want = reference.allocate(nodes.clone(), pod()).await.unwrap();
     let got = client.allocate(nodes.clone(), pod()).await.unwrap();
     assert_eq!(got, want);
-    assert!(metrics.node_cache.misses[0].get() >= 8, "the restart was noticed");
+    assert!(
+        metrics.node_cache.misses[0].get() >= 8,
+        "the restart was noticed"
+    );
     server.shutdown().await.unwrap();
 }
 
@@ -133,9 +143,8 @@ async fn a_server_restart_between_calls_is_transparent() {
 async fn replicas_behind_one_channel_each_warm_on_their_own() {
     let (r1, m1) = start_at("127.0.0.1:0").await;
     let (r2, m2) = start_at("127.0.0.1:0").await;
-    let endpoints = [r1.grpc_addr, r2.grpc_addr].map(|a| {
-        tonic::transport::Endpoint::from_shared(format!("http://{a}")).unwrap()
-    });
+    let endpoints = [r1.grpc_addr, r2.grpc_addr]
+        .map(|a| tonic::transport::Endpoint::from_shared(format!("http://{a}")).unwrap());
     let channel = tonic::transport::Channel::balance_list(endpoints.into_iter());
     let client = ClientBuilder::new("unused").with_channel(channel);
     let reference = whole(&r1.grpc_addr.to_string()).await;

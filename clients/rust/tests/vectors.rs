@@ -173,28 +173,36 @@ fn by_reference_requests() -> Vec<(&'static str, &'static str, v1::AllocateReque
         mode: v1::CardMode::HamiCore as i32,
         usage: None,
     };
-    let inv = |name: &str| v1::Node {
-        name: name.into(),
-        cards: (0..2).map(|i| card(&format!("{name}-gpu{i}"), i)).collect(),
-        ..Default::default()
-    }
-    .encode_to_vec();
-    let usage = |name: &str, mem: u64| v1::NodeUsage {
-        cards: vec![v1::CardUsageEntry {
-            card_id: format!("{name}-gpu0"),
-            usage: Some(v1::CardUsage {
-                used_slots: 1,
-                used_mem_mib: mem,
-                used_cores: 10,
-            }),
-        }],
-    }
-    .encode_to_vec();
+    let inv = |name: &str| {
+        v1::Node {
+            name: name.into(),
+            cards: (0..2).map(|i| card(&format!("{name}-gpu{i}"), i)).collect(),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    };
+    let usage = |name: &str, mem: u64| {
+        v1::NodeUsage {
+            cards: vec![v1::CardUsageEntry {
+                card_id: format!("{name}-gpu0"),
+                usage: Some(v1::CardUsage {
+                    used_slots: 1,
+                    used_mem_mib: mem,
+                    used_cores: 10,
+                }),
+            }],
+        }
+        .encode_to_vec()
+    };
     let (ia, ib) = (inv("exchange-a"), inv("exchange-b"));
     let ub = usage("exchange-b", 20000);
     let ub2 = usage("exchange-b", 30000);
     let r = |inventory: &[u8], usage: &[u8], inline_inv: bool, inline_usage: bool| v1::NodeRef {
-        inventory: if inline_inv { inventory.to_vec() } else { vec![] },
+        inventory: if inline_inv {
+            inventory.to_vec()
+        } else {
+            vec![]
+        },
         inventory_digest: Some(digest(inventory)),
         usage: if inline_usage { usage.to_vec() } else { vec![] },
         usage_digest: (!usage.is_empty()).then(|| digest(usage)),
@@ -231,22 +239,34 @@ fn by_reference_requests() -> Vec<(&'static str, &'static str, v1::AllocateReque
         (
             "by digest before the server holds the parts: FAILED_PRECONDITION listing every missing digest",
             "/gpusched.v1.PlacementService/Allocate",
-            req(vec![], vec![r(&ia, &[], false, false), r(&ib, &ub, false, false)]),
+            req(
+                vec![],
+                vec![r(&ia, &[], false, false), r(&ib, &ub, false, false)],
+            ),
         ),
         (
             "the parts inline (bytes and digests), mixed with a whole node: answered and cached",
             "/gpusched.v1.PlacementService/Allocate",
-            req(vec![whole.clone()], vec![r(&ia, &[], true, false), r(&ib, &ub, true, true)]),
+            req(
+                vec![whole.clone()],
+                vec![r(&ia, &[], true, false), r(&ib, &ub, true, true)],
+            ),
         ),
         (
             "the same by digest only: the same answer",
             "/gpusched.v1.PlacementService/Allocate",
-            req(vec![whole.clone()], vec![r(&ia, &[], false, false), r(&ib, &ub, false, false)]),
+            req(
+                vec![whole.clone()],
+                vec![r(&ia, &[], false, false), r(&ib, &ub, false, false)],
+            ),
         ),
         (
             "after a bind only the touched node's usage is sent inline",
             "/gpusched.v1.PlacementService/Allocate",
-            req(vec![whole], vec![r(&ia, &[], false, false), r(&ib, &ub2, false, true)]),
+            req(
+                vec![whole],
+                vec![r(&ia, &[], false, false), r(&ib, &ub2, false, true)],
+            ),
         ),
         (
             "a digest that does not match its bytes: INVALID_ARGUMENT",
@@ -267,10 +287,9 @@ async fn shared_exchanges() {
     if std::env::var("GPUSCHED_UPDATE_VECTORS").is_ok_and(|v| v == "1") {
         let mut steps = Vec::new();
         for (description, method, req) in by_reference_requests() {
-            let request: Value = serde_json::from_str(
-                &to_json("gpusched.v1.AllocateRequest", &req, false).unwrap(),
-            )
-            .unwrap();
+            let request: Value =
+                serde_json::from_str(&to_json("gpusched.v1.AllocateRequest", &req, false).unwrap())
+                    .unwrap();
             let got = call(&client, method, &request).await;
             let mut step = serde_json::json!({
                 "description": description,
@@ -297,7 +316,11 @@ async fn shared_exchanges() {
         let got = call(&client, method, &step["request"]).await;
         match (got, step.get("response"), step.get("error")) {
             (Ok(r), Some(expected), None) => {
-                assert_eq!(canonical(method, &r), canonical(method, expected), "step {i}");
+                assert_eq!(
+                    canonical(method, &r),
+                    canonical(method, expected),
+                    "step {i}"
+                );
             }
             (Err(e), None, Some(expected)) => assert_eq!(&e, expected, "step {i}"),
             (got, _, _) => panic!("step {i}: unexpected {got:?}"),

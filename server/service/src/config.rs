@@ -233,7 +233,10 @@ pub struct NodeCacheConfig {
 impl NodeCacheConfig {
     fn validate(&self) -> Result<crate::node_cache::CacheLimits, ConfigError> {
         if self.max_bytes < 1 << 20 {
-            return Err(err("node_cache.max_bytes", "must be at least 1048576 (1 MiB)"));
+            return Err(err(
+                "node_cache.max_bytes",
+                "must be at least 1048576 (1 MiB)",
+            ));
         }
         if self.max_entries < 16 {
             return Err(err("node_cache.max_entries", "must be at least 16"));

@@ -54,7 +54,8 @@ fn register_node_cache(registry: &mut Registry) -> crate::node_cache::CacheMetri
     let family = |registry: &mut Registry, name: &str, help: &str| {
         let f = Family::<PartLabels, Counter>::default();
         registry.register(name, help, f.clone());
-        [Part::Inventory, Part::Usage].map(|p| f.get_or_create(&PartLabels { part: p.as_str() }).clone())
+        [Part::Inventory, Part::Usage]
+            .map(|p| f.get_or_create(&PartLabels { part: p.as_str() }).clone())
     };
     let hits = family(
         registry,

@@ -167,7 +167,8 @@ impl Hasher for DigestHasher {
         for chunk in bytes.chunks(8) {
             let mut b = [0u8; 8];
             b[..chunk.len()].copy_from_slice(chunk);
-            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            self.0 =
+                (self.0.rotate_left(5) ^ u64::from_le_bytes(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         }
     }
     fn write_u64(&mut self, v: u64) {
@@ -320,7 +321,11 @@ mod tests {
         let m = CacheMetrics::default();
         let c = NodeCache::new(&limits, m.clone());
         for i in 0..20_000 {
-            c.insert(Part::Inventory, Digest::of(format!("{i}").as_bytes()), node(i));
+            c.insert(
+                Part::Inventory,
+                Digest::of(format!("{i}").as_bytes()),
+                node(i),
+            );
             let (n, b) = c.usage();
             assert!(n <= limits.max_entries && b <= limits.max_bytes, "{n} {b}");
         }
@@ -345,7 +350,10 @@ mod tests {
         let c = NodeCache::new(&limits, CacheMetrics::default());
         // Three keys in one shard (same first hash byte): the least recently used goes.
         let d = |k: u8| Digest {
-            hash: [0, k, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            hash: [
+                0, k, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                0, 0, 0, 0,
+            ],
             size_bytes: 1,
         };
         c.insert(Part::Inventory, d(1), node(1));

@@ -9,8 +9,8 @@ use gpusched_engine::{Snapshot, Workload};
 use tonic::{Request, Response, Status};
 
 use crate::call::{Record, State, run};
-use crate::{convert, noderef};
 use crate::error::ServiceError;
+use crate::{convert, noderef};
 
 const SERVICE: &str = "gpusched.v1.PlacementService";
 
@@ -69,8 +69,7 @@ fn inputs(
 
 /// Cards of a request, for choosing inline or blocking-pool decisions (references estimated).
 fn card_count(nodes: &[v1::Node], refs: &[v1::NodeRef]) -> usize {
-    nodes.iter().map(|n| n.cards.len()).sum::<usize>()
-        + refs.len() * noderef::ASSUMED_CARDS_PER_REF
+    nodes.iter().map(|n| n.cards.len()).sum::<usize>() + refs.len() * noderef::ASSUMED_CARDS_PER_REF
 }
 
 fn decide_filter(
@@ -391,7 +390,8 @@ impl PlacementService for PlacementApi {
         request: Request<v1::AllocateBatchRequest>,
     ) -> Result<Response<v1::AllocateBatchResponse>, Status> {
         let (metadata, _, msg) = request.into_parts();
-        let cards = card_count(&msg.nodes, &msg.node_refs).saturating_mul(msg.workloads.len().max(1));
+        let cards =
+            card_count(&msg.nodes, &msg.node_refs).saturating_mul(msg.workloads.len().max(1));
         run(
             Arc::clone(&self.state),
             SERVICE,

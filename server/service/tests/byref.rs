@@ -12,8 +12,8 @@ use gpusched_api::v1::placement_service_server::PlacementService;
 use gpusched_service::call::State;
 use gpusched_service::placement::PlacementApi;
 use gpusched_service::{Metrics, Settings};
-use prost::Message;
 use proptest::prelude::*;
+use prost::Message;
 use sha2::Digest as _;
 use tonic::{Code, Request};
 use tonic_types::StatusExt;
@@ -77,7 +77,10 @@ fn cluster() -> Vec<v1::Node> {
         node("a", 2, 16000),
         node_with(
             "b",
-            vec![used(card("b-gpu0", 0, 16000), 2, 4000, 20), card("b-gpu1", 1, 16000)],
+            vec![
+                used(card("b-gpu0", 0, 16000), 2, 4000, 20),
+                card("b-gpu1", 1, 16000),
+            ],
         ),
         node("c", 4, 8000),
     ]
@@ -100,7 +103,11 @@ async fn references_the_server_does_not_hold_are_all_listed() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
-    let pf = err.get_error_details().precondition_failure().cloned().unwrap();
+    let pf = err
+        .get_error_details()
+        .precondition_failure()
+        .cloned()
+        .unwrap();
     let mut got: Vec<String> = pf.violations.iter().map(|v| v.subject.clone()).collect();
     assert!(pf.violations.iter().all(|v| v.r#type == "MISSING"));
     let mut want: Vec<String> = refs
