@@ -63,10 +63,10 @@ async fn whole(addr: &str) -> Client {
 
 /// Places `rounds` pods one after another with `client`, checking each answer against a
 /// whole-node client, booking each placement.
-async fn rounds(client: &Client, reference: &Client, nodes: &mut Vec<v1::Node>, rounds: usize) {
+async fn rounds(client: &Client, reference: &Client, nodes: &mut [v1::Node], rounds: usize) {
     for _ in 0..rounds {
-        let want = reference.allocate(nodes.clone(), pod()).await.unwrap();
-        let got = client.allocate(nodes.clone(), pod()).await.unwrap();
+        let want = reference.allocate(nodes.to_vec(), pod()).await.unwrap();
+        let got = client.allocate(nodes.to_vec(), pod()).await.unwrap();
         assert_eq!(got, want);
         assert!(got.placed);
         book(nodes, &got);
@@ -122,15 +122,15 @@ async fn a_server_restart_between_calls_is_transparent() {
         .await
         .unwrap();
     let mut nodes = cluster(8);
-    let first = client.allocate(nodes.clone(), pod()).await.unwrap();
+    let first = client.allocate(nodes.to_vec(), pod()).await.unwrap();
     book(&mut nodes, &first);
     server.shutdown().await.unwrap();
     let (server, metrics) = start_at(&addr.to_string()).await;
     // The client still believes the server holds its parts: the new one answers
     // FAILED_PRECONDITION, the client resends inline, the caller sees an answer.
     let reference = whole(&addr.to_string()).await;
-    let want = reference.allocate(nodes.clone(), pod()).await.unwrap();
-    let got = client.allocate(nodes.clone(), pod()).await.unwrap();
+    let want = reference.allocate(nodes.to_vec(), pod()).await.unwrap();
+    let got = client.allocate(nodes.to_vec(), pod()).await.unwrap();
     assert_eq!(got, want);
     assert!(
         metrics.node_cache.misses[0].get() >= 8,
