@@ -227,8 +227,27 @@ impl NodeCache {
         &self.shards[i]
     }
 
-    /// The converted part, when held (and marks it recently used).
+    /// The converted part, when held (and marks it recently used); counts a hit or a miss.
     pub fn get(&self, part: Part, digest: &Digest) -> Option<Value> {
+        let found = self.peek(part, digest);
+        let hit = u64::from(found.is_some());
+        self.count(part, hit, 1 - hit);
+        found
+    }
+
+    /// Adds to the hit and miss counters (callers that look up many parts count once).
+    pub fn count(&self, part: Part, hits: u64, misses: u64) {
+        let i = part_index(part);
+        if hits > 0 {
+            self.metrics.hits[i].inc_by(hits);
+        }
+        if misses > 0 {
+            self.metrics.misses[i].inc_by(misses);
+        }
+    }
+
+    /// Like [`NodeCache::get`], without counting.
+    pub fn peek(&self, part: Part, digest: &Digest) -> Option<Value> {
         let key = (part, *digest);
         let found = if self.enabled {
             let mut shard = self.shard(&key).lock().unwrap_or_else(|e| e.into_inner());
@@ -240,12 +259,6 @@ impl NodeCache {
         } else {
             None
         };
-        let i = part_index(part);
-        if found.is_some() {
-            self.metrics.hits[i].inc();
-        } else {
-            self.metrics.misses[i].inc();
-        }
         found
     }
 

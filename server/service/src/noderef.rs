@@ -87,6 +87,9 @@ fn digest_in(
     }
 }
 
+/// (hits, misses) of the request's lookups, inventory then usage, counted once per request.
+type Tally = [(u64, u64); 2];
+
 /// One part of a node reference as found in the request.
 enum Found {
     /// Neither bytes nor digest.
@@ -110,6 +113,7 @@ fn part_in(
     digest: Option<&v1::Digest>,
     violations: &mut Vec<Violation>,
     missing: &mut Vec<Missing>,
+    tally: &mut Tally,
     convert: impl FnOnce(&[u8], &mut Vec<Violation>) -> Option<Value>,
 ) -> Found {
     // Field names are built only for a violation or a miss (not on the hot path).
@@ -150,7 +154,14 @@ fn part_in(
     let Some(d) = claimed else {
         return Found::Absent;
     };
-    match state.node_cache.get(part, &d) {
+    let found = state.node_cache.peek(part, &d);
+    let slot = &mut tally[usize::from(part == Part::Usage)];
+    if found.is_some() {
+        slot.0 += 1;
+    } else {
+        slot.1 += 1;
+    }
+    match found {
         Some(v) => Found::Value(v),
         None => {
             if !missing.iter().any(|m| m.part == part && m.digest == d) {
@@ -247,6 +258,7 @@ pub fn snapshot_in(
     let whole = nodes.len();
     let mut violations = Vec::new();
     let mut missing = Vec::new();
+    let mut tally: Tally = [(0, 0); 2];
     let mut specs: Vec<NodeSpec> = Vec::with_capacity(whole + refs.len());
     specs.extend(
         nodes
@@ -270,6 +282,7 @@ pub fn snapshot_in(
             inventory_digest.as_ref(),
             &mut violations,
             &mut missing,
+            &mut tally,
             |b, v| inventory_in(state, i, b, v),
         );
         let use_ = part_in(
@@ -280,6 +293,7 @@ pub fn snapshot_in(
             usage_digest.as_ref(),
             &mut violations,
             &mut missing,
+            &mut tally,
             |b, v| usage_part_in(i, b, v),
         );
         let inv = match inv {
@@ -312,8 +326,17 @@ pub fn snapshot_in(
         // lead: switch to Arc snapshot (the engine needs an owned NodeSpec today).
         let mut spec = NodeSpec::clone(&inv);
         if let Some(usage) = usage {
+            // Clients list usage in card order: look from the card after the last match first.
+            let mut next = 0usize;
             for (k, (id, u)) in usage.iter().enumerate() {
-                match spec.cards.iter_mut().find(|c| c.id == *id) {
+                let n = spec.cards.len();
+                let at = (0..n)
+                    .map(|d| (next + d) % n)
+                    .find(|&j| spec.cards.get(j).is_some_and(|c| c.id == *id));
+                match at.and_then(|j| {
+                    next = j + 1;
+                    spec.cards.get_mut(j)
+                }) {
                     Some(c) => c.usage = *u,
                     None => violations.push(Violation::new(
                         format!("node_refs[{i}].usage.cards[{k}].card_id"),
@@ -323,6 +346,9 @@ pub fn snapshot_in(
             }
         }
         specs.push(spec);
+    }
+    for (part, (hits, misses)) in [Part::Inventory, Part::Usage].into_iter().zip(tally) {
+        state.node_cache.count(part, hits, misses);
     }
     if !violations.is_empty() {
         return Err(ServiceError::InvalidArgument(violations));
