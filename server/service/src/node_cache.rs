@@ -248,18 +248,16 @@ impl NodeCache {
 
     /// Like [`NodeCache::get`], without counting.
     pub fn peek(&self, part: Part, digest: &Digest) -> Option<Value> {
+        if !self.enabled {
+            return None;
+        }
         let key = (part, *digest);
-        let found = if self.enabled {
-            let mut shard = self.shard(&key).lock().unwrap_or_else(|e| e.into_inner());
-            let v = shard.map.get(&key).map(|(v, _)| v.clone());
-            if v.is_some() {
-                shard.map.to_back(&key);
-            }
-            v
-        } else {
-            None
-        };
-        found
+        let mut shard = self.shard(&key).lock().unwrap_or_else(|e| e.into_inner());
+        let v = shard.map.get(&key).map(|(v, _)| v.clone());
+        if v.is_some() {
+            shard.map.to_back(&key);
+        }
+        v
     }
 
     /// Holds a converted part, evicting least recently used entries of its shard to stay within
