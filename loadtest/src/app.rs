@@ -150,7 +150,7 @@ pub struct WorkloadArgs {
     /// The RPC.
     #[arg(long, value_enum, default_value_t = Rpc::Allocate)]
     pub rpc: Rpc,
-    /// Nodes by reference (gRPC runs): `warm` = every node by digest except the one whose
+    /// Nodes by reference (gRPC and `--target pipeline` runs): `warm` = every node by digest except the one whose
     /// usage changed since the last decision (cache primed first), `cold` = every part inline
     /// every time. In `sweep`, warm or cold runs by reference beside the whole-node runs.
     #[arg(long, value_enum, default_value_t = crate::byref::ByRefMode::Off)]
@@ -643,7 +643,7 @@ async fn connect_checked(
 
 fn run(a: RunArgs) -> anyhow::Result<()> {
     let mut pool = build_pool(a.nodes, &a.cluster, &a.workload)?;
-    if a.target == RunTarget::Grpc {
+    if a.target != RunTarget::Engine {
         by_reference(&mut pool, a.workload.by_reference);
     }
     let w = Window {
