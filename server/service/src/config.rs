@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_CONFIG: &str = include_str!("default-config.toml");
 
 /// Top-level sections; `GPUSCHED_<SECTION>...` variables outside them are not config.
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
     "listen",
     "metrics",
     "tls",
@@ -26,6 +26,7 @@ const SECTIONS: [&str; 8] = [
     "inventory",
     "names",
     "telemetry",
+    "node_cache",
 ];
 
 /// The configuration file's shape.
@@ -48,6 +49,8 @@ pub struct FileConfig {
     pub names: NamesConfig,
     /// Logs and traces.
     pub telemetry: TelemetryConfig,
+    /// Node cache (nodes sent by reference).
+    pub node_cache: NodeCacheConfig,
 }
 
 /// `[metrics]`.
@@ -212,6 +215,42 @@ pub struct TelemetryConfig {
     pub sample_ratio: f64,
 }
 
+// --- node cache (issue 11: nodes by reference) -----------------------------------------------
+
+/// `[node_cache]`: the bounded cache of converted node parts sent by reference.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NodeCacheConfig {
+    /// Cache node parts (off: every reference is answered FAILED_PRECONDITION, clients resend
+    /// whole).
+    pub enabled: bool,
+    /// Most estimated bytes held (decoded and converted nodes), at least 1 MiB.
+    pub max_bytes: usize,
+    /// Most entries held (inventories and usage parts), at least 16.
+    pub max_entries: usize,
+}
+
+impl NodeCacheConfig {
+    fn validate(&self) -> Result<crate::node_cache::CacheLimits, ConfigError> {
+        if self.max_bytes < 1 << 20 {
+            return Err(err(
+                "node_cache.max_bytes",
+                "must be at least 1048576 (1 MiB)",
+            ));
+        }
+        if self.max_entries < 16 {
+            return Err(err("node_cache.max_entries", "must be at least 16"));
+        }
+        Ok(crate::node_cache::CacheLimits {
+            enabled: self.enabled,
+            max_bytes: self.max_bytes,
+            max_entries: self.max_entries,
+        })
+    }
+}
+
+// --- end node cache --------------------------------------------------------------------------
+
 /// Validated runtime settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
@@ -231,6 +270,8 @@ pub struct Settings {
     pub names: KubeNames,
     /// Telemetry.
     pub telemetry: Telemetry,
+    /// Node cache bounds.
+    pub node_cache: crate::node_cache::CacheLimits,
 }
 
 /// TLS files.
@@ -457,6 +498,7 @@ impl FileConfig {
             (Some(_), None) => return Err(err("tls.key", "required when tls.cert is set")),
             (None, Some(_)) => return Err(err("tls.cert", "required when tls.key is set")),
         };
+        let node_cache = self.node_cache.validate()?;
         let l = &self.limits;
         let limits = Limits {
             max_message_bytes: positive("limits.max_message_bytes", l.max_message_bytes)?,
@@ -607,6 +649,7 @@ impl FileConfig {
             defaults,
             normalization,
             names,
+            node_cache,
             telemetry: Telemetry {
                 json_logs,
                 log_level: t.log_level.clone(),
