@@ -16,7 +16,7 @@
 #                           default-scheduler profile, written to WORKDIR). Its
 #                           clientConnection.kubeconfig is rewritten to the local cluster's; leader
 #                           election is turned off. deploy/e2e/test.sh passes a copy of
-#                           deploy/kube-scheduler/scheduler-config.yaml with the extender URL
+#                           deploy/manifests/kube-scheduler-config.yaml with the extender URL
 #                           rewritten to the local shim.
 #   ETCD_CLIENT_PORT, ETCD_PEER_PORT, APISERVER_PORT, SCHEDULER_PORT   fixed ports (default: free ones)
 #   SERVICE_CLUSTER_IP_RANGE  (default 10.96.0.0/16)
@@ -200,7 +200,7 @@ write_kubeconfig "$KUBECONFIG_FILE" admin "$PKI/admin.crt" "$PKI/admin.key"
 write_kubeconfig "$WORKDIR/scheduler.kubeconfig" system:kube-scheduler "$PKI/scheduler.crt" "$PKI/scheduler.key"
 
 # ---- scheduler configuration ------------------------------------------------------------------
-# deploy/kube-scheduler/scheduler-config.yaml is not the default: its extender URL is an
+# deploy/manifests/kube-scheduler-config.yaml is not the default: its extender URL is an
 # in-cluster Service name (test.sh renders a local copy and passes it here).
 SCHED_CONFIG_SRC="${KUBE_SCHEDULER_CONFIG:-}"
 SCHED_CONFIG="$WORKDIR/scheduler-config.yaml"

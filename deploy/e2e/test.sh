@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end test of gpusched on a real control plane (etcd + kube-apiserver + kube-scheduler on
-# 127.0.0.1, no kubelet): the kube-scheduler runs deploy/kube-scheduler/scheduler-config.yaml with
+# 127.0.0.1, no kubelet): the kube-scheduler runs deploy/manifests/kube-scheduler-config.yaml with
 # the extender pointed at the local gpusched-kube, the RBAC and webhook configurations of deploy/
 # are applied to the apiserver (and every manifest is validated server-side), gpusched-kube runs
 # with a ServiceAccount token bound only by that RBAC, then clients/kube/tests/e2e/ runs
@@ -83,7 +83,7 @@ fi
 # ---- control plane, with the scheduler configuration from deploy/ -------------------------------
 EXT_PORT="$(free_port)"
 WH_PORT="$(free_port)"
-SCHED_SRC="$REPO/deploy/kube-scheduler/scheduler-config.yaml"
+SCHED_SRC="$REPO/deploy/manifests/kube-scheduler-config.yaml"
 grep -q 'urlPrefix: "http://gpusched-kube.gpusched-system.svc:8888"' "$SCHED_SRC" ||
   die "$SCHED_SRC: extender urlPrefix not found (the sed below would not apply)"
 sed "s#http://gpusched-kube.gpusched-system.svc:8888#http://127.0.0.1:$EXT_PORT#" "$SCHED_SRC" >"$WORK/scheduler-config.yaml"
@@ -108,14 +108,14 @@ log "gpusched-server at $SERVICE_ADDR"
 
 # ---- manifests of deploy/: all validated by the apiserver; RBAC and webhooks applied --------------
 log "validating every manifest of deploy/ server-side (kubectl apply --dry-run=server -k deploy/)"
-kubectl apply -f deploy/namespace.yaml >/dev/null
+kubectl apply -f deploy/manifests/namespace.yaml >/dev/null
 kubectl apply --dry-run=server -k deploy/ >"$WORK/dry-run.txt" || die "server-side validation of deploy/ failed"
 # The agent's manifests (deploy/agent/, owned by the agent) are validated too, as a warning only.
 if [[ -f deploy/agent/daemonset.yaml ]]; then
   kubectl apply --dry-run=server -f deploy/agent/daemonset.yaml >>"$WORK/dry-run.txt" 2>&1 ||
     log "WARNING: deploy/agent/daemonset.yaml does not pass server-side validation (see $WORK/dry-run.txt)"
 fi
-kubectl apply -f deploy/kube-shim/serviceaccount.yaml -f deploy/kube-shim/rbac.yaml >/dev/null
+kubectl apply -f deploy/manifests/kube-rbac.yaml >/dev/null
 TOKEN="$(kubectl -n gpusched-system create token gpusched-kube --duration=2h)"
 cat >"$WORK/shim.kubeconfig" <<KCFG
 apiVersion: v1
@@ -144,7 +144,7 @@ SA=(--kubeconfig "$WORK/shim.kubeconfig")
 [[ "$(kubectl "${SA[@]}" auth can-i update leases/kube-scheduler -n kube-system 2>/dev/null || true)" == no ]] || die "SA may touch other leases"
 
 CA_B64="$(base64 -w0 <"$PKI/ca.crt")"
-WEBHOOKS_SRC="$REPO/deploy/webhook/webhooks.yaml"
+WEBHOOKS_SRC="$REPO/deploy/manifests/webhooks.yaml"
 for p in validate mutate; do
   grep -q "service: {name: gpusched-kube, namespace: gpusched-system, path: /$p, port: 443}" "$WEBHOOKS_SRC" ||
     die "$WEBHOOKS_SRC: clientConfig for /$p not found (the sed below would not apply)"

@@ -150,6 +150,11 @@ pub struct WorkloadArgs {
     /// The RPC.
     #[arg(long, value_enum, default_value_t = Rpc::Allocate)]
     pub rpc: Rpc,
+    /// Nodes by reference (gRPC and `--target pipeline` runs): `warm` = every node by digest except the one whose
+    /// usage changed since the last decision (cache primed first), `cold` = every part inline
+    /// every time. In `sweep`, warm or cold runs by reference beside the whole-node runs.
+    #[arg(long, value_enum, default_value_t = crate::byref::ByRefMode::Off)]
+    pub by_reference: crate::byref::ByRefMode,
 }
 
 impl WorkloadArgs {
@@ -420,6 +425,14 @@ pub struct SweepPoint {
     pub grpc_throughput: RunReport,
     /// gRPC p50 minus engine p50, µs: what the wire and the service add.
     pub wire_added_p50_us: f64,
+    /// Mean request bytes with whole nodes.
+    pub whole_request_bytes: f64,
+    /// Nodes by reference (`--by-reference warm|cold`): mean request bytes.
+    pub byref_request_bytes: Option<f64>,
+    /// Nodes by reference: gRPC, one request in flight.
+    pub byref_latency: Option<RunReport>,
+    /// Nodes by reference: gRPC, `--concurrency` in flight.
+    pub byref_throughput: Option<RunReport>,
 }
 
 /// Output of `sweep`.
@@ -469,6 +482,17 @@ fn build_pool(
         pool.mean_request_bytes() / 1024.0
     );
     Ok(pool)
+}
+
+/// Rewrites the pool's requests to carry nodes by reference (no-op when off).
+fn by_reference(pool: &mut Pool, mode: crate::byref::ByRefMode) {
+    pool.prime = crate::byref::apply(pool, mode);
+    if pool.prime.is_some() {
+        eprintln!(
+            "by reference ({mode:?}): {:.1} KiB per request (mean)",
+            pool.mean_request_bytes() / 1024.0
+        );
+    }
 }
 
 fn runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
@@ -600,7 +624,10 @@ async fn connect_checked(
     let channels = wire::connect(addr, n).await?;
     // One call first: a wrong address or a rejected request fails here, not as a report full of
     // errors.
-    if let (Some(ch), Some(req)) = (channels.first(), pool.encoded.first()) {
+    if let (Some(ch), Some(req)) = (
+        channels.first(),
+        pool.prime.as_ref().or(pool.encoded.first()),
+    ) {
         wire::call(ch, rpc.path(), req.clone(), Some(timeout))
             .await
             .map_err(|s| {
@@ -615,7 +642,10 @@ async fn connect_checked(
 }
 
 fn run(a: RunArgs) -> anyhow::Result<()> {
-    let pool = build_pool(a.nodes, &a.cluster, &a.workload)?;
+    let mut pool = build_pool(a.nodes, &a.cluster, &a.workload)?;
+    if a.target != RunTarget::Engine {
+        by_reference(&mut pool, a.workload.by_reference);
+    }
     let w = Window {
         warmup: a.warmup.duration(),
         duration: a.duration.duration(),
@@ -775,7 +805,41 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
             eprintln!("  {}", describe(&thr));
             anyhow::Ok((lat, thr))
         })?;
+        let byref = if a.workload.by_reference == crate::byref::ByRefMode::Off {
+            None
+        } else {
+            let mut bpool = pool.clone();
+            by_reference(&mut bpool, a.workload.by_reference);
+            let (lat, thr) = rt.block_on(async {
+                let channels =
+                    connect_checked(&info.addr, connections, &bpool, a.workload.rpc, timeout)
+                        .await?;
+                let first: Vec<_> = channels.iter().take(1).cloned().collect();
+                let mut target = Target {
+                    channels: Arc::new(first),
+                    pool: Arc::new(bpool.encoded.clone()),
+                    rpc: a.workload.rpc,
+                    timeout: Some(timeout),
+                    server_pid,
+                };
+                let lat = load::closed(&target, 1, w).await?;
+                eprintln!("  by reference: {}", describe(&lat));
+                target.channels = Arc::new(channels);
+                let thr = load::closed(&target, a.concurrency, w).await?;
+                eprintln!("  by reference: {}", describe(&thr));
+                anyhow::Ok((lat, thr))
+            })?;
+            Some((bpool.mean_request_bytes(), lat, thr))
+        };
+        let (byref_request_bytes, byref_latency, byref_throughput) = match byref {
+            Some((b, l, t)) => (Some(b), Some(l), Some(t)),
+            None => (None, None, None),
+        };
         points.push(SweepPoint {
+            whole_request_bytes: pool.mean_request_bytes(),
+            byref_request_bytes,
+            byref_latency,
+            byref_throughput,
             cluster: cluster_info(&pool),
             wire_added_p50_us: ((lat.latency_us.p50 - engine.latency_us.p50) * 10.0).round() / 10.0,
             engine,
@@ -853,14 +917,48 @@ fn chart_sweep(path: &Path, a: &SweepArgs, points: &[SweepPoint]) -> anyhow::Res
         false,
         &|p| Some(p.grpc_throughput.throughput_per_s),
     ));
+    if points.iter().any(|p| p.byref_latency.is_some()) {
+        latency.push(line(
+            "gRPC by reference p50 (1 in flight)",
+            2,
+            false,
+            &|p| p.byref_latency.as_ref().map(|r| r.latency_us.p50),
+        ));
+        latency.push(line("gRPC by reference p99 (1 in flight)", 2, true, &|p| {
+            p.byref_latency.as_ref().map(|r| r.latency_us.p99)
+        }));
+        throughput.push(line(
+            &format!("gRPC by reference ({} in flight)", a.concurrency),
+            2,
+            false,
+            &|p| p.byref_throughput.as_ref().map(|r| r.throughput_per_s),
+        ));
+    }
+    let bytes: Vec<String> = points
+        .iter()
+        .map(|p| match p.byref_request_bytes {
+            Some(b) => format!(
+                "{}: {:.0}/{:.1} KiB",
+                p.cluster.nodes,
+                p.whole_request_bytes / 1024.0,
+                b / 1024.0
+            ),
+            None => format!(
+                "{}: {:.0} KiB",
+                p.cluster.nodes,
+                p.whole_request_bytes / 1024.0
+            ),
+        })
+        .collect();
     let title = format!(
-        "gpusched {} over cluster size: in process vs gRPC ({} CPUs shared by client and server)",
+        "gpusched {} over cluster size: in process vs gRPC ({} CPUs shared by client and server); request bytes whole/by-ref {}",
         match a.workload.rpc {
             Rpc::Allocate => "Allocate",
             Rpc::Filter => "Filter",
             Rpc::Score => "Score",
         },
-        cpus()
+        cpus(),
+        bytes.join(", ")
     );
     write_svg(path, &title, &latency, &throughput)
 }

@@ -11,6 +11,7 @@
 //! - [`app`]: the `run`, `sweep` and `profile` commands.
 
 pub mod app;
+pub mod byref;
 pub mod chart;
 pub mod inproc;
 pub mod load;

@@ -512,6 +512,8 @@ pub struct Pool {
     pub workloads: Vec<(Kind, v1::Workload)>,
     /// The encoded requests, one per workload.
     pub encoded: Vec<Encoded>,
+    /// Sent once before the load (nodes by reference: every part inline, warming the server).
+    pub prime: Option<Encoded>,
 }
 
 impl Pool {
@@ -544,6 +546,7 @@ impl Pool {
             nodes,
             workloads,
             encoded,
+            prime: None,
         }
     }
 

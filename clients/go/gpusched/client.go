@@ -20,6 +20,7 @@ type Client struct {
 	conn      *grpc.ClientConn
 	placement v1.PlacementServiceClient
 	inventory v1.InventoryServiceClient
+	byref     *byRef // nil: nodes always go whole
 }
 
 // Dial creates a Client for addr ("host:port"; any grpc.NewClient target works too). By default
@@ -62,6 +63,9 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 		conn:      conn,
 		placement: v1.NewPlacementServiceClient(conn),
 		inventory: v1.NewInventoryServiceClient(conn),
+	}
+	if cfg.byReference {
+		c.byref = newByRef()
 	}
 	if cfg.block {
 		if err := waitReady(ctx, conn); err != nil {
@@ -107,12 +111,24 @@ func (c *Client) InventoryService() v1.InventoryServiceClient { return c.invento
 
 // Filter returns which candidate nodes can host the workload, and why the others cannot.
 func (c *Client) Filter(ctx context.Context, req *v1.FilterRequest, opts ...grpc.CallOption) (*v1.FilterResponse, error) {
+	if c.byref != nil && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 {
+		return withNodes(ctx, c.byref, req.GetNodes(), func(ctx context.Context, refs []*v1.NodeRef) (*v1.FilterResponse, error) {
+			r := &v1.FilterRequest{Workload: req.GetWorkload(), Options: req.GetOptions(), NodeRefs: refs}
+			return c.placement.Filter(ctx, r, opts...)
+		})
+	}
 	resp, err := c.placement.Filter(ctx, req, opts...)
 	return resp, wrap(err)
 }
 
 // Score returns the node scores of the nodes that can host the workload, most preferred first.
 func (c *Client) Score(ctx context.Context, req *v1.ScoreRequest, opts ...grpc.CallOption) (*v1.ScoreResponse, error) {
+	if c.byref != nil && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 {
+		return withNodes(ctx, c.byref, req.GetNodes(), func(ctx context.Context, refs []*v1.NodeRef) (*v1.ScoreResponse, error) {
+			r := &v1.ScoreRequest{Workload: req.GetWorkload(), Options: req.GetOptions(), NodeRefs: refs}
+			return c.placement.Score(ctx, r, opts...)
+		})
+	}
 	resp, err := c.placement.Score(ctx, req, opts...)
 	return resp, wrap(err)
 }
@@ -120,12 +136,24 @@ func (c *Client) Score(ctx context.Context, req *v1.ScoreRequest, opts ...grpc.C
 // Allocate chooses the node and the cards for one workload. A workload that fits nowhere is an
 // answer (Result.Placed false, with per-node reasons), not an error.
 func (c *Client) Allocate(ctx context.Context, req *v1.AllocateRequest, opts ...grpc.CallOption) (*v1.AllocateResponse, error) {
+	if c.byref != nil && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 {
+		return withNodes(ctx, c.byref, req.GetNodes(), func(ctx context.Context, refs []*v1.NodeRef) (*v1.AllocateResponse, error) {
+			r := &v1.AllocateRequest{Workload: req.GetWorkload(), Options: req.GetOptions(), RestrictToNodeNames: req.GetRestrictToNodeNames(), NodeRefs: refs}
+			return c.placement.Allocate(ctx, r, opts...)
+		})
+	}
 	resp, err := c.placement.Allocate(ctx, req, opts...)
 	return resp, wrap(err)
 }
 
 // AllocateBatch places workloads one after another on the same snapshot.
 func (c *Client) AllocateBatch(ctx context.Context, req *v1.AllocateBatchRequest, opts ...grpc.CallOption) (*v1.AllocateBatchResponse, error) {
+	if c.byref != nil && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 {
+		return withNodes(ctx, c.byref, req.GetNodes(), func(ctx context.Context, refs []*v1.NodeRef) (*v1.AllocateBatchResponse, error) {
+			r := &v1.AllocateBatchRequest{Workloads: req.GetWorkloads(), Options: req.GetOptions(), AllOrNothing: req.GetAllOrNothing(), ReturnUpdatedNodes: req.GetReturnUpdatedNodes(), NodeRefs: refs}
+			return c.placement.AllocateBatch(ctx, r, opts...)
+		})
+	}
 	resp, err := c.placement.AllocateBatch(ctx, req, opts...)
 	return resp, wrap(err)
 }

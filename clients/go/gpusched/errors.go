@@ -89,6 +89,10 @@ type Error struct {
 	// QuotaViolations are the google.rpc.QuotaFailure violations (RESOURCE_EXHAUSTED for a
 	// request over a limit).
 	QuotaViolations []QuotaViolation
+	// MissingDigests are the subjects (sha256/<hex>/<size>) of the google.rpc.PreconditionFailure
+	// violations of type MISSING (FAILED_PRECONDITION: node parts referenced by digest that the
+	// server does not hold).
+	MissingDigests []string
 	// RetryDelay is the google.rpc.RetryInfo delay (server busy or shutting down); 0 when absent.
 	RetryDelay time.Duration
 	// ErrorInfo is the google.rpc.ErrorInfo detail; nil when absent (the server sends one with
@@ -210,6 +214,12 @@ func fromStatus(st *status.Status) *Error {
 			}
 		case *errdetails.ErrorInfo:
 			e.ErrorInfo = &ErrorInfo{Reason: d.GetReason(), Domain: d.GetDomain(), Metadata: d.GetMetadata()}
+		case *errdetails.PreconditionFailure:
+			for _, v := range d.GetViolations() {
+				if v.GetType() == "MISSING" {
+					e.MissingDigests = append(e.MissingDigests, v.GetSubject())
+				}
+			}
 		case *errdetails.RetryInfo:
 			if d.GetRetryDelay() != nil {
 				e.RetryDelay = d.GetRetryDelay().AsDuration()

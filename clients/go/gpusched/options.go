@@ -39,10 +39,12 @@ type config struct {
 	otelOpts []otelgrpc.Option
 
 	dialOpts []grpc.DialOption
+
+	byReference bool
 }
 
 func defaultConfig() config {
-	return config{timeout: DefaultTimeout, maxMessage: DefaultMaxMessageBytes}
+	return config{timeout: DefaultTimeout, maxMessage: DefaultMaxMessageBytes, byReference: true}
 }
 
 // WithTimeout sets the deadline applied to a call whose context has none (DefaultTimeout
@@ -167,4 +169,17 @@ func (c *config) buildTLS() (*tls.Config, error) {
 		cfg.ServerName = c.serverName
 	}
 	return cfg, nil
+}
+
+// WithByReference turns sending nodes by reference on (the default) or off. On, Filter, Score,
+// Allocate and AllocateBatch send each node's inventory and usage as SHA-256 digests once the
+// server acknowledged them on this Client, inline otherwise, and resend them inline when the
+// server reports them missing (restart, another replica, eviction); requests that already carry
+// NodeRefs are sent as they are. Off: nodes always go whole. Needs a server that knows
+// node_refs.
+func WithByReference(on bool) Option {
+	return func(c *config) error {
+		c.byReference = on
+		return nil
+	}
 }

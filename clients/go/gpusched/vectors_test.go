@@ -35,7 +35,14 @@ type vector struct {
 		Code            string                    `json:"code"`
 		FieldViolations []gpusched.FieldViolation `json:"fieldViolations"`
 		ErrorInfo       *gpusched.ErrorInfo       `json:"errorInfo"`
+		MissingDigests  []string                  `json:"missingDigests"`
 	} `json:"error"`
+}
+
+// exchange is a sequence of calls replayed in order on one server (proto/testdata/exchanges).
+type exchange struct {
+	Description string   `json:"description"`
+	Steps       []vector `json:"steps"`
 }
 
 // rpc is one method of the API: fresh request and response messages, and the Client call.
@@ -149,6 +156,43 @@ func runVector(t *testing.T, client *gpusched.Client, path string) {
 	if err := dec.Decode(&v); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
+	runStep(t, client, v)
+}
+
+// TestExchanges replays proto/testdata/exchanges/*.json (e.g. nodes by reference: a miss, the
+// parts inline, then by digest) on the suite's server, each step in order (an exchange's nodes
+// appear in no other vector).
+func TestExchanges(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(testdataDir(), "exchanges", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(files)
+	if len(files) == 0 {
+		return
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var x exchange
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&x); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			client := dial(t, "")
+			for _, v := range x.Steps {
+				runStep(t, client, v)
+			}
+		})
+	}
+}
+
+func runStep(t *testing.T, client *gpusched.Client, v vector) {
+	t.Helper()
 	r, ok := rpcs[v.Method]
 	if !ok {
 		t.Fatalf("unknown method %q", v.Method)
@@ -181,6 +225,11 @@ func runVector(t *testing.T, client *gpusched.Client, path string) {
 		}
 		if !reflect.DeepEqual(e.ErrorInfo, v.Error.ErrorInfo) {
 			t.Fatalf("%s: error info\n got  %+v\n want %+v", v.Description, e.ErrorInfo, v.Error.ErrorInfo)
+		}
+		missing := slices.Clone(e.MissingDigests)
+		sort.Strings(missing)
+		if !slices.Equal(missing, v.Error.MissingDigests) {
+			t.Fatalf("%s: missing digests\n got  %q\n want %q", v.Description, missing, v.Error.MissingDigests)
 		}
 		return
 	}

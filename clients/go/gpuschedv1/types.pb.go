@@ -6,8 +6,9 @@
 
 // The gpusched v1 API: a stateless GPU placement service. Every request carries
 // the complete picture a decision needs (candidate nodes, their cards and current
-// usage, the workload, optional policy defaults); the service keeps nothing
-// between calls. The behaviour is specified in PLACEMENT-SEMANTICS.md.
+// usage, the workload, optional policy defaults), with nodes whole or by content
+// digest (NodeRef); no answer depends on what the service remembers between calls.
+// The behaviour is specified in PLACEMENT-SEMANTICS.md.
 
 package gpuschedv1
 
@@ -298,6 +299,9 @@ const (
 	// The request is over a configured server limit (RESOURCE_EXHAUSTED with
 	// google.rpc.QuotaFailure violations).
 	ViolationReason_VIOLATION_REASON_LIMIT_EXCEEDED ViolationReason = 11
+	// A node sent by reference (NodeRef) is malformed: a digest of the wrong length or with an
+	// unknown function, inline bytes that do not hash to their digest, or bytes that do not decode.
+	ViolationReason_VIOLATION_REASON_INVALID_NODE_REFERENCE ViolationReason = 12
 )
 
 // Enum value maps for ViolationReason.
@@ -315,6 +319,7 @@ var (
 		9:  "VIOLATION_REASON_UNKNOWN_ENUM_VALUE",
 		10: "VIOLATION_REASON_OUT_OF_RANGE",
 		11: "VIOLATION_REASON_LIMIT_EXCEEDED",
+		12: "VIOLATION_REASON_INVALID_NODE_REFERENCE",
 	}
 	ViolationReason_value = map[string]int32{
 		"VIOLATION_REASON_UNSPECIFIED":              0,
@@ -329,6 +334,7 @@ var (
 		"VIOLATION_REASON_UNKNOWN_ENUM_VALUE":       9,
 		"VIOLATION_REASON_OUT_OF_RANGE":             10,
 		"VIOLATION_REASON_LIMIT_EXCEEDED":           11,
+		"VIOLATION_REASON_INVALID_NODE_REFERENCE":   12,
 	}
 )
 
@@ -450,6 +456,55 @@ func (x Reason) Number() protoreflect.EnumNumber {
 // Deprecated: Use Reason.Descriptor instead.
 func (Reason) EnumDescriptor() ([]byte, []int) {
 	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{5}
+}
+
+// The hash function of a Digest.
+type DigestFunction int32
+
+const (
+	// Not set: SHA-256.
+	DigestFunction_DIGEST_FUNCTION_UNSPECIFIED DigestFunction = 0
+	// SHA-256 (FIPS 180-4): 32-byte hashes.
+	DigestFunction_DIGEST_FUNCTION_SHA256 DigestFunction = 1
+)
+
+// Enum value maps for DigestFunction.
+var (
+	DigestFunction_name = map[int32]string{
+		0: "DIGEST_FUNCTION_UNSPECIFIED",
+		1: "DIGEST_FUNCTION_SHA256",
+	}
+	DigestFunction_value = map[string]int32{
+		"DIGEST_FUNCTION_UNSPECIFIED": 0,
+		"DIGEST_FUNCTION_SHA256":      1,
+	}
+)
+
+func (x DigestFunction) Enum() *DigestFunction {
+	p := new(DigestFunction)
+	*p = x
+	return p
+}
+
+func (x DigestFunction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DigestFunction) Descriptor() protoreflect.EnumDescriptor {
+	return file_gpusched_v1_types_proto_enumTypes[6].Descriptor()
+}
+
+func (DigestFunction) Type() protoreflect.EnumType {
+	return &file_gpusched_v1_types_proto_enumTypes[6]
+}
+
+func (x DigestFunction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DigestFunction.Descriptor instead.
+func (DigestFunction) EnumDescriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 // Current usage of one card by workloads already placed.
@@ -2101,6 +2156,254 @@ func (x *NodeExplanation) GetContainers() []*ContainerExplanation {
 	return nil
 }
 
+// The content address of a blob: the hash of its exact bytes and their length.
+type Digest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The raw hash (32 bytes for SHA-256; not hex). Any other length is INVALID_ARGUMENT.
+	Hash []byte `protobuf:"bytes,1,opt,name=hash,proto3" json:"hash,omitempty"`
+	// Length of the blob in bytes.
+	SizeBytes uint64 `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// The hash function; unset = SHA-256. An unknown value is INVALID_ARGUMENT.
+	Function      DigestFunction `protobuf:"varint,3,opt,name=function,proto3,enum=gpusched.v1.DigestFunction" json:"function,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Digest) Reset() {
+	*x = Digest{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Digest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Digest) ProtoMessage() {}
+
+func (x *Digest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Digest.ProtoReflect.Descriptor instead.
+func (*Digest) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Digest) GetHash() []byte {
+	if x != nil {
+		return x.Hash
+	}
+	return nil
+}
+
+func (x *Digest) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *Digest) GetFunction() DigestFunction {
+	if x != nil {
+		return x.Function
+	}
+	return DigestFunction_DIGEST_FUNCTION_UNSPECIFIED
+}
+
+// Usage of one card, named by its card id.
+type CardUsageEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Id of a card of the node's inventory; an id that is not there is INVALID_ARGUMENT.
+	CardId string `protobuf:"bytes,1,opt,name=card_id,json=cardId,proto3" json:"card_id,omitempty"`
+	// The card's usage (unset = idle).
+	Usage         *CardUsage `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CardUsageEntry) Reset() {
+	*x = CardUsageEntry{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CardUsageEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CardUsageEntry) ProtoMessage() {}
+
+func (x *CardUsageEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CardUsageEntry.ProtoReflect.Descriptor instead.
+func (*CardUsageEntry) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CardUsageEntry) GetCardId() string {
+	if x != nil {
+		return x.CardId
+	}
+	return ""
+}
+
+func (x *CardUsageEntry) GetUsage() *CardUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// The usage part of a node sent by reference: per card, replacing the usage written in the
+// inventory's cards (which clients leave unset, so that the inventory's digest does not change
+// at every bind). Cards not named keep the inventory's usage (normally idle); an empty
+// NodeUsage changes nothing.
+type NodeUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Per card usage; each card id at most once.
+	Cards         []*CardUsageEntry `protobuf:"bytes,1,rep,name=cards,proto3" json:"cards,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeUsage) Reset() {
+	*x = NodeUsage{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeUsage) ProtoMessage() {}
+
+func (x *NodeUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeUsage.ProtoReflect.Descriptor instead.
+func (*NodeUsage) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *NodeUsage) GetCards() []*CardUsageEntry {
+	if x != nil {
+		return x.Cards
+	}
+	return nil
+}
+
+// A candidate node in two content-addressed parts, each inline (bytes) or by digest.
+// Whole nodes (`nodes`) and node references (`node_refs`) may be mixed in one request; node
+// names are unique over both. The decision is the same, bit for bit, as for the node sent whole
+// with the inventory's cards carrying the usage.
+type NodeRef struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The inventory: a serialized gpusched.v1.Node, exactly the bytes hashed into
+	// inventory_digest. Converted exactly as a node sent whole. Empty = by reference.
+	Inventory []byte `protobuf:"bytes,1,opt,name=inventory,proto3" json:"inventory,omitempty"`
+	// SHA-256 digest of `inventory`. Required when `inventory` is empty (then the server must
+	// hold it, else FAILED_PRECONDITION); when both are set the server checks that they match
+	// (INVALID_ARGUMENT otherwise). Unset with `inventory` set: the server computes it.
+	InventoryDigest *Digest `protobuf:"bytes,2,opt,name=inventory_digest,json=inventoryDigest,proto3" json:"inventory_digest,omitempty"`
+	// The usage: a serialized gpusched.v1.NodeUsage, exactly the bytes hashed into usage_digest.
+	// Empty and usage_digest unset: the inventory's own usage.
+	Usage []byte `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
+	// SHA-256 digest of `usage`; as for inventory_digest. Set with `usage` empty: by reference.
+	UsageDigest   *Digest `protobuf:"bytes,4,opt,name=usage_digest,json=usageDigest,proto3" json:"usage_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeRef) Reset() {
+	*x = NodeRef{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeRef) ProtoMessage() {}
+
+func (x *NodeRef) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeRef.ProtoReflect.Descriptor instead.
+func (*NodeRef) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *NodeRef) GetInventory() []byte {
+	if x != nil {
+		return x.Inventory
+	}
+	return nil
+}
+
+func (x *NodeRef) GetInventoryDigest() *Digest {
+	if x != nil {
+		return x.InventoryDigest
+	}
+	return nil
+}
+
+func (x *NodeRef) GetUsage() []byte {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *NodeRef) GetUsageDigest() *Digest {
+	if x != nil {
+		return x.UsageDigest
+	}
+	return nil
+}
+
 var File_gpusched_v1_types_proto protoreflect.FileDescriptor
 
 const file_gpusched_v1_types_proto_rawDesc = "" +
@@ -2266,7 +2569,22 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12A\n" +
 	"\n" +
 	"containers\x18\x02 \x03(\v2!.gpusched.v1.ContainerExplanationR\n" +
-	"containers*Z\n" +
+	"containers\"t\n" +
+	"\x06Digest\x12\x12\n" +
+	"\x04hash\x18\x01 \x01(\fR\x04hash\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x02 \x01(\x04R\tsizeBytes\x127\n" +
+	"\bfunction\x18\x03 \x01(\x0e2\x1b.gpusched.v1.DigestFunctionR\bfunction\"W\n" +
+	"\x0eCardUsageEntry\x12\x17\n" +
+	"\acard_id\x18\x01 \x01(\tR\x06cardId\x12,\n" +
+	"\x05usage\x18\x02 \x01(\v2\x16.gpusched.v1.CardUsageR\x05usage\">\n" +
+	"\tNodeUsage\x121\n" +
+	"\x05cards\x18\x01 \x03(\v2\x1b.gpusched.v1.CardUsageEntryR\x05cards\"\xb5\x01\n" +
+	"\aNodeRef\x12\x1c\n" +
+	"\tinventory\x18\x01 \x01(\fR\tinventory\x12>\n" +
+	"\x10inventory_digest\x18\x02 \x01(\v2\x13.gpusched.v1.DigestR\x0finventoryDigest\x12\x14\n" +
+	"\x05usage\x18\x03 \x01(\fR\x05usage\x126\n" +
+	"\fusage_digest\x18\x04 \x01(\v2\x13.gpusched.v1.DigestR\vusageDigest*Z\n" +
 	"\n" +
 	"NodePolicy\x12\x1b\n" +
 	"\x17NODE_POLICY_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -2288,7 +2606,7 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"CardHealth\x12\x1b\n" +
 	"\x17CARD_HEALTH_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13CARD_HEALTH_HEALTHY\x10\x01\x12\x19\n" +
-	"\x15CARD_HEALTH_UNHEALTHY\x10\x02*\xeb\x03\n" +
+	"\x15CARD_HEALTH_UNHEALTHY\x10\x02*\x98\x04\n" +
 	"\x0fViolationReason\x12 \n" +
 	"\x1cVIOLATION_REASON_UNSPECIFIED\x10\x00\x12(\n" +
 	"$VIOLATION_REASON_INVALID_NODE_POLICY\x10\x01\x12'\n" +
@@ -2302,7 +2620,8 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"#VIOLATION_REASON_UNKNOWN_ENUM_VALUE\x10\t\x12!\n" +
 	"\x1dVIOLATION_REASON_OUT_OF_RANGE\x10\n" +
 	"\x12#\n" +
-	"\x1fVIOLATION_REASON_LIMIT_EXCEEDED\x10\v*\xcb\x03\n" +
+	"\x1fVIOLATION_REASON_LIMIT_EXCEEDED\x10\v\x12+\n" +
+	"'VIOLATION_REASON_INVALID_NODE_REFERENCE\x10\f*\xcb\x03\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fREASON_NODE_INSUFFICIENT_DEVICE\x10\x01\x12\x1a\n" +
@@ -2317,7 +2636,10 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"\x1dREASON_CARD_INSUFFICIENT_CORE\x10\n" +
 	"\x12'\n" +
 	"#REASON_CARD_COMPUTE_UNITS_EXHAUSTED\x10\v\x12/\n" +
-	"+REASON_ALLOCATED_CARDS_INSUFFICIENT_REQUEST\x10\fB?Z=github.com/gpusched/gpusched/clients/go/gpuschedv1;gpuschedv1b\x06proto3"
+	"+REASON_ALLOCATED_CARDS_INSUFFICIENT_REQUEST\x10\f*M\n" +
+	"\x0eDigestFunction\x12\x1f\n" +
+	"\x1bDIGEST_FUNCTION_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16DIGEST_FUNCTION_SHA256\x10\x01B?Z=github.com/gpusched/gpusched/clients/go/gpuschedv1;gpuschedv1b\x06proto3"
 
 var (
 	file_gpusched_v1_types_proto_rawDescOnce sync.Once
@@ -2331,8 +2653,8 @@ func file_gpusched_v1_types_proto_rawDescGZIP() []byte {
 	return file_gpusched_v1_types_proto_rawDescData
 }
 
-var file_gpusched_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_gpusched_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_gpusched_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_gpusched_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_gpusched_v1_types_proto_goTypes = []any{
 	(NodePolicy)(0),                // 0: gpusched.v1.NodePolicy
 	(GpuPolicy)(0),                 // 1: gpusched.v1.GpuPolicy
@@ -2340,66 +2662,76 @@ var file_gpusched_v1_types_proto_goTypes = []any{
 	(CardHealth)(0),                // 3: gpusched.v1.CardHealth
 	(ViolationReason)(0),           // 4: gpusched.v1.ViolationReason
 	(Reason)(0),                    // 5: gpusched.v1.Reason
-	(*CardUsage)(nil),              // 6: gpusched.v1.CardUsage
-	(*Card)(nil),                   // 7: gpusched.v1.Card
-	(*CardPairScore)(nil),          // 8: gpusched.v1.CardPairScore
-	(*Node)(nil),                   // 9: gpusched.v1.Node
-	(*ScoringWeights)(nil),         // 10: gpusched.v1.ScoringWeights
-	(*ContainerRequest)(nil),       // 11: gpusched.v1.ContainerRequest
-	(*TypedWorkloadSpec)(nil),      // 12: gpusched.v1.TypedWorkloadSpec
-	(*KubernetesContainer)(nil),    // 13: gpusched.v1.KubernetesContainer
-	(*KubernetesWorkloadSpec)(nil), // 14: gpusched.v1.KubernetesWorkloadSpec
-	(*Workload)(nil),               // 15: gpusched.v1.Workload
-	(*PlacementOptions)(nil),       // 16: gpusched.v1.PlacementOptions
-	(*EffectivePolicy)(nil),        // 17: gpusched.v1.EffectivePolicy
-	(*ReasonCount)(nil),            // 18: gpusched.v1.ReasonCount
-	(*FailedNode)(nil),             // 19: gpusched.v1.FailedNode
-	(*NodeScore)(nil),              // 20: gpusched.v1.NodeScore
-	(*CardAssignment)(nil),         // 21: gpusched.v1.CardAssignment
-	(*ContainerAssignment)(nil),    // 22: gpusched.v1.ContainerAssignment
-	(*CardExplanation)(nil),        // 23: gpusched.v1.CardExplanation
-	(*ContainerExplanation)(nil),   // 24: gpusched.v1.ContainerExplanation
-	(*NodeExplanation)(nil),        // 25: gpusched.v1.NodeExplanation
-	nil,                            // 26: gpusched.v1.Node.AnnotationsEntry
-	nil,                            // 27: gpusched.v1.KubernetesContainer.LimitsEntry
-	nil,                            // 28: gpusched.v1.KubernetesContainer.RequestsEntry
-	nil,                            // 29: gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
+	(DigestFunction)(0),            // 6: gpusched.v1.DigestFunction
+	(*CardUsage)(nil),              // 7: gpusched.v1.CardUsage
+	(*Card)(nil),                   // 8: gpusched.v1.Card
+	(*CardPairScore)(nil),          // 9: gpusched.v1.CardPairScore
+	(*Node)(nil),                   // 10: gpusched.v1.Node
+	(*ScoringWeights)(nil),         // 11: gpusched.v1.ScoringWeights
+	(*ContainerRequest)(nil),       // 12: gpusched.v1.ContainerRequest
+	(*TypedWorkloadSpec)(nil),      // 13: gpusched.v1.TypedWorkloadSpec
+	(*KubernetesContainer)(nil),    // 14: gpusched.v1.KubernetesContainer
+	(*KubernetesWorkloadSpec)(nil), // 15: gpusched.v1.KubernetesWorkloadSpec
+	(*Workload)(nil),               // 16: gpusched.v1.Workload
+	(*PlacementOptions)(nil),       // 17: gpusched.v1.PlacementOptions
+	(*EffectivePolicy)(nil),        // 18: gpusched.v1.EffectivePolicy
+	(*ReasonCount)(nil),            // 19: gpusched.v1.ReasonCount
+	(*FailedNode)(nil),             // 20: gpusched.v1.FailedNode
+	(*NodeScore)(nil),              // 21: gpusched.v1.NodeScore
+	(*CardAssignment)(nil),         // 22: gpusched.v1.CardAssignment
+	(*ContainerAssignment)(nil),    // 23: gpusched.v1.ContainerAssignment
+	(*CardExplanation)(nil),        // 24: gpusched.v1.CardExplanation
+	(*ContainerExplanation)(nil),   // 25: gpusched.v1.ContainerExplanation
+	(*NodeExplanation)(nil),        // 26: gpusched.v1.NodeExplanation
+	(*Digest)(nil),                 // 27: gpusched.v1.Digest
+	(*CardUsageEntry)(nil),         // 28: gpusched.v1.CardUsageEntry
+	(*NodeUsage)(nil),              // 29: gpusched.v1.NodeUsage
+	(*NodeRef)(nil),                // 30: gpusched.v1.NodeRef
+	nil,                            // 31: gpusched.v1.Node.AnnotationsEntry
+	nil,                            // 32: gpusched.v1.KubernetesContainer.LimitsEntry
+	nil,                            // 33: gpusched.v1.KubernetesContainer.RequestsEntry
+	nil,                            // 34: gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
 }
 var file_gpusched_v1_types_proto_depIdxs = []int32{
 	3,  // 0: gpusched.v1.Card.health:type_name -> gpusched.v1.CardHealth
 	2,  // 1: gpusched.v1.Card.mode:type_name -> gpusched.v1.CardMode
-	6,  // 2: gpusched.v1.Card.usage:type_name -> gpusched.v1.CardUsage
-	7,  // 3: gpusched.v1.Node.cards:type_name -> gpusched.v1.Card
-	8,  // 4: gpusched.v1.Node.pair_scores:type_name -> gpusched.v1.CardPairScore
-	26, // 5: gpusched.v1.Node.annotations:type_name -> gpusched.v1.Node.AnnotationsEntry
+	7,  // 2: gpusched.v1.Card.usage:type_name -> gpusched.v1.CardUsage
+	8,  // 3: gpusched.v1.Node.cards:type_name -> gpusched.v1.Card
+	9,  // 4: gpusched.v1.Node.pair_scores:type_name -> gpusched.v1.CardPairScore
+	31, // 5: gpusched.v1.Node.annotations:type_name -> gpusched.v1.Node.AnnotationsEntry
 	0,  // 6: gpusched.v1.TypedWorkloadSpec.node_policy:type_name -> gpusched.v1.NodePolicy
 	1,  // 7: gpusched.v1.TypedWorkloadSpec.gpu_policy:type_name -> gpusched.v1.GpuPolicy
-	10, // 8: gpusched.v1.TypedWorkloadSpec.scoring_weights:type_name -> gpusched.v1.ScoringWeights
-	11, // 9: gpusched.v1.TypedWorkloadSpec.init_containers:type_name -> gpusched.v1.ContainerRequest
-	11, // 10: gpusched.v1.TypedWorkloadSpec.containers:type_name -> gpusched.v1.ContainerRequest
-	27, // 11: gpusched.v1.KubernetesContainer.limits:type_name -> gpusched.v1.KubernetesContainer.LimitsEntry
-	28, // 12: gpusched.v1.KubernetesContainer.requests:type_name -> gpusched.v1.KubernetesContainer.RequestsEntry
-	29, // 13: gpusched.v1.KubernetesWorkloadSpec.annotations:type_name -> gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
-	13, // 14: gpusched.v1.KubernetesWorkloadSpec.init_containers:type_name -> gpusched.v1.KubernetesContainer
-	13, // 15: gpusched.v1.KubernetesWorkloadSpec.containers:type_name -> gpusched.v1.KubernetesContainer
-	12, // 16: gpusched.v1.Workload.typed:type_name -> gpusched.v1.TypedWorkloadSpec
-	14, // 17: gpusched.v1.Workload.kubernetes:type_name -> gpusched.v1.KubernetesWorkloadSpec
+	11, // 8: gpusched.v1.TypedWorkloadSpec.scoring_weights:type_name -> gpusched.v1.ScoringWeights
+	12, // 9: gpusched.v1.TypedWorkloadSpec.init_containers:type_name -> gpusched.v1.ContainerRequest
+	12, // 10: gpusched.v1.TypedWorkloadSpec.containers:type_name -> gpusched.v1.ContainerRequest
+	32, // 11: gpusched.v1.KubernetesContainer.limits:type_name -> gpusched.v1.KubernetesContainer.LimitsEntry
+	33, // 12: gpusched.v1.KubernetesContainer.requests:type_name -> gpusched.v1.KubernetesContainer.RequestsEntry
+	34, // 13: gpusched.v1.KubernetesWorkloadSpec.annotations:type_name -> gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
+	14, // 14: gpusched.v1.KubernetesWorkloadSpec.init_containers:type_name -> gpusched.v1.KubernetesContainer
+	14, // 15: gpusched.v1.KubernetesWorkloadSpec.containers:type_name -> gpusched.v1.KubernetesContainer
+	13, // 16: gpusched.v1.Workload.typed:type_name -> gpusched.v1.TypedWorkloadSpec
+	15, // 17: gpusched.v1.Workload.kubernetes:type_name -> gpusched.v1.KubernetesWorkloadSpec
 	0,  // 18: gpusched.v1.PlacementOptions.default_node_policy:type_name -> gpusched.v1.NodePolicy
 	1,  // 19: gpusched.v1.PlacementOptions.default_gpu_policy:type_name -> gpusched.v1.GpuPolicy
 	0,  // 20: gpusched.v1.EffectivePolicy.node_policy:type_name -> gpusched.v1.NodePolicy
 	1,  // 21: gpusched.v1.EffectivePolicy.gpu_policy:type_name -> gpusched.v1.GpuPolicy
-	10, // 22: gpusched.v1.EffectivePolicy.scoring_weights:type_name -> gpusched.v1.ScoringWeights
+	11, // 22: gpusched.v1.EffectivePolicy.scoring_weights:type_name -> gpusched.v1.ScoringWeights
 	5,  // 23: gpusched.v1.ReasonCount.reason:type_name -> gpusched.v1.Reason
-	18, // 24: gpusched.v1.FailedNode.reasons:type_name -> gpusched.v1.ReasonCount
-	21, // 25: gpusched.v1.ContainerAssignment.cards:type_name -> gpusched.v1.CardAssignment
+	19, // 24: gpusched.v1.FailedNode.reasons:type_name -> gpusched.v1.ReasonCount
+	22, // 25: gpusched.v1.ContainerAssignment.cards:type_name -> gpusched.v1.CardAssignment
 	5,  // 26: gpusched.v1.CardExplanation.rejected:type_name -> gpusched.v1.Reason
-	23, // 27: gpusched.v1.ContainerExplanation.cards:type_name -> gpusched.v1.CardExplanation
-	24, // 28: gpusched.v1.NodeExplanation.containers:type_name -> gpusched.v1.ContainerExplanation
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	24, // 27: gpusched.v1.ContainerExplanation.cards:type_name -> gpusched.v1.CardExplanation
+	25, // 28: gpusched.v1.NodeExplanation.containers:type_name -> gpusched.v1.ContainerExplanation
+	6,  // 29: gpusched.v1.Digest.function:type_name -> gpusched.v1.DigestFunction
+	7,  // 30: gpusched.v1.CardUsageEntry.usage:type_name -> gpusched.v1.CardUsage
+	28, // 31: gpusched.v1.NodeUsage.cards:type_name -> gpusched.v1.CardUsageEntry
+	27, // 32: gpusched.v1.NodeRef.inventory_digest:type_name -> gpusched.v1.Digest
+	27, // 33: gpusched.v1.NodeRef.usage_digest:type_name -> gpusched.v1.Digest
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_gpusched_v1_types_proto_init() }
@@ -2419,8 +2751,8 @@ func file_gpusched_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpusched_v1_types_proto_rawDesc), len(file_gpusched_v1_types_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   24,
+			NumEnums:      7,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

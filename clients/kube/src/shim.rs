@@ -194,6 +194,7 @@ impl Shim {
             nodes: snap.nodes,
             workload: Some(translate::workload(pod, names)),
             options: None,
+            node_refs: Vec::new(),
         };
         let snap_us = t.elapsed().as_micros() as u64;
         let resp = self.service.filter_request(req).await;
@@ -253,6 +254,7 @@ impl Shim {
             nodes: snap.nodes.clone(),
             workload: Some(translate::workload(pod, names)),
             options: None,
+            node_refs: Vec::new(),
         };
         let resp = self
             .service
@@ -292,6 +294,7 @@ impl Shim {
             workload: Some(translate::workload(pod, self.view.names())),
             options: None,
             restrict_to_node_names: vec![node.to_owned()],
+            node_refs: Vec::new(),
         };
         match self.service.allocate_request(req).await {
             Ok(r) if r.placed && r.requests_gpu => self.view.reserve(Assumed {
@@ -447,6 +450,7 @@ impl Shim {
             workload: Some(translate::workload(&pod, &names)),
             options: None,
             restrict_to_node_names: vec![node.clone()],
+            node_refs: Vec::new(),
         };
         let result = match self.service.allocate_request(req).await {
             Ok(r) => r,

@@ -69,6 +69,7 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     retry: RetryPolicy,
     max_message_bytes: usize,
+    by_reference: bool,
 }
 
 impl ClientBuilder {
@@ -81,6 +82,7 @@ impl ClientBuilder {
             connect_timeout: Duration::from_secs(5),
             retry: RetryPolicy::default(),
             max_message_bytes: 64 << 20,
+            by_reference: true,
         }
     }
 
@@ -112,6 +114,21 @@ impl ClientBuilder {
     pub fn max_message_bytes(mut self, bytes: usize) -> Self {
         self.max_message_bytes = bytes;
         self
+    }
+
+    /// Send nodes by reference (on by default): each node's inventory and usage go as SHA-256
+    /// digests once the server has acknowledged them on this client, inline otherwise, and are
+    /// resent inline when the server reports them missing (after a restart, on another
+    /// replica, after eviction). Off: nodes always go whole, as before. Needs a server that
+    /// knows `node_refs` (gpusched with the node cache).
+    pub fn by_reference(mut self, on: bool) -> Self {
+        self.by_reference = on;
+        self
+    }
+
+    /// A client over an existing channel (e.g. `Channel::balance_list` over replicas).
+    pub fn with_channel(&self, channel: tonic::transport::Channel) -> Client {
+        self.client(channel)
     }
 
     fn endpoint(&self) -> Result<Endpoint, Error> {
@@ -166,6 +183,12 @@ impl ClientBuilder {
         let inventory = InventoryServiceClient::new(channel)
             .max_decoding_message_size(self.max_message_bytes)
             .max_encoding_message_size(self.max_message_bytes);
-        Client::new(placement, inventory, self.timeout, self.retry)
+        Client::new(
+            placement,
+            inventory,
+            self.timeout,
+            self.retry,
+            self.by_reference,
+        )
     }
 }

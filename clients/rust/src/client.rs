@@ -12,7 +12,11 @@ use tonic::Code;
 use tonic::transport::Channel;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
 use crate::builder::RetryPolicy;
+use crate::byref::{ByRef, NodesRequest, field_back, parse_subject};
 use crate::error::{ApiError, Error};
 
 /// A connected client (cheap to clone; calls may run concurrently).
@@ -22,6 +26,8 @@ pub struct Client {
     inventory: InventoryServiceClient<Channel>,
     timeout: Option<Duration>,
     retry: RetryPolicy,
+    /// Automatic nodes-by-reference state (None: nodes always go whole).
+    byref: Option<Arc<ByRef>>,
 }
 
 struct MetadataInjector<'a>(&'a mut tonic::metadata::MetadataMap);
@@ -43,12 +49,74 @@ impl Client {
         inventory: InventoryServiceClient<Channel>,
         timeout: Option<Duration>,
         retry: RetryPolicy,
+        by_reference: bool,
     ) -> Self {
         Client {
             placement,
             inventory,
             timeout,
             retry,
+            byref: by_reference.then(|| Arc::new(ByRef::default())),
+        }
+    }
+
+    /// Whether nodes go by reference (see [`crate::ClientBuilder::by_reference`]).
+    pub fn by_reference(&self) -> bool {
+        self.byref.is_some()
+    }
+
+    /// Number of node parts (inventories, usages) the server acknowledged on this client.
+    pub fn acknowledged_parts(&self) -> usize {
+        self.byref.as_ref().map_or(0, |b| b.known_len())
+    }
+
+    /// Sends `msg` with its nodes by reference when the automatic mode is on: parts the server
+    /// acknowledged go as digests; on FAILED_PRECONDITION listing missing digests, those parts
+    /// are resent inline (once per digest). Field violations are named after `nodes[i]`.
+    async fn with_nodes<T, R, F, Fut>(&self, mut msg: T, call: F) -> Result<R, Error>
+    where
+        T: NodesRequest,
+        F: FnMut(tonic::Request<T>) -> Fut + Clone,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        let Some(byref) = &self.byref else {
+            return self.with_retry(msg, call).await;
+        };
+        let Some(nodes) = msg.take_nodes() else {
+            return self.with_retry(msg, call).await;
+        };
+        let prepared = byref.prepare(nodes);
+        let mut force_inline: HashSet<crate::byref::Key> = HashSet::new();
+        loop {
+            let mut m = msg.clone();
+            m.set_refs(byref.refs(&prepared, &force_inline));
+            match self.with_retry(m, call.clone()).await {
+                Ok(r) => {
+                    byref.acknowledge(&prepared);
+                    return Ok(r);
+                }
+                Err(Error::Api(e)) if e.code == Code::FailedPrecondition => {
+                    let missing: HashSet<_> = e
+                        .missing_digests
+                        .iter()
+                        .filter_map(|s| parse_subject(s))
+                        .collect();
+                    byref.forget(&missing);
+                    // Resend each missing part inline once; a part missing again after it was
+                    // sent inline (impossible with a conforming server) ends the call.
+                    if missing.is_empty() || !missing.is_disjoint(&force_inline) {
+                        return Err(Error::Api(e));
+                    }
+                    force_inline.extend(missing);
+                }
+                Err(Error::Api(mut e)) => {
+                    for v in e.field_violations.iter_mut().chain(&mut e.quota_violations) {
+                        v.field = field_back(&v.field);
+                    }
+                    return Err(Error::Api(e));
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 
@@ -89,7 +157,7 @@ impl Client {
         req: v1::FilterRequest,
     ) -> Result<v1::FilterResponse, Error> {
         let c = self.placement.clone();
-        self.with_retry(req, move |r| {
+        self.with_nodes(req, move |r| {
             let mut c = c.clone();
             async move { c.filter(r).await }
         })
@@ -99,7 +167,7 @@ impl Client {
     /// Node scores, most preferred first.
     pub async fn score_request(&self, req: v1::ScoreRequest) -> Result<v1::ScoreResponse, Error> {
         let c = self.placement.clone();
-        self.with_retry(req, move |r| {
+        self.with_nodes(req, move |r| {
             let mut c = c.clone();
             async move { c.score(r).await }
         })
@@ -113,7 +181,7 @@ impl Client {
     ) -> Result<v1::AllocationResult, Error> {
         let c = self.placement.clone();
         let resp: v1::AllocateResponse = self
-            .with_retry(req, move |r| {
+            .with_nodes(req, move |r| {
                 let mut c = c.clone();
                 async move { c.allocate(r).await }
             })
@@ -128,7 +196,7 @@ impl Client {
         req: v1::AllocateBatchRequest,
     ) -> Result<v1::AllocateBatchResponse, Error> {
         let c = self.placement.clone();
-        self.with_retry(req, move |r| {
+        self.with_nodes(req, move |r| {
             let mut c = c.clone();
             async move { c.allocate_batch(r).await }
         })
@@ -175,6 +243,7 @@ impl Client {
             nodes,
             workload: Some(workload),
             options: None,
+            node_refs: Vec::new(),
         })
         .await
     }
@@ -190,6 +259,7 @@ impl Client {
             workload: Some(workload),
             options: None,
             restrict_to_node_names: vec![],
+            node_refs: Vec::new(),
         })
         .await
     }

@@ -76,6 +76,9 @@ pub struct ApiError {
     /// `google.rpc.ErrorInfo`, when the server sent one (every error with violations); boxed to
     /// keep `Result<_, Error>` small.
     pub error_info: Option<Box<ErrorInfo>>,
+    /// `google.rpc.PreconditionFailure` subjects of type `MISSING` (FAILED_PRECONDITION: node
+    /// parts referenced by digest that the server does not hold), `sha256/<hex>/<size>`.
+    pub missing_digests: Vec<String>,
 }
 
 impl ApiError {
@@ -122,6 +125,16 @@ impl ApiError {
                         .collect(),
                 })
             }),
+            missing_digests: details
+                .precondition_failure()
+                .map(|p| {
+                    p.violations
+                        .iter()
+                        .filter(|v| v.r#type == "MISSING")
+                        .map(|v| v.subject.clone())
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 

@@ -18,11 +18,13 @@
 //! ```
 
 mod builder;
+pub mod byref;
 mod client;
 mod error;
 mod pod;
 
 pub use builder::{ClientBuilder, RetryPolicy, TlsOptions};
+pub use byref::PreparedNode;
 pub use client::Client;
 pub use error::{
     ApiError, Error, ErrorInfo, FieldViolation, violation_reason, violation_reason_str,

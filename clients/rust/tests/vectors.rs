@@ -86,6 +86,11 @@ async fn call(client: &Client, method: &str, request: &Value) -> Result<Value, V
                     "metadata": info.metadata,
                 });
             }
+            if !e.missing_digests.is_empty() {
+                let mut m = e.missing_digests.clone();
+                m.sort();
+                error["missingDigests"] = serde_json::json!(m);
+            }
             Err(error)
         }
         Err(e) => panic!("{method}: {e}"),
@@ -138,6 +143,183 @@ fn canonical(method: &str, v: &Value) -> Value {
         ),
     };
     serde_json::from_str(&text.unwrap()).unwrap()
+}
+
+/// The by-reference exchange (`proto/testdata/exchanges/by-reference.json`): its requests, in
+/// order (only used to regenerate the file).
+fn by_reference_requests() -> Vec<(&'static str, &'static str, v1::AllocateRequest)> {
+    use prost::Message;
+    use sha2::Digest as _;
+    let digest = |b: &[u8]| v1::Digest {
+        hash: sha2::Sha256::digest(b).to_vec(),
+        size_bytes: b.len() as u64,
+        function: 0,
+    };
+    let card = |id: &str, index: u32| v1::Card {
+        id: id.into(),
+        index,
+        r#type: "NVIDIA-A100-SXM4-40GB".into(),
+        slots: 10,
+        total_mem_mib: 40960,
+        total_cores: 100,
+        numa: 0,
+        health: v1::CardHealth::Healthy as i32,
+        mode: v1::CardMode::HamiCore as i32,
+        usage: None,
+    };
+    let inv = |name: &str| {
+        v1::Node {
+            name: name.into(),
+            cards: (0..2).map(|i| card(&format!("{name}-gpu{i}"), i)).collect(),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    };
+    let usage = |name: &str, mem: u64| {
+        v1::NodeUsage {
+            cards: vec![v1::CardUsageEntry {
+                card_id: format!("{name}-gpu0"),
+                usage: Some(v1::CardUsage {
+                    used_slots: 1,
+                    used_mem_mib: mem,
+                    used_cores: 10,
+                }),
+            }],
+        }
+        .encode_to_vec()
+    };
+    let (ia, ib) = (inv("exchange-a"), inv("exchange-b"));
+    let ub = usage("exchange-b", 20000);
+    let ub2 = usage("exchange-b", 30000);
+    let r = |inventory: &[u8], usage: &[u8], inline_inv: bool, inline_usage: bool| v1::NodeRef {
+        inventory: if inline_inv {
+            inventory.to_vec()
+        } else {
+            vec![]
+        },
+        inventory_digest: Some(digest(inventory)),
+        usage: if inline_usage { usage.to_vec() } else { vec![] },
+        usage_digest: (!usage.is_empty()).then(|| digest(usage)),
+    };
+    let req = |nodes: Vec<v1::Node>, node_refs: Vec<v1::NodeRef>| v1::AllocateRequest {
+        nodes,
+        workload: Some(v1::Workload {
+            namespace: "default".into(),
+            name: "exchange".into(),
+            uid: String::new(),
+            spec: Some(v1::workload::Spec::Typed(v1::TypedWorkloadSpec {
+                node_policy: v1::NodePolicy::Binpack as i32,
+                containers: vec![v1::ContainerRequest {
+                    name: "main".into(),
+                    gpu_count: 1,
+                    gpumem_mib: 10000,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })),
+        }),
+        options: None,
+        restrict_to_node_names: vec![],
+        node_refs,
+    };
+    let whole = v1::Node {
+        name: "exchange-whole".into(),
+        cards: vec![card("exchange-whole-gpu0", 0)],
+        ..Default::default()
+    };
+    let mut bad = r(&ia, &[], true, false);
+    bad.inventory_digest = Some(digest(&ib));
+    vec![
+        (
+            "by digest before the server holds the parts: FAILED_PRECONDITION listing every missing digest",
+            "/gpusched.v1.PlacementService/Allocate",
+            req(
+                vec![],
+                vec![r(&ia, &[], false, false), r(&ib, &ub, false, false)],
+            ),
+        ),
+        (
+            "the parts inline (bytes and digests), mixed with a whole node: answered and cached",
+            "/gpusched.v1.PlacementService/Allocate",
+            req(
+                vec![whole.clone()],
+                vec![r(&ia, &[], true, false), r(&ib, &ub, true, true)],
+            ),
+        ),
+        (
+            "the same by digest only: the same answer",
+            "/gpusched.v1.PlacementService/Allocate",
+            req(
+                vec![whole.clone()],
+                vec![r(&ia, &[], false, false), r(&ib, &ub, false, false)],
+            ),
+        ),
+        (
+            "after a bind only the touched node's usage is sent inline",
+            "/gpusched.v1.PlacementService/Allocate",
+            req(
+                vec![whole],
+                vec![r(&ia, &[], false, false), r(&ib, &ub2, false, true)],
+            ),
+        ),
+        (
+            "a digest that does not match its bytes: INVALID_ARGUMENT",
+            "/gpusched.v1.PlacementService/Allocate",
+            req(vec![], vec![bad]),
+        ),
+    ]
+}
+
+fn exchanges() -> PathBuf {
+    testdata().join("exchanges")
+}
+
+#[tokio::test]
+async fn shared_exchanges() {
+    let (_running, client) = server().await;
+    let path = exchanges().join("by-reference.json");
+    if std::env::var("GPUSCHED_UPDATE_VECTORS").is_ok_and(|v| v == "1") {
+        let mut steps = Vec::new();
+        for (description, method, req) in by_reference_requests() {
+            let request: Value =
+                serde_json::from_str(&to_json("gpusched.v1.AllocateRequest", &req, false).unwrap())
+                    .unwrap();
+            let got = call(&client, method, &request).await;
+            let mut step = serde_json::json!({
+                "description": description,
+                "method": method,
+                "request": request,
+            });
+            match got {
+                Ok(r) => step["response"] = r,
+                Err(e) => step["error"] = e,
+            }
+            steps.push(step);
+        }
+        let file = serde_json::json!({
+            "description": "Nodes by reference (NodeRef): a miss, the parts inline, then by digest, then one usage change; replayed in order on one server",
+            "steps": steps,
+        });
+        std::fs::create_dir_all(exchanges()).unwrap();
+        std::fs::write(&path, serde_json::to_string_pretty(&file).unwrap() + "\n").unwrap();
+        return;
+    }
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for (i, step) in file["steps"].as_array().unwrap().iter().enumerate() {
+        let method = step["method"].as_str().unwrap();
+        let got = call(&client, method, &step["request"]).await;
+        match (got, step.get("response"), step.get("error")) {
+            (Ok(r), Some(expected), None) => {
+                assert_eq!(
+                    canonical(method, &r),
+                    canonical(method, expected),
+                    "step {i}"
+                );
+            }
+            (Err(e), None, Some(expected)) => assert_eq!(&e, expected, "step {i}"),
+            (got, _, _) => panic!("step {i}: unexpected {got:?}"),
+        }
+    }
 }
 
 #[tokio::test]

@@ -240,6 +240,7 @@ impl Run<'_> {
                     workload: Some(self.workloads[jobs[0]].clone()),
                     options: Some(self.options.clone()),
                     restrict_to_node_names: vec![],
+                    node_refs: vec![],
                 })
                 .await
                 .map_err(|e| anyhow::anyhow!("Allocate ({}): {e}", self.setup.name))?;
@@ -253,6 +254,7 @@ impl Run<'_> {
                     options: Some(self.options.clone()),
                     all_or_nothing: false,
                     return_updated_nodes: false,
+                    node_refs: vec![],
                 })
                 .await
                 .map_err(|e| anyhow::anyhow!("AllocateBatch ({}): {e}", self.setup.name))?;

@@ -193,6 +193,7 @@ async fn step_by_step(
                 workload: Some(s.workload(&t.jobs[j].workload)),
                 options: Some(options.clone()),
                 restrict_to_node_names: vec![],
+                node_refs: vec![],
             })
             .await
             .unwrap();
@@ -312,6 +313,7 @@ async fn departures_release_exactly_what_was_booked() {
             options: None,
             all_or_nothing: false,
             return_updated_nodes: true,
+            node_refs: vec![],
         })
         .await
         .unwrap();

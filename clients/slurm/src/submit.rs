@@ -289,6 +289,7 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
             workload: Some(workload.clone()),
             options: None,
             restrict_to_node_names: vec![],
+            node_refs: vec![],
         })
         .await?;
         let Some(decision) = Decision::from_result(&result) else {
@@ -384,6 +385,7 @@ where
         workload: Some(pinned.workload(&args.job_name)),
         options: None,
         restrict_to_node_names: vec![decision.node.clone()],
+        node_refs: vec![],
     })
     .await?;
     Ok(Decision::from_result(&result).is_some_and(|d| same_cards(&d, decision)))

@@ -63,6 +63,7 @@ async fn two_jobs(policy: &str) -> Vec<Vec<u32>> {
                 workload: Some(req.workload("j")),
                 options: None,
                 restrict_to_node_names: vec![],
+                node_refs: vec![],
             })
             .await
             .unwrap();
@@ -105,6 +106,7 @@ async fn refusal(key_value: &str) -> String {
             workload: Some(req.workload("j")),
             options: None,
             restrict_to_node_names: vec![],
+            node_refs: vec![],
         })
         .await
         .unwrap_err();

@@ -38,11 +38,14 @@ pub enum ViolationKind {
     OutOfRange,
     /// The request is over a configured server limit.
     LimitExceeded,
+    /// A node sent by reference is malformed: a digest of the wrong length or an unknown hash
+    /// function, bytes that do not hash to their digest, or bytes that do not decode.
+    InvalidNodeReference,
 }
 
 impl ViolationKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ViolationKind; 11] = [
+    pub const ALL: [ViolationKind; 12] = [
         ViolationKind::InvalidNodePolicy,
         ViolationKind::InvalidGpuPolicy,
         ViolationKind::InvalidScoringWeights,
@@ -54,6 +57,7 @@ impl ViolationKind {
         ViolationKind::UnknownEnumValue,
         ViolationKind::OutOfRange,
         ViolationKind::LimitExceeded,
+        ViolationKind::InvalidNodeReference,
     ];
 
     /// The stable reason string (UPPER_SNAKE_CASE), e.g. `INVALID_SCORING_WEIGHTS`.
@@ -70,6 +74,7 @@ impl ViolationKind {
             ViolationKind::UnknownEnumValue => "UNKNOWN_ENUM_VALUE",
             ViolationKind::OutOfRange => "OUT_OF_RANGE",
             ViolationKind::LimitExceeded => "LIMIT_EXCEEDED",
+            ViolationKind::InvalidNodeReference => "INVALID_NODE_REFERENCE",
         }
     }
 

@@ -70,6 +70,7 @@ fn request(nodes: usize) -> v1::AllocateRequest {
         }),
         options: None,
         restrict_to_node_names: vec![],
+        node_refs: Vec::new(),
     }
 }
 

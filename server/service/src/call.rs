@@ -24,6 +24,8 @@ pub struct State {
     pub settings: Settings,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// Converted node parts sent by reference (an optimisation; see `node_cache`).
+    pub node_cache: crate::node_cache::NodeCache,
     permits: Semaphore,
     propagator: TraceContextPropagator,
 }
@@ -32,7 +34,10 @@ impl State {
     /// State for these settings and metrics.
     pub fn new(settings: Settings, metrics: Arc<Metrics>) -> Self {
         let permits = Semaphore::new(settings.limits.max_concurrent_requests);
+        let node_cache =
+            crate::node_cache::NodeCache::new(&settings.node_cache, metrics.node_cache.clone());
         State {
+            node_cache,
             settings,
             metrics,
             permits,

@@ -50,6 +50,8 @@ pub struct FileConfig {
     pub names: NamesConfig,
     /// Logs and traces.
     pub telemetry: TelemetryConfig,
+    /// Node cache (nodes sent by reference).
+    pub node_cache: NodeCacheConfig,
 }
 
 /// `[metrics]`.
@@ -197,6 +199,42 @@ pub struct AnnotationsConfig {
     pub device_cordon: String,
 }
 
+// --- node cache (issue 11: nodes by reference) -----------------------------------------------
+
+/// `[node_cache]`: the bounded cache of converted node parts sent by reference.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NodeCacheConfig {
+    /// Cache node parts (off: every reference is answered FAILED_PRECONDITION, clients resend
+    /// whole).
+    pub enabled: bool,
+    /// Most estimated bytes held (decoded and converted nodes), at least 1 MiB.
+    pub max_bytes: usize,
+    /// Most entries held (inventories and usage parts), at least 16.
+    pub max_entries: usize,
+}
+
+impl NodeCacheConfig {
+    fn validate(&self) -> Result<crate::node_cache::CacheLimits, ConfigError> {
+        if self.max_bytes < 1 << 20 {
+            return Err(err(
+                "node_cache.max_bytes",
+                "must be at least 1048576 (1 MiB)",
+            ));
+        }
+        if self.max_entries < 16 {
+            return Err(err("node_cache.max_entries", "must be at least 16"));
+        }
+        Ok(crate::node_cache::CacheLimits {
+            enabled: self.enabled,
+            max_bytes: self.max_bytes,
+            max_entries: self.max_entries,
+        })
+    }
+}
+
+// --- end node cache --------------------------------------------------------------------------
+
 /// Validated runtime settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
@@ -216,6 +254,8 @@ pub struct Settings {
     pub names: KubeNames,
     /// Telemetry.
     pub telemetry: Telemetry,
+    /// Node cache bounds.
+    pub node_cache: crate::node_cache::CacheLimits,
 }
 
 /// Limits.
@@ -302,6 +342,7 @@ impl FileConfig {
                 err(key, format!("{}: {}", e.path.display(), e.reason))
             })?;
         }
+        let node_cache = self.node_cache.validate()?;
         let l = &self.limits;
         let limits = Limits {
             max_message_bytes: l.max_message_bytes.get(),
@@ -369,6 +410,7 @@ impl FileConfig {
             defaults,
             normalization,
             names: self.names.validate()?,
+            node_cache,
             telemetry: self.telemetry.validate(env)?,
         })
     }

@@ -63,13 +63,32 @@ pub fn check_node_limits(nodes: &[v1::Node], limits: &Limits) -> Result<usize, S
     }
 }
 
+/// Where a node came from in the request, to name fields in violations: `nodes[i]` (sent
+/// whole) or `node_refs[i].inventory` (by reference).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeAt {
+    /// `nodes[i]`.
+    Whole(usize),
+    /// `node_refs[i].inventory`.
+    Ref(usize),
+}
+
+impl std::fmt::Display for NodeAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeAt::Whole(i) => write!(f, "nodes[{i}]"),
+            NodeAt::Ref(i) => write!(f, "node_refs[{i}].inventory"),
+        }
+    }
+}
+
 /// Converts and validates the candidate nodes.
 pub fn snapshot_in(nodes: Vec<v1::Node>, names: &KubeNames) -> Result<Snapshot, ServiceError> {
     let mut violations = Vec::new();
     let specs: Vec<NodeSpec> = nodes
         .into_iter()
         .enumerate()
-        .map(|(i, n)| node_in(n, i, names, &mut violations))
+        .map(|(i, n)| node_in(n, NodeAt::Whole(i), names, &mut violations))
         .collect();
     if !violations.is_empty() {
         return Err(ServiceError::InvalidArgument(violations));
@@ -77,7 +96,14 @@ pub fn snapshot_in(nodes: Vec<v1::Node>, names: &KubeNames) -> Result<Snapshot, 
     Ok(Snapshot::new(specs)?)
 }
 
-fn node_in(n: v1::Node, i: usize, names: &KubeNames, violations: &mut Vec<Violation>) -> NodeSpec {
+/// Converts one node (the one conversion of a node, whether sent whole or by reference); field
+/// problems are added to `violations`, named after `at`.
+pub fn node_in(
+    n: v1::Node,
+    at: NodeAt,
+    names: &KubeNames,
+    violations: &mut Vec<Violation>,
+) -> NodeSpec {
     let v1::Node {
         name,
         cards,
@@ -96,7 +122,7 @@ fn node_in(n: v1::Node, i: usize, names: &KubeNames, violations: &mut Vec<Violat
     let cards = cards
         .into_iter()
         .enumerate()
-        .map(|(j, c)| card_in(c, (i, j), violations))
+        .map(|(j, c)| card_in(c, (at, j), violations))
         .collect();
     let pair_scores = pair_scores
         .into_iter()
@@ -121,9 +147,25 @@ fn node_in(n: v1::Node, i: usize, names: &KubeNames, violations: &mut Vec<Violat
     }
 }
 
+/// A card's usage.
+pub fn usage_in(u: Option<v1::CardUsage>) -> CardUsage {
+    u.map_or_else(CardUsage::default, |u| {
+        let v1::CardUsage {
+            used_slots,
+            used_mem_mib,
+            used_cores,
+        } = u;
+        CardUsage {
+            used: used_slots,
+            used_mem_mib,
+            used_cores,
+        }
+    })
+}
+
 /// A card; `at` is (node, card) position, used only to name a field in a violation.
-fn card_in(c: v1::Card, at: (usize, usize), violations: &mut Vec<Violation>) -> Card {
-    let field = || format!("nodes[{}].cards[{}]", at.0, at.1);
+fn card_in(c: v1::Card, at: (NodeAt, usize), violations: &mut Vec<Violation>) -> Card {
+    let field = || format!("{}.cards[{}]", at.0, at.1);
     let v1::Card {
         id,
         index,
@@ -169,18 +211,7 @@ fn card_in(c: v1::Card, at: (usize, usize), violations: &mut Vec<Violation>) -> 
             CardMode::HamiCore
         }
     };
-    let usage = usage.map_or_else(CardUsage::default, |u| {
-        let v1::CardUsage {
-            used_slots,
-            used_mem_mib,
-            used_cores,
-        } = u;
-        CardUsage {
-            used: used_slots,
-            used_mem_mib,
-            used_cores,
-        }
-    });
+    let usage = usage_in(usage);
     Card {
         id,
         index,
@@ -641,6 +672,7 @@ pub fn violation_reason_out(k: ViolationKind) -> v1::ViolationReason {
         ViolationKind::UnknownEnumValue => v1::ViolationReason::UnknownEnumValue,
         ViolationKind::OutOfRange => v1::ViolationReason::OutOfRange,
         ViolationKind::LimitExceeded => v1::ViolationReason::LimitExceeded,
+        ViolationKind::InvalidNodeReference => v1::ViolationReason::InvalidNodeReference,
     }
 }
 

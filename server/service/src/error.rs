@@ -6,12 +6,28 @@ use gpusched_engine::{InvalidInput, Violation};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, FieldViolation, StatusExt};
 
+/// A node part referenced by digest that this server does not hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Missing {
+    /// Inventory or usage.
+    pub part: crate::node_cache::Part,
+    /// The digest.
+    pub digest: crate::node_cache::Digest,
+    /// The request field that referenced it (first occurrence), e.g.
+    /// `node_refs[3].inventory_digest`.
+    pub field: String,
+}
+
 /// Why a call could not be answered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ServiceError {
     /// Bad input: every violation, each naming its field or annotation.
     #[error("invalid argument: {}", join(.0))]
     InvalidArgument(Vec<Violation>),
+    /// Node parts referenced by digest that this server does not hold (every one of them); the
+    /// client resends them inline.
+    #[error("{} node parts referenced by digest are not held by this server; send them inline", .0.len())]
+    Missing(Vec<Missing>),
     /// A request over a configured limit.
     #[error("request too large: {}", join(.0))]
     TooLarge(Vec<Violation>),
@@ -47,6 +63,7 @@ impl ServiceError {
     pub fn code(&self) -> Code {
         match self {
             ServiceError::InvalidArgument(_) => Code::InvalidArgument,
+            ServiceError::Missing(_) => Code::FailedPrecondition,
             ServiceError::TooLarge(_) | ServiceError::Busy(_) => Code::ResourceExhausted,
             ServiceError::DeadlineExceeded(_) => Code::DeadlineExceeded,
             ServiceError::ShuttingDown => Code::Unavailable,
@@ -58,6 +75,7 @@ impl ServiceError {
     pub fn outcome(&self) -> &'static str {
         match self {
             ServiceError::InvalidArgument(_) => "invalid_argument",
+            ServiceError::Missing(_) => "failed_precondition",
             ServiceError::TooLarge(_) | ServiceError::Busy(_) => "resource_exhausted",
             ServiceError::DeadlineExceeded(_) => "deadline_exceeded",
             ServiceError::ShuttingDown => "unavailable",
@@ -109,6 +127,21 @@ impl From<ServiceError> for Status {
                         .collect::<Vec<_>>(),
                 );
                 set_error_info(&mut d, v);
+                d
+            }
+            ServiceError::Missing(m) => {
+                let mut d = ErrorDetails::new();
+                for x in m {
+                    d.add_precondition_failure_violation(
+                        "MISSING",
+                        x.digest.to_string(),
+                        format!(
+                            "{} ({}) is not held by this server; send its bytes inline",
+                            x.field,
+                            x.part.as_str()
+                        ),
+                    );
+                }
                 d
             }
             ServiceError::TooLarge(v) => {

@@ -10,6 +10,8 @@ pub mod convert;
 pub mod error;
 pub mod inventory;
 pub mod metrics;
+pub mod node_cache;
+pub mod noderef;
 pub mod placement;
 pub mod server;
 pub mod telemetry;

@@ -7,6 +7,7 @@ use gpusched_engine::Reason;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -30,6 +31,11 @@ struct DecisionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PartLabels {
+    part: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
 }
@@ -43,6 +49,58 @@ fn nodes_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 16))
 }
 
+/// Registers the node cache's families and returns their handles.
+fn register_node_cache(registry: &mut Registry) -> crate::node_cache::CacheMetrics {
+    use crate::node_cache::Part;
+    let family = |registry: &mut Registry, name: &str, help: &str| {
+        let f = Family::<PartLabels, Counter>::default();
+        registry.register(name, help, f.clone());
+        [Part::Inventory, Part::Usage]
+            .map(|p| f.get_or_create(&PartLabels { part: p.as_str() }).clone())
+    };
+    let hits = family(
+        registry,
+        "node_cache_hits",
+        "Node parts sent by reference and found in the node cache, by part (inventory, usage)",
+    );
+    let misses = family(
+        registry,
+        "node_cache_misses",
+        "Node parts sent by reference and not held (answered FAILED_PRECONDITION), by part",
+    );
+    let inserts = family(
+        registry,
+        "node_cache_inserts",
+        "Node parts received inline, converted and added to the node cache, by part",
+    );
+    let evictions = Counter::default();
+    registry.register(
+        "node_cache_evictions",
+        "Node cache entries evicted to stay within node_cache.max_bytes/max_entries",
+        evictions.clone(),
+    );
+    let bytes = Gauge::default();
+    registry.register(
+        "node_cache_bytes",
+        "Estimated bytes held by the node cache (bounded by node_cache.max_bytes)",
+        bytes.clone(),
+    );
+    let entries = Gauge::default();
+    registry.register(
+        "node_cache_entries",
+        "Entries held by the node cache (bounded by node_cache.max_entries)",
+        entries.clone(),
+    );
+    crate::node_cache::CacheMetrics {
+        hits,
+        misses,
+        inserts,
+        evictions,
+        bytes,
+        entries,
+    }
+}
+
 /// The service's metric families.
 #[derive(Debug)]
 pub struct Metrics {
@@ -52,6 +110,8 @@ pub struct Metrics {
     decisions: Family<DecisionLabels, Counter>,
     rejections: Family<ReasonLabels, Counter>,
     nodes: Family<RpcOnly, Histogram, fn() -> Histogram>,
+    /// Handles of the node cache's metrics (`gpusched_node_cache_*`).
+    pub node_cache: crate::node_cache::CacheMetrics,
 }
 
 impl Default for Metrics {
@@ -97,7 +157,9 @@ impl Metrics {
             "Candidate nodes per request",
             nodes.clone(),
         );
+        let node_cache = register_node_cache(&mut registry);
         Metrics {
+            node_cache,
             registry: Arc::new(registry),
             requests,
             latency,

@@ -9,8 +9,8 @@ use gpusched_engine::{BatchMode, DecideOptions, Snapshot, Workload};
 use tonic::{Request, Response, Status};
 
 use crate::call::{Record, State, run};
-use crate::convert;
 use crate::error::ServiceError;
+use crate::{convert, noderef};
 
 const SERVICE: &str = "gpusched.v1.PlacementService";
 
@@ -47,11 +47,12 @@ fn describe(record: &mut Record, w: &Workload, s: &Snapshot) {
 fn inputs(
     state: &State,
     nodes: Vec<v1::Node>,
+    node_refs: Vec<v1::NodeRef>,
     workload: Option<v1::Workload>,
     options: Option<v1::PlacementOptions>,
 ) -> Result<(Snapshot, Workload, DecideOptions), ServiceError> {
     let settings = &state.settings;
-    convert::check_node_limits(&nodes, &settings.limits)?;
+    noderef::check_limits(&nodes, &node_refs, &settings.limits)?;
     let (defaults, explain) = convert::options_in(options, &settings.defaults)?;
     // Workload problems are reported before node problems: an invalid workload is rejected
     // "before any node is looked at".
@@ -62,12 +63,13 @@ fn inputs(
         &settings.names,
         &settings.limits,
     )?;
-    let s = convert::snapshot_in(nodes, &settings.names)?;
+    let s = noderef::snapshot_in(state, nodes, node_refs)?;
     Ok((s, w, explain))
 }
 
-fn card_count(nodes: &[v1::Node]) -> usize {
-    nodes.iter().map(|n| n.cards.len()).sum()
+/// Cards of a request, for choosing inline or blocking-pool decisions (references estimated).
+fn card_count(nodes: &[v1::Node], refs: &[v1::NodeRef]) -> usize {
+    nodes.iter().map(|n| n.cards.len()).sum::<usize>() + refs.len() * noderef::ASSUMED_CARDS_PER_REF
 }
 
 fn decide_filter(
@@ -79,8 +81,9 @@ fn decide_filter(
         nodes,
         workload,
         options,
+        node_refs,
     } = req;
-    let (s, w, explain) = inputs(state, nodes, workload, options)?;
+    let (s, w, explain) = inputs(state, nodes, node_refs, workload, options)?;
     describe(record, &w, &s);
     let e = engine::evaluate(&s, &w, explain);
     record.add_rejections(e.failed.iter().map(|f| &f.failure));
@@ -116,8 +119,9 @@ fn decide_score(
         nodes,
         workload,
         options,
+        node_refs,
     } = req;
-    let (s, w, explain) = inputs(state, nodes, workload, options)?;
+    let (s, w, explain) = inputs(state, nodes, node_refs, workload, options)?;
     describe(record, &w, &s);
     let e = engine::evaluate(&s, &w, explain);
     record.add_rejections(e.failed.iter().map(|f| &f.failure));
@@ -160,8 +164,9 @@ fn decide_allocate(
         workload,
         options,
         restrict_to_node_names,
+        node_refs,
     } = req;
-    let (mut s, w, explain) = inputs(state, nodes, workload, options)?;
+    let (mut s, w, explain) = inputs(state, nodes, node_refs, workload, options)?;
     if !restrict_to_node_names.is_empty() {
         let missing = s.retain_names(&restrict_to_node_names);
         if !missing.is_empty() {
@@ -195,6 +200,7 @@ fn decide_batch(
         options,
         all_or_nothing,
         return_updated_nodes,
+        node_refs,
     } = req;
     let settings = &state.settings;
     if workloads.len() > settings.limits.max_workloads {
@@ -215,7 +221,7 @@ fn decide_batch(
             "at least one workload is required",
         )]));
     }
-    convert::check_node_limits(&nodes, &settings.limits)?;
+    noderef::check_limits(&nodes, &node_refs, &settings.limits)?;
     let (defaults, decide) = convert::options_in(options, &settings.defaults)?;
     let mut parsed = Vec::with_capacity(workloads.len());
     let mut violations = Vec::new();
@@ -235,7 +241,7 @@ fn decide_batch(
     if !violations.is_empty() {
         return Err(ServiceError::InvalidArgument(violations));
     }
-    let s = convert::snapshot_in(nodes, &settings.names)?;
+    let s = noderef::snapshot_in(state, nodes, node_refs)?;
     record.workload = format!("{} workloads", parsed.len());
     record.nodes = s.len();
     record.cards = s.card_count();
@@ -346,7 +352,7 @@ impl PlacementService for PlacementApi {
         request: Request<v1::FilterRequest>,
     ) -> Result<Response<v1::FilterResponse>, Status> {
         let (metadata, _, msg) = request.into_parts();
-        let cards = card_count(&msg.nodes);
+        let cards = card_count(&msg.nodes, &msg.node_refs);
         run(
             Arc::clone(&self.state),
             SERVICE,
@@ -363,7 +369,7 @@ impl PlacementService for PlacementApi {
         request: Request<v1::ScoreRequest>,
     ) -> Result<Response<v1::ScoreResponse>, Status> {
         let (metadata, _, msg) = request.into_parts();
-        let cards = card_count(&msg.nodes);
+        let cards = card_count(&msg.nodes, &msg.node_refs);
         run(
             Arc::clone(&self.state),
             SERVICE,
@@ -380,7 +386,7 @@ impl PlacementService for PlacementApi {
         request: Request<v1::AllocateRequest>,
     ) -> Result<Response<v1::AllocateResponse>, Status> {
         let (metadata, _, msg) = request.into_parts();
-        let cards = card_count(&msg.nodes);
+        let cards = card_count(&msg.nodes, &msg.node_refs);
         run(
             Arc::clone(&self.state),
             SERVICE,
@@ -397,7 +403,8 @@ impl PlacementService for PlacementApi {
         request: Request<v1::AllocateBatchRequest>,
     ) -> Result<Response<v1::AllocateBatchResponse>, Status> {
         let (metadata, _, msg) = request.into_parts();
-        let cards = card_count(&msg.nodes).saturating_mul(msg.workloads.len().max(1));
+        let cards =
+            card_count(&msg.nodes, &msg.node_refs).saturating_mul(msg.workloads.len().max(1));
         run(
             Arc::clone(&self.state),
             SERVICE,

@@ -399,6 +399,7 @@ fn arb_request() -> impl Strategy<Value = v1::AllocateRequest> {
                     ..Default::default()
                 }),
                 restrict_to_node_names: vec![],
+                node_refs: vec![],
             }
         })
 }
@@ -420,6 +421,7 @@ fn random_requests_never_break_the_server() {
                         nodes: req.nodes.clone(),
                         workload: req.workload.clone(),
                         options: req.options.clone(),
+                        node_refs: Vec::new(),
                     })
                     .await;
                 let allocate = c.allocate(req).await;

@@ -33,6 +33,7 @@ async fn seed_stories_1_and_2_node_binpack_and_spread() {
                 options: None,
                 all_or_nothing: false,
                 return_updated_nodes: true,
+                node_refs: Vec::new(),
             })
             .await
             .unwrap()
@@ -163,6 +164,7 @@ async fn filter_reports_feasible_nodes_and_reasons() {
                 &[&[("nvidia.com/gpu", "2"), ("nvidia.com/gpumem", "100")]],
             )),
             options: None,
+            node_refs: Vec::new(),
         })
         .await
         .unwrap()
@@ -214,6 +216,7 @@ async fn score_orders_by_preference() {
                 default_node_policy: v1::NodePolicy::Spread as i32,
                 ..Default::default()
             }),
+            node_refs: vec![],
         })
         .await
         .unwrap()
@@ -243,6 +246,7 @@ async fn batch_all_or_nothing_rolls_back() {
             options: None,
             all_or_nothing: true,
             return_updated_nodes: true,
+            node_refs: Vec::new(),
         })
         .await
         .unwrap()
@@ -371,6 +375,7 @@ async fn invalid_input_is_invalid_argument_with_field_violations() {
                 &[&[("nvidia.com/gpu", "1")]],
             )),
             options: None,
+            node_refs: Vec::new(),
         })
         .await
         .unwrap_err();

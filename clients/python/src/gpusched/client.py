@@ -23,7 +23,8 @@ import grpc.aio
 from google.protobuf.message import Message
 
 from gpusched import v1
-from gpusched.errors import UnavailableError, error_from_rpc_error
+from gpusched import _byref
+from gpusched.errors import GpuschedError, UnavailableError, error_from_rpc_error
 
 __all__ = [
     "DEFAULT",
@@ -203,6 +204,11 @@ class Client:
         options: extra gRPC channel options (they override the client's defaults).
         channel: use this channel instead of opening one (``address`` and the TLS options are
             then ignored; :meth:`close` closes it).
+        by_reference: send nodes by reference (default on): Filter, Score, Allocate and
+            AllocateBatch send each node's inventory and usage as SHA-256 digests once the server
+            acknowledged them on this client, inline otherwise, and resend them inline when the
+            server reports them missing (restart, another replica, eviction). Requests that carry
+            ``node_refs`` themselves go as they are. ``False``: nodes always go whole.
     """
 
     def __init__(
@@ -219,7 +225,9 @@ class Client:
         wait_for_ready: bool | None = None,
         options: Sequence[tuple[str, Any]] = (),
         channel: grpc.Channel | None = None,
+        by_reference: bool = True,
     ) -> None:
+        self._byref: _byref.ByRef | None = _byref.ByRef() if by_reference else None
         self._settings = _Settings(
             address,
             tls=tls,
@@ -300,11 +308,52 @@ class Client:
         except grpc.RpcError as e:
             raise error_from_rpc_error(e, path) from e
 
+    @property
+    def acknowledged_parts(self) -> int:
+        """Node parts (inventories, usages) the server acknowledged on this client."""
+        return len(self._byref) if self._byref is not None else 0
+
+    def _call_nodes(
+        self,
+        fn: grpc.UnaryUnaryMultiCallable[_Req, _Resp],
+        path: str,
+        request: _Req,
+        timeout: Timeout,
+        metadata: Metadata | None,
+    ) -> _Resp:
+        b = self._byref
+        req: Any = request
+        if b is None or len(req.node_refs) or not len(req.nodes):
+            return self._call(fn, path, request, timeout, metadata)
+        _check_request(request, METHODS[path].request_type, path)
+        prepared = b.prepare(req.nodes)
+        base = type(request)()
+        base.CopyFrom(request)
+        base.ClearField("nodes")
+        force: set[_byref.Key] = set()
+        while True:
+            r: Any = type(request)()
+            r.CopyFrom(base)
+            r.node_refs.extend(b.refs(prepared, force))
+            try:
+                resp = self._call(fn, path, r, timeout, metadata)
+            except GpuschedError as e:
+                if e.code == grpc.StatusCode.FAILED_PRECONDITION:
+                    missing = _byref.missing_keys(e)
+                    b.forget(missing)
+                    if not missing or missing & force:
+                        raise
+                    force |= missing
+                    continue
+                raise _byref.with_fields_back(e) from e.__cause__
+            b.acknowledge(prepared)
+            return resp
+
     def filter(
         self, request: v1.FilterRequest, *, timeout: Timeout = DEFAULT, metadata: Metadata | None = None
     ) -> v1.FilterResponse:
         """PlacementService.Filter: which nodes can host the workload, and why the others cannot."""
-        return self._call(
+        return self._call_nodes(
             self._placement.Filter, "/gpusched.v1.PlacementService/Filter", request, timeout, metadata
         )
 
@@ -312,7 +361,7 @@ class Client:
         self, request: v1.ScoreRequest, *, timeout: Timeout = DEFAULT, metadata: Metadata | None = None
     ) -> v1.ScoreResponse:
         """PlacementService.Score: scores of the feasible nodes, most preferred first."""
-        return self._call(
+        return self._call_nodes(
             self._placement.Score, "/gpusched.v1.PlacementService/Score", request, timeout, metadata
         )
 
@@ -324,7 +373,7 @@ class Client:
         metadata: Metadata | None = None,
     ) -> v1.AllocateResponse:
         """PlacementService.Allocate: the node and the cards for one workload."""
-        return self._call(
+        return self._call_nodes(
             self._placement.Allocate, "/gpusched.v1.PlacementService/Allocate", request, timeout, metadata
         )
 
@@ -336,7 +385,7 @@ class Client:
         metadata: Metadata | None = None,
     ) -> v1.AllocateBatchResponse:
         """PlacementService.AllocateBatch: place workloads one after another on one snapshot."""
-        return self._call(
+        return self._call_nodes(
             self._placement.AllocateBatch,
             "/gpusched.v1.PlacementService/AllocateBatch",
             request,
@@ -411,7 +460,9 @@ class AsyncClient:
         wait_for_ready: bool | None = None,
         options: Sequence[tuple[str, Any]] = (),
         channel: grpc.aio.Channel | None = None,
+        by_reference: bool = True,
     ) -> None:
+        self._byref: _byref.ByRef | None = _byref.ByRef() if by_reference else None
         self._settings = _Settings(
             address,
             tls=tls,
@@ -492,11 +543,52 @@ class AsyncClient:
         except grpc.RpcError as e:
             raise error_from_rpc_error(e, path) from e
 
+    @property
+    def acknowledged_parts(self) -> int:
+        """Node parts (inventories, usages) the server acknowledged on this client."""
+        return len(self._byref) if self._byref is not None else 0
+
+    async def _call_nodes(
+        self,
+        fn: grpc.aio.UnaryUnaryMultiCallable[_Req, _Resp],
+        path: str,
+        request: _Req,
+        timeout: Timeout,
+        metadata: Metadata | None,
+    ) -> _Resp:
+        b = self._byref
+        req: Any = request
+        if b is None or len(req.node_refs) or not len(req.nodes):
+            return await self._call(fn, path, request, timeout, metadata)
+        _check_request(request, METHODS[path].request_type, path)
+        prepared = b.prepare(req.nodes)
+        base = type(request)()
+        base.CopyFrom(request)
+        base.ClearField("nodes")
+        force: set[_byref.Key] = set()
+        while True:
+            r: Any = type(request)()
+            r.CopyFrom(base)
+            r.node_refs.extend(b.refs(prepared, force))
+            try:
+                resp = await self._call(fn, path, r, timeout, metadata)
+            except GpuschedError as e:
+                if e.code == grpc.StatusCode.FAILED_PRECONDITION:
+                    missing = _byref.missing_keys(e)
+                    b.forget(missing)
+                    if not missing or missing & force:
+                        raise
+                    force |= missing
+                    continue
+                raise _byref.with_fields_back(e) from e.__cause__
+            b.acknowledge(prepared)
+            return resp
+
     async def filter(
         self, request: v1.FilterRequest, *, timeout: Timeout = DEFAULT, metadata: Metadata | None = None
     ) -> v1.FilterResponse:
         """PlacementService.Filter: which nodes can host the workload, and why the others cannot."""
-        return await self._call(
+        return await self._call_nodes(
             self._placement.Filter, "/gpusched.v1.PlacementService/Filter", request, timeout, metadata
         )
 
@@ -504,7 +596,7 @@ class AsyncClient:
         self, request: v1.ScoreRequest, *, timeout: Timeout = DEFAULT, metadata: Metadata | None = None
     ) -> v1.ScoreResponse:
         """PlacementService.Score: scores of the feasible nodes, most preferred first."""
-        return await self._call(
+        return await self._call_nodes(
             self._placement.Score, "/gpusched.v1.PlacementService/Score", request, timeout, metadata
         )
 
@@ -516,7 +608,7 @@ class AsyncClient:
         metadata: Metadata | None = None,
     ) -> v1.AllocateResponse:
         """PlacementService.Allocate: the node and the cards for one workload."""
-        return await self._call(
+        return await self._call_nodes(
             self._placement.Allocate, "/gpusched.v1.PlacementService/Allocate", request, timeout, metadata
         )
 
@@ -528,7 +620,7 @@ class AsyncClient:
         metadata: Metadata | None = None,
     ) -> v1.AllocateBatchResponse:
         """PlacementService.AllocateBatch: place workloads one after another on one snapshot."""
-        return await self._call(
+        return await self._call_nodes(
             self._placement.AllocateBatch,
             "/gpusched.v1.PlacementService/AllocateBatch",
             request,

@@ -24,7 +24,13 @@ from typing import Any, TypeAlias
 
 import grpc
 from google.protobuf.any_pb2 import Any as AnyProto
-from google.rpc.error_details_pb2 import BadRequest, ErrorInfo, QuotaFailure, RetryInfo
+from google.rpc.error_details_pb2 import (
+    BadRequest,
+    ErrorInfo,
+    PreconditionFailure,
+    QuotaFailure,
+    RetryInfo,
+)
 from google.rpc.status_pb2 import Status
 from grpc_status import rpc_status
 
@@ -109,6 +115,9 @@ class GpuschedError(Exception):
         error_info: the ``google.rpc.ErrorInfo`` detail (``reason`` = the reason of the first
             violation, ``domain`` = :data:`ERROR_DOMAIN`, ``metadata`` with ``field``,
             ``reasons`` and ``violationCount``), or ``None``; every error with violations has one.
+        missing_digests: subjects (``sha256/<hex>/<size>``) of the ``google.rpc.PreconditionFailure``
+            violations of type ``MISSING``: node parts referenced by digest that the server does
+            not hold (FAILED_PRECONDITION); the client resends them inline.
     """
 
     code: grpc.StatusCode
@@ -119,6 +128,7 @@ class GpuschedError(Exception):
     quota_violations: tuple[QuotaViolation, ...]
     retry_delay: float | None
     error_info: ErrorInfo | None
+    missing_digests: tuple[str, ...]
 
     def __init__(
         self,
@@ -131,7 +141,9 @@ class GpuschedError(Exception):
         quota_violations: Iterable[QuotaViolation] = (),
         retry_delay: float | None = None,
         error_info: ErrorInfo | None = None,
+        missing_digests: Iterable[str] = (),
     ) -> None:
+        self.missing_digests = tuple(missing_digests)
         self.code = code
         self.details = details
         self.method = method
@@ -284,8 +296,15 @@ class _Decoded:
         self.quotas: list[QuotaViolation] = []
         self.retry: float | None = None
         self.error_info: ErrorInfo | None = None
+        self.missing: list[str] = []
         for detail in status.details if status is not None else ():
-            bad, quota, retry, info = BadRequest(), QuotaFailure(), RetryInfo(), ErrorInfo()
+            bad, quota, retry, info, pf = (
+                BadRequest(),
+                QuotaFailure(),
+                RetryInfo(),
+                ErrorInfo(),
+                PreconditionFailure(),
+            )
             # Unpack is False for other detail types
             if detail.Unpack(bad):
                 self.fields.extend(bad.field_violations)
@@ -295,6 +314,8 @@ class _Decoded:
                 self.retry = retry.retry_delay.seconds + retry.retry_delay.nanos / 1e9
             elif detail.Unpack(info):
                 self.error_info = info
+            elif detail.Unpack(pf):
+                self.missing.extend(v.subject for v in pf.violations if v.type == "MISSING")
 
 
 def error_from_rpc_error(err: grpc.RpcError, method: str | None = None) -> GpuschedError:
@@ -317,4 +338,5 @@ def error_from_rpc_error(err: grpc.RpcError, method: str | None = None) -> Gpusc
         quota_violations=decoded.quotas,
         retry_delay=decoded.retry,
         error_info=decoded.error_info,
+        missing_digests=decoded.missing,
     )

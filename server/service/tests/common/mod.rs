@@ -122,6 +122,7 @@ pub fn allocate_req(nodes: Vec<v1::Node>, w: v1::Workload) -> v1::AllocateReques
         workload: Some(w),
         options: None,
         restrict_to_node_names: vec![],
+        node_refs: Vec::new(),
     }
 }
 

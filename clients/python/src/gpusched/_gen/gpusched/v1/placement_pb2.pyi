@@ -28,6 +28,7 @@ class FilterRequest(_message.Message):
     NODES_FIELD_NUMBER: _builtins.int
     WORKLOAD_FIELD_NUMBER: _builtins.int
     OPTIONS_FIELD_NUMBER: _builtins.int
+    NODE_REFS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def nodes(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Node]:
         """Candidate nodes with their cards and usage."""
@@ -40,16 +41,24 @@ class FilterRequest(_message.Message):
     def options(self) -> _types_pb2.PlacementOptions:
         """Optional defaults and explain flag."""
 
+    @_builtins.property
+    def node_refs(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.NodeRef]:
+        """Candidate nodes by reference (inventory and usage as bytes or digests), beside `nodes`;
+        see NodeRef. A digest the server does not hold: FAILED_PRECONDITION listing all of them.
+        Field 5, as in AllocateRequest, so one encoded node list serves Filter, Score and Allocate.
+        """
+
     def __init__(
         self,
         *,
         nodes: _abc.Iterable[_types_pb2.Node] | None = ...,
         workload: _types_pb2.Workload | None = ...,
         options: _types_pb2.PlacementOptions | None = ...,
+        node_refs: _abc.Iterable[_types_pb2.NodeRef] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["options", b"options", "workload", b"workload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["nodes", b"nodes", "options", b"options", "workload", b"workload"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_refs", b"node_refs", "nodes", b"nodes", "options", b"options", "workload", b"workload"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -110,6 +119,7 @@ class ScoreRequest(_message.Message):
     NODES_FIELD_NUMBER: _builtins.int
     WORKLOAD_FIELD_NUMBER: _builtins.int
     OPTIONS_FIELD_NUMBER: _builtins.int
+    NODE_REFS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def nodes(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Node]:
         """Candidate nodes with their cards and usage."""
@@ -122,16 +132,24 @@ class ScoreRequest(_message.Message):
     def options(self) -> _types_pb2.PlacementOptions:
         """Optional defaults and explain flag."""
 
+    @_builtins.property
+    def node_refs(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.NodeRef]:
+        """Candidate nodes by reference (inventory and usage as bytes or digests), beside `nodes`;
+        see NodeRef. A digest the server does not hold: FAILED_PRECONDITION listing all of them.
+        Field 5, as in AllocateRequest, so one encoded node list serves Filter, Score and Allocate.
+        """
+
     def __init__(
         self,
         *,
         nodes: _abc.Iterable[_types_pb2.Node] | None = ...,
         workload: _types_pb2.Workload | None = ...,
         options: _types_pb2.PlacementOptions | None = ...,
+        node_refs: _abc.Iterable[_types_pb2.NodeRef] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["options", b"options", "workload", b"workload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["nodes", b"nodes", "options", b"options", "workload", b"workload"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_refs", b"node_refs", "nodes", b"nodes", "options", b"options", "workload", b"workload"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -193,6 +211,7 @@ class AllocateRequest(_message.Message):
     WORKLOAD_FIELD_NUMBER: _builtins.int
     OPTIONS_FIELD_NUMBER: _builtins.int
     RESTRICT_TO_NODE_NAMES_FIELD_NUMBER: _builtins.int
+    NODE_REFS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def nodes(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Node]:
         """Candidate nodes with their cards and usage."""
@@ -209,6 +228,12 @@ class AllocateRequest(_message.Message):
     def restrict_to_node_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """When non-empty, only these nodes are considered (e.g. the node kube-scheduler chose)."""
 
+    @_builtins.property
+    def node_refs(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.NodeRef]:
+        """Candidate nodes by reference (inventory and usage as bytes or digests), beside `nodes`;
+        see NodeRef. A digest the server does not hold: FAILED_PRECONDITION listing all of them.
+        """
+
     def __init__(
         self,
         *,
@@ -216,10 +241,11 @@ class AllocateRequest(_message.Message):
         workload: _types_pb2.Workload | None = ...,
         options: _types_pb2.PlacementOptions | None = ...,
         restrict_to_node_names: _abc.Iterable[_builtins.str] | None = ...,
+        node_refs: _abc.Iterable[_types_pb2.NodeRef] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["options", b"options", "workload", b"workload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["nodes", b"nodes", "options", b"options", "restrict_to_node_names", b"restrict_to_node_names", "workload", b"workload"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_refs", b"node_refs", "nodes", b"nodes", "options", b"options", "restrict_to_node_names", b"restrict_to_node_names", "workload", b"workload"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -330,6 +356,7 @@ class AllocateBatchRequest(_message.Message):
     OPTIONS_FIELD_NUMBER: _builtins.int
     ALL_OR_NOTHING_FIELD_NUMBER: _builtins.int
     RETURN_UPDATED_NODES_FIELD_NUMBER: _builtins.int
+    NODE_REFS_FIELD_NUMBER: _builtins.int
     all_or_nothing: _builtins.bool
     """Gang semantics: if any workload cannot be placed, none is (placed = false for all)."""
     return_updated_nodes: _builtins.bool
@@ -346,6 +373,12 @@ class AllocateBatchRequest(_message.Message):
     def options(self) -> _types_pb2.PlacementOptions:
         """Optional defaults and explain flag, for every workload."""
 
+    @_builtins.property
+    def node_refs(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.NodeRef]:
+        """Candidate nodes by reference (inventory and usage as bytes or digests), beside `nodes`;
+        see NodeRef. A digest the server does not hold: FAILED_PRECONDITION listing all of them.
+        """
+
     def __init__(
         self,
         *,
@@ -354,10 +387,11 @@ class AllocateBatchRequest(_message.Message):
         options: _types_pb2.PlacementOptions | None = ...,
         all_or_nothing: _builtins.bool = ...,
         return_updated_nodes: _builtins.bool = ...,
+        node_refs: _abc.Iterable[_types_pb2.NodeRef] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["options", b"options"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_or_nothing", b"all_or_nothing", "nodes", b"nodes", "options", b"options", "return_updated_nodes", b"return_updated_nodes", "workloads", b"workloads"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_or_nothing", b"all_or_nothing", "node_refs", b"node_refs", "nodes", b"nodes", "options", b"options", "return_updated_nodes", b"return_updated_nodes", "workloads", b"workloads"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

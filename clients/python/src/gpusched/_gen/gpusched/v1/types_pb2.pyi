@@ -3,8 +3,9 @@
 isort:skip_file
 The gpusched v1 API: a stateless GPU placement service. Every request carries
 the complete picture a decision needs (candidate nodes, their cards and current
-usage, the workload, optional policy defaults); the service keeps nothing
-between calls. The behaviour is specified in PLACEMENT-SEMANTICS.md.
+usage, the workload, optional policy defaults), with nodes whole or by content
+digest (NodeRef); no answer depends on what the service remembers between calls.
+The behaviour is specified in PLACEMENT-SEMANTICS.md.
 """
 
 from collections import abc as _abc
@@ -184,6 +185,10 @@ class _ViolationReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Viola
     """The request is over a configured server limit (RESOURCE_EXHAUSTED with
     google.rpc.QuotaFailure violations).
     """
+    VIOLATION_REASON_INVALID_NODE_REFERENCE: _ViolationReason.ValueType  # 12
+    """A node sent by reference (NodeRef) is malformed: a digest of the wrong length or with an
+    unknown function, inline bytes that do not hash to their digest, or bytes that do not decode.
+    """
 
 class ViolationReason(_ViolationReason, metaclass=_ViolationReasonEnumTypeWrapper):
     """The kind of a problem with a request: a closed, stable set a client can branch on
@@ -235,6 +240,10 @@ split counts and scaling factors.
 VIOLATION_REASON_LIMIT_EXCEEDED: ViolationReason.ValueType  # 11
 """The request is over a configured server limit (RESOURCE_EXHAUSTED with
 google.rpc.QuotaFailure violations).
+"""
+VIOLATION_REASON_INVALID_NODE_REFERENCE: ViolationReason.ValueType  # 12
+"""A node sent by reference (NodeRef) is malformed: a digest of the wrong length or with an
+unknown function, inline bytes that do not hash to their digest, or bytes that do not decode.
 """
 Global___ViolationReason: _TypeAlias = ViolationReason  # noqa: Y015
 
@@ -301,6 +310,41 @@ REASON_CARD_COMPUTE_UNITS_EXHAUSTED: Reason.ValueType  # 11
 REASON_ALLOCATED_CARDS_INSUFFICIENT_REQUEST: Reason.ValueType  # 12
 """The container collected fewer cards than it asked for (count = cards collected)."""
 Global___Reason: _TypeAlias = Reason  # noqa: Y015
+
+class _DigestFunction:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _DigestFunctionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DigestFunction.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    DIGEST_FUNCTION_UNSPECIFIED: _DigestFunction.ValueType  # 0
+    """Not set: SHA-256."""
+    DIGEST_FUNCTION_SHA256: _DigestFunction.ValueType  # 1
+    """SHA-256 (FIPS 180-4): 32-byte hashes."""
+
+class DigestFunction(_DigestFunction, metaclass=_DigestFunctionEnumTypeWrapper):
+    """---------------------------------------------------------------------------------------------
+    Nodes by reference (content-addressed, as in Bazel's Remote Execution API: "find missing,
+    upload, then reference"). A request may carry a node in `node_refs` as two parts, its
+    inventory (what a node is: name, cards, cordons, pair scores; changes rarely) and its usage
+    (what is booked on its cards; changes at every bind). Each part is sent either inline, as the
+    exact bytes the client hashed, or by its Digest alone once the server holds those bytes. A
+    server replica keeps a bounded cache of parts it has seen, decoded and converted, keyed by
+    digest; it never needs it for correctness: a reference it does not hold is answered with
+    FAILED_PRECONDITION and a google.rpc.PreconditionFailure listing every missing digest
+    (type "MISSING", subject "sha256/<64 lowercase hex>/<size_bytes>"), never with a partial
+    decision, and the client resends those parts inline. Any replica answers any call; a restart
+    only costs one resend.
+    ---------------------------------------------------------------------------------------------
+
+    The hash function of a Digest.
+    """
+
+DIGEST_FUNCTION_UNSPECIFIED: DigestFunction.ValueType  # 0
+"""Not set: SHA-256."""
+DIGEST_FUNCTION_SHA256: DigestFunction.ValueType  # 1
+"""SHA-256 (FIPS 180-4): 32-byte hashes."""
+Global___DigestFunction: _TypeAlias = DigestFunction  # noqa: Y015
 
 @_typing.final
 class CardUsage(_message.Message):
@@ -1204,3 +1248,138 @@ class NodeExplanation(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___NodeExplanation: _TypeAlias = NodeExplanation  # noqa: Y015
+
+@_typing.final
+class Digest(_message.Message):
+    """The content address of a blob: the hash of its exact bytes and their length."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HASH_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    FUNCTION_FIELD_NUMBER: _builtins.int
+    hash: _builtins.bytes
+    """The raw hash (32 bytes for SHA-256; not hex). Any other length is INVALID_ARGUMENT."""
+    size_bytes: _builtins.int
+    """Length of the blob in bytes."""
+    function: Global___DigestFunction.ValueType
+    """The hash function; unset = SHA-256. An unknown value is INVALID_ARGUMENT."""
+    def __init__(
+        self,
+        *,
+        hash: _builtins.bytes = ...,
+        size_bytes: _builtins.int = ...,
+        function: Global___DigestFunction.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["function", b"function", "hash", b"hash", "size_bytes", b"size_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Digest: _TypeAlias = Digest  # noqa: Y015
+
+@_typing.final
+class CardUsageEntry(_message.Message):
+    """Usage of one card, named by its card id."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CARD_ID_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    card_id: _builtins.str
+    """Id of a card of the node's inventory; an id that is not there is INVALID_ARGUMENT."""
+    @_builtins.property
+    def usage(self) -> Global___CardUsage:
+        """The card's usage (unset = idle)."""
+
+    def __init__(
+        self,
+        *,
+        card_id: _builtins.str = ...,
+        usage: Global___CardUsage | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["card_id", b"card_id", "usage", b"usage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CardUsageEntry: _TypeAlias = CardUsageEntry  # noqa: Y015
+
+@_typing.final
+class NodeUsage(_message.Message):
+    """The usage part of a node sent by reference: per card, replacing the usage written in the
+    inventory's cards (which clients leave unset, so that the inventory's digest does not change
+    at every bind). Cards not named keep the inventory's usage (normally idle); an empty
+    NodeUsage changes nothing.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CARDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def cards(self) -> _containers.RepeatedCompositeFieldContainer[Global___CardUsageEntry]:
+        """Per card usage; each card id at most once."""
+
+    def __init__(
+        self,
+        *,
+        cards: _abc.Iterable[Global___CardUsageEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cards", b"cards"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeUsage: _TypeAlias = NodeUsage  # noqa: Y015
+
+@_typing.final
+class NodeRef(_message.Message):
+    """A candidate node in two content-addressed parts, each inline (bytes) or by digest.
+    Whole nodes (`nodes`) and node references (`node_refs`) may be mixed in one request; node
+    names are unique over both. The decision is the same, bit for bit, as for the node sent whole
+    with the inventory's cards carrying the usage.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INVENTORY_FIELD_NUMBER: _builtins.int
+    INVENTORY_DIGEST_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    USAGE_DIGEST_FIELD_NUMBER: _builtins.int
+    inventory: _builtins.bytes
+    """The inventory: a serialized gpusched.v1.Node, exactly the bytes hashed into
+    inventory_digest. Converted exactly as a node sent whole. Empty = by reference.
+    """
+    usage: _builtins.bytes
+    """The usage: a serialized gpusched.v1.NodeUsage, exactly the bytes hashed into usage_digest.
+    Empty and usage_digest unset: the inventory's own usage.
+    """
+    @_builtins.property
+    def inventory_digest(self) -> Global___Digest:
+        """SHA-256 digest of `inventory`. Required when `inventory` is empty (then the server must
+        hold it, else FAILED_PRECONDITION); when both are set the server checks that they match
+        (INVALID_ARGUMENT otherwise). Unset with `inventory` set: the server computes it.
+        """
+
+    @_builtins.property
+    def usage_digest(self) -> Global___Digest:
+        """SHA-256 digest of `usage`; as for inventory_digest. Set with `usage` empty: by reference."""
+
+    def __init__(
+        self,
+        *,
+        inventory: _builtins.bytes = ...,
+        inventory_digest: Global___Digest | None = ...,
+        usage: _builtins.bytes = ...,
+        usage_digest: Global___Digest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["inventory_digest", b"inventory_digest", "usage_digest", b"usage_digest"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["inventory", b"inventory", "inventory_digest", b"inventory_digest", "usage", b"usage", "usage_digest", b"usage_digest"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeRef: _TypeAlias = NodeRef  # noqa: Y015

@@ -1,0 +1,259 @@
+package gpusched
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	v1 "github.com/gpusched/gpusched/clients/go/gpuschedv1"
+)
+
+// Nodes by reference (NodeRef): the Client splits each node into its inventory (the node with
+// its cards' usage cleared) and its usage (NodeUsage), serializes both once and names them by
+// SHA-256 digest. A part the server acknowledged (a successful call carried it inline) goes as
+// its digest alone; a part the server reports missing (FAILED_PRECONDITION with a
+// google.rpc.PreconditionFailure of type MISSING) is resent inline, once per missing digest.
+// The server never needs to remember anything for a correct answer. WithByReference(false)
+// turns it off.
+
+const (
+	maxKnown = 1 << 20
+	maxMemo  = 1 << 17
+)
+
+type partKey struct {
+	hash [32]byte
+	size uint64
+}
+
+func keyOf(b []byte) partKey { return partKey{hash: sha256.Sum256(b), size: uint64(len(b))} }
+
+// Subject is the PreconditionFailure subject of a digest: sha256/<hex>/<size>.
+func (k partKey) subject() string {
+	return "sha256/" + hex.EncodeToString(k.hash[:]) + "/" + strconv.FormatUint(k.size, 10)
+}
+
+func parseSubject(s string) (partKey, bool) {
+	parts := strings.Split(s, "/")
+	if len(parts) != 3 || parts[0] != "sha256" || len(parts[1]) != 64 {
+		return partKey{}, false
+	}
+	h, err := hex.DecodeString(parts[1])
+	if err != nil {
+		return partKey{}, false
+	}
+	size, err := strconv.ParseUint(parts[2], 10, 64)
+	if err != nil {
+		return partKey{}, false
+	}
+	var k partKey
+	copy(k.hash[:], h)
+	k.size = size
+	return k, true
+}
+
+func (k partKey) digest() *v1.Digest {
+	h := k.hash
+	return &v1.Digest{Hash: h[:], SizeBytes: k.size}
+}
+
+// preparedNode is a node serialized and digested once.
+type preparedNode struct {
+	node      *v1.Node // a copy of the node as prepared
+	inventory []byte
+	invKey    partKey
+	usage     []byte
+	usageKey  *partKey
+}
+
+func prepareNode(n *v1.Node) (*preparedNode, error) {
+	inv := proto.Clone(n).(*v1.Node)
+	usage := &v1.NodeUsage{}
+	for _, c := range inv.GetCards() {
+		if u := c.GetUsage(); u != nil {
+			if u.GetUsedSlots() != 0 || u.GetUsedMemMib() != 0 || u.GetUsedCores() != 0 {
+				usage.Cards = append(usage.Cards, &v1.CardUsageEntry{CardId: c.GetId(), Usage: u})
+			}
+			c.Usage = nil
+		}
+	}
+	det := proto.MarshalOptions{Deterministic: true}
+	ib, err := det.Marshal(inv)
+	if err != nil {
+		return nil, fmt.Errorf("gpusched: encoding node %q: %w", n.GetName(), err)
+	}
+	p := &preparedNode{node: proto.Clone(n).(*v1.Node), inventory: ib, invKey: keyOf(ib)}
+	if len(usage.Cards) > 0 {
+		ub, err := det.Marshal(usage)
+		if err != nil {
+			return nil, fmt.Errorf("gpusched: encoding usage of node %q: %w", n.GetName(), err)
+		}
+		k := keyOf(ub)
+		p.usage, p.usageKey = ub, &k
+	}
+	return p, nil
+}
+
+func (p *preparedNode) ref(byDigest func(partKey) bool) *v1.NodeRef {
+	r := &v1.NodeRef{InventoryDigest: p.invKey.digest()}
+	if !byDigest(p.invKey) {
+		r.Inventory = p.inventory
+	}
+	if p.usageKey != nil {
+		r.UsageDigest = p.usageKey.digest()
+		if !byDigest(*p.usageKey) {
+			r.Usage = p.usage
+		}
+	}
+	return r
+}
+
+// byRef is the per-Client state of the automatic mode.
+type byRef struct {
+	mu    sync.Mutex
+	known map[partKey]struct{}
+	memo  map[string]*preparedNode
+}
+
+func newByRef() *byRef {
+	return &byRef{known: map[partKey]struct{}{}, memo: map[string]*preparedNode{}}
+}
+
+// prepare reuses the prepared form of a node that did not change since the last call.
+func (b *byRef) prepare(nodes []*v1.Node) ([]*preparedNode, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.memo) > maxMemo {
+		b.memo = map[string]*preparedNode{}
+	}
+	out := make([]*preparedNode, len(nodes))
+	for i, n := range nodes {
+		// Compared by content: callers update their nodes in place.
+		if p, ok := b.memo[n.GetName()]; ok && proto.Equal(p.node, n) {
+			out[i] = p
+			continue
+		}
+		p, err := prepareNode(n)
+		if err != nil {
+			return nil, err
+		}
+		b.memo[n.GetName()] = p
+		out[i] = p
+	}
+	return out, nil
+}
+
+func (b *byRef) refs(nodes []*preparedNode, forceInline map[partKey]bool) []*v1.NodeRef {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]*v1.NodeRef, len(nodes))
+	for i, p := range nodes {
+		out[i] = p.ref(func(k partKey) bool {
+			_, ok := b.known[k]
+			return ok && !forceInline[k]
+		})
+	}
+	return out
+}
+
+func (b *byRef) acknowledge(nodes []*preparedNode) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.known)+2*len(nodes) > maxKnown {
+		b.known = map[partKey]struct{}{}
+	}
+	for _, p := range nodes {
+		b.known[p.invKey] = struct{}{}
+		if p.usageKey != nil {
+			b.known[*p.usageKey] = struct{}{}
+		}
+	}
+}
+
+func (b *byRef) forget(keys []partKey) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, k := range keys {
+		delete(b.known, k)
+	}
+}
+
+// AcknowledgedParts is the number of node parts (inventories, usages) the server acknowledged on
+// this Client (0 when nodes go whole).
+func (c *Client) AcknowledgedParts() int {
+	if c.byref == nil {
+		return 0
+	}
+	c.byref.mu.Lock()
+	defer c.byref.mu.Unlock()
+	return len(c.byref.known)
+}
+
+// fieldBack names node_refs[i].inventory... fields after nodes[i] (node i went as reference i).
+func fieldBack(f string) string {
+	rest, ok := strings.CutPrefix(f, "node_refs[")
+	if !ok {
+		return f
+	}
+	num, tail, ok := strings.Cut(rest, "]")
+	if !ok {
+		return f
+	}
+	switch {
+	case strings.HasPrefix(tail, ".inventory_digest"):
+		tail = ""
+	case strings.HasPrefix(tail, ".inventory"):
+		tail = strings.TrimPrefix(tail, ".inventory")
+	}
+	return "nodes[" + num + "]" + tail
+}
+
+// withNodes sends nodes by reference: call is invoked with the references to send.
+func withNodes[R any](ctx context.Context, b *byRef, nodes []*v1.Node, call func(context.Context, []*v1.NodeRef) (R, error)) (R, error) {
+	var zero R
+	prepared, err := b.prepare(nodes)
+	if err != nil {
+		return zero, err
+	}
+	force := map[partKey]bool{}
+	for {
+		resp, err := call(ctx, b.refs(prepared, force))
+		if err == nil {
+			b.acknowledge(prepared)
+			return resp, nil
+		}
+		e := FromError(err)
+		if e.Code == codes.FailedPrecondition {
+			var missing []partKey
+			again := false
+			for _, s := range e.MissingDigests {
+				if k, ok := parseSubject(s); ok {
+					missing = append(missing, k)
+					again = again || force[k]
+				}
+			}
+			b.forget(missing)
+			if len(missing) == 0 || again {
+				return zero, e
+			}
+			for _, k := range missing {
+				force[k] = true
+			}
+			continue
+		}
+		for i := range e.FieldViolations {
+			e.FieldViolations[i].Field = fieldBack(e.FieldViolations[i].Field)
+		}
+		for i := range e.QuotaViolations {
+			e.QuotaViolations[i].Subject = fieldBack(e.QuotaViolations[i].Subject)
+		}
+		return zero, e
+	}
+}
