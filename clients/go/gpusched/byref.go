@@ -254,6 +254,11 @@ func withNodes[R any](ctx context.Context, b *byRef, nodes []*v1.Node, call func
 		for i := range e.QuotaViolations {
 			e.QuotaViolations[i].Subject = fieldBack(e.QuotaViolations[i].Subject)
 		}
+		if e.ErrorInfo != nil {
+			if f, ok := e.ErrorInfo.Metadata["field"]; ok {
+				e.ErrorInfo.Metadata["field"] = fieldBack(f)
+			}
+		}
 		return zero, e
 	}
 }

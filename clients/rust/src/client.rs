@@ -113,6 +113,13 @@ impl Client {
                     for v in e.field_violations.iter_mut().chain(&mut e.quota_violations) {
                         v.field = field_back(&v.field);
                     }
+                    if let Some(field) = e
+                        .error_info
+                        .as_mut()
+                        .and_then(|i| i.metadata.get_mut("field"))
+                    {
+                        *field = field_back(field);
+                    }
                     return Err(Error::Api(e));
                 }
                 Err(e) => return Err(e),

@@ -155,5 +155,7 @@ def with_fields_back(e: GpuschedError) -> GpuschedError:
         v.field = field_back(v.field)
     for q in e.quota_violations:
         q.subject = field_back(q.subject)
+    if e.error_info is not None and "field" in e.error_info.metadata:
+        e.error_info.metadata["field"] = field_back(e.error_info.metadata["field"])
     e.args = (e._describe(),)
     return e
