@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project and installs what the tests need (Go modules from the Go
 # proxy, Python packages into a venv, pinned code generators, etcd and a kube-apiserver /
-# kube-scheduler built from the Go proxy for the end-to-end tests). Caches live outside the
+# kube-scheduler and helm built from the Go proxy, slurm-wlm and munge from Debian, for the end-to-end
+# tests). Caches live outside the
 # repository in ${GPUSCHED_CACHE:-$HOME/.cache/gpusched}.
 #
 #   scripts/test.sh                 everything
@@ -42,6 +43,8 @@ for stage in "${stages[@]}"; do
     proto)
       log "proto: generated code up to date in every language, buf lint"
       proto/generate.sh --check
+      log "versions: Cargo.toml's workspace version in every client and the chart"
+      scripts/version.sh --check
       ;;
     rust)
       log "rust: cargo test --workspace"
@@ -64,6 +67,8 @@ for stage in "${stages[@]}"; do
     e2e)
       run_script clients/agent/e2e-test.sh "node agent on a real kube-apiserver"
       run_script deploy/e2e/test.sh "scheduler extender and webhook on a real control plane"
+      run_script deploy/helm/test.sh "Helm chart: lint, schema, rendered manifests, install on a real control plane"
+      run_script clients/slurm/e2e-test.sh "Slurm adapter on a real Slurm cluster (munged, slurmctld, two slurmd)"
       ;;
     *) echo "unknown stage $stage (proto | rust | go | python | loadtest | e2e)" >&2; exit 2 ;;
   esac
