@@ -8,7 +8,7 @@
 // the complete picture a decision needs (candidate nodes, their cards and current
 // usage, the workload, optional policy defaults), with nodes whole or by content
 // digest (NodeRef); no answer depends on what the service remembers between calls.
-// The behaviour is specified in PLACEMENT-SEMANTICS.md.
+// The behaviour is specified in docs/placement-semantics.md.
 
 package gpuschedv1
 
@@ -27,7 +27,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// How nodes are ranked against each other (PLACEMENT-SEMANTICS section 6).
+// How nodes are ranked against each other (docs/placement-semantics.md section 6).
 type NodePolicy int32
 
 const (

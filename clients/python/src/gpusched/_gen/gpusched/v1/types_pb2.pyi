@@ -5,7 +5,7 @@ The gpusched v1 API: a stateless GPU placement service. Every request carries
 the complete picture a decision needs (candidate nodes, their cards and current
 usage, the workload, optional policy defaults), with nodes whole or by content
 digest (NodeRef); no answer depends on what the service remembers between calls.
-The behaviour is specified in PLACEMENT-SEMANTICS.md.
+The behaviour is specified in docs/placement-semantics.md.
 """
 
 from collections import abc as _abc
@@ -38,7 +38,7 @@ class _NodePolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_NodePolicy
     """Prefer the node with the lowest node score (spread load out)."""
 
 class NodePolicy(_NodePolicy, metaclass=_NodePolicyEnumTypeWrapper):
-    """How nodes are ranked against each other (PLACEMENT-SEMANTICS section 6)."""
+    """How nodes are ranked against each other (docs/placement-semantics.md section 6)."""
 
 NODE_POLICY_UNSPECIFIED: NodePolicy.ValueType  # 0
 """Not set: the next level of defaults applies (request options, then server config)."""

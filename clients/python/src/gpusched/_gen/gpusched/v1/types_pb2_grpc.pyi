@@ -5,7 +5,7 @@ The gpusched v1 API: a stateless GPU placement service. Every request carries
 the complete picture a decision needs (candidate nodes, their cards and current
 usage, the workload, optional policy defaults), with nodes whole or by content
 digest (NodeRef); no answer depends on what the service remembers between calls.
-The behaviour is specified in PLACEMENT-SEMANTICS.md.
+The behaviour is specified in docs/placement-semantics.md.
 """
 
 from collections import abc as _abc
