@@ -17,8 +17,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::core::admission::{
     AdmissionRequest, AdmissionResponse, AdmissionReview, ConvertAdmissionReviewError,
 };
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::sync::watch;
@@ -129,19 +127,9 @@ fn mtime(p: &Path) -> Option<SystemTime> {
     std::fs::metadata(p).and_then(|m| m.modified()).ok()
 }
 
+/// The certificate and key from their PEM files (one loader for every binary: the runtime's).
 fn load_key(cert: &Path, key: &Path) -> anyhow::Result<Arc<CertifiedKey>> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", cert.display()))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| anyhow::anyhow!("{}: {e}", cert.display()))?;
-    if certs.is_empty() {
-        anyhow::bail!("{}: no certificate", cert.display());
-    }
-    let key_der =
-        PrivateKeyDer::from_pem_file(key).map_err(|e| anyhow::anyhow!("{}: {e}", key.display()))?;
-    let signing = rustls::crypto::ring::sign::any_supported_type(&key_der)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", key.display()))?;
-    Ok(Arc::new(CertifiedKey::new(certs, signing)))
+    Ok(gpusched_runtime::tls::certified_key(cert, key)?)
 }
 
 impl ReloadingCert {
