@@ -1,7 +1,6 @@
 //! `gpusched-agent`: runs the node agent (default), or prints the node's inventory once
 //! (`inventory --format json|hami|slurm-gres|raw`).
 
-use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -251,27 +250,18 @@ async fn print_inventory(s: Settings, format: OutputFormat) -> anyhow::Result<()
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let env: BTreeMap<String, String> = std::env::vars().collect();
-    let file: FileConfig = match SPEC.start(&cli.common, &cli, &env) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let mut settings = match SPEC.check(file.validate(&env)) {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    match SPEC.settings(&cli.common, &cli, FileConfig::validate) {
+        Ok(settings) => SPEC.exit(run(settings, cli.command.unwrap_or(Command::Run))),
+        Err(code) => code,
+    }
+}
+
+fn run(mut settings: Settings, command: Command) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("gpusched-agent: tokio runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let command = cli.command.unwrap_or(Command::Run);
-    let result = runtime.block_on(async move {
+        .context("tokio runtime")?;
+    runtime.block_on(async move {
         let _telemetry = gpusched_runtime::logging::init(&settings.telemetry, "gpusched_agent")?;
         match command {
             Command::Run => run_agent(settings).await,
@@ -281,12 +271,5 @@ fn main() -> ExitCode {
                 print_inventory(settings, format).await
             }
         }
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("gpusched-agent: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    })
 }

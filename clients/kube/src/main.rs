@@ -1,6 +1,5 @@
 //! `gpusched-kube`: the Kubernetes shim (scheduler extender + admission webhook) of gpusched.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -95,20 +94,8 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let env: BTreeMap<String, String> = std::env::vars().collect();
-    let file: FileConfig = match SPEC.start(&cli.common, &cli, &env) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let settings = match SPEC.check(file.validate(&env)) {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
-    match gpusched_kube::run::main(settings) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("gpusched-kube: {e:#}");
-            ExitCode::FAILURE
-        }
+    match SPEC.settings(&cli.common, &cli, FileConfig::validate) {
+        Ok(settings) => SPEC.exit(gpusched_kube::run::main(settings)),
+        Err(code) => code,
     }
 }

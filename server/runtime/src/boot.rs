@@ -46,6 +46,32 @@ impl Spec {
         Ok(cfg)
     }
 
+    /// The settings of a binary: its layers loaded from the flags, the process environment and
+    /// the `--config` file ([`Spec::start`]), then `validate` ([`Spec::check`]). `Err` is the
+    /// exit status `main` returns (already printed).
+    pub fn settings<F: Serialize + DeserializeOwned, S>(
+        &self,
+        common: &CommonArgs,
+        flags: &impl Serialize,
+        validate: impl FnOnce(&F, &BTreeMap<String, String>) -> Result<S, ConfigError>,
+    ) -> Result<S, ExitCode> {
+        let env: BTreeMap<String, String> = std::env::vars().collect();
+        let file: F = self.start(common, flags, &env)?;
+        self.check(validate(&file, &env))
+    }
+
+    /// The exit status of a binary's run: success, or failure with the error (and its causes,
+    /// `{:#}`) on one line of stderr.
+    pub fn exit<E: std::fmt::Display>(&self, result: Result<(), E>) -> ExitCode {
+        match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{}: {e:#}", self.binary);
+                ExitCode::FAILURE
+            }
+        }
+    }
+
     /// Validated settings, or exit status 2 after printing the error.
     pub fn check<S>(&self, validated: Result<S, ConfigError>) -> Result<S, ExitCode> {
         validated.map_err(|e| self.fail(&e))

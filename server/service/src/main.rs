@@ -1,7 +1,6 @@
 //! `gpusched-server`: runs the placement service with the embedded default configuration,
 //! layered with an optional file, `GPUSCHED_SERVER_...` variables and flags.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -73,21 +72,9 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let env: BTreeMap<String, String> = std::env::vars().collect();
-    let file: FileConfig = match SPEC.start(&cli.common, &cli, &env) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let settings = match SPEC.check(file.validate(&env)) {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
-    match run(settings) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("gpusched-server: {e:#}");
-            ExitCode::FAILURE
-        }
+    match SPEC.settings(&cli.common, &cli, FileConfig::validate) {
+        Ok(settings) => SPEC.exit(run(settings)),
+        Err(code) => code,
     }
 }
 
