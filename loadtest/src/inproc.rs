@@ -107,6 +107,7 @@ fn byref_state(settings: &Settings) -> &'static gpusched_service::call::State {
     })
 }
 
+/// The service's own conversion of Filter/Score/Allocate inputs (`placement::inputs`).
 fn inputs(
     settings: &Settings,
     nodes: Vec<v1::Node>,
@@ -114,32 +115,8 @@ fn inputs(
     workload: Option<v1::Workload>,
     options: Option<v1::PlacementOptions>,
 ) -> Result<(engine::Snapshot, engine::Workload), ServiceError> {
-    // The order of `placement.rs::inputs`: limits, options, workload, then nodes.
-    if !node_refs.is_empty() {
-        let state = byref_state(settings);
-        gpusched_service::noderef::check_limits(&nodes, &node_refs, &settings.limits)?;
-        let (defaults, _explain) = convert::options_in(options, &settings.defaults)?;
-        let w = convert::workload_in(
-            workload,
-            "workload",
-            &defaults,
-            &settings.names,
-            &settings.limits,
-        )?;
-        let s = gpusched_service::noderef::snapshot_in(state, nodes, node_refs)?;
-        return Ok((s, w));
-    }
-    convert::check_node_limits(&nodes, &settings.limits)?;
-    let (defaults, _explain) = convert::options_in(options, &settings.defaults)?;
-    let w = convert::workload_in(
-        workload,
-        "workload",
-        &defaults,
-        &settings.names,
-        &settings.limits,
-    )?;
-    let s = convert::snapshot_in(nodes, &settings.names)?;
-    Ok((s, w))
+    gpusched_service::placement::inputs(byref_state(settings), nodes, node_refs, workload, options)
+        .map(|(s, w, _)| (s, w))
 }
 
 /// One decision the way the server makes it, minus the transport; stage times in ns.

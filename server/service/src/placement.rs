@@ -43,8 +43,10 @@ fn describe(record: &mut Record, w: &Workload, s: &Snapshot) {
     record.gpu_policy = w.gpu_policy.to_string();
 }
 
-/// Converts the common parts of Filter/Score/Allocate: nodes, options, workload.
-fn inputs(
+/// Converts the common parts of Filter/Score/Allocate: nodes (whole and by reference), options,
+/// workload. Public for the load tester's in-process pipeline, which must convert exactly as
+/// the service does.
+pub fn inputs(
     state: &State,
     nodes: Vec<v1::Node>,
     node_refs: Vec<v1::NodeRef>,
