@@ -37,22 +37,8 @@ if [[ "${GPUSCHED_SKIP_GEN_CHECK:-0}" != 1 ]]; then
 fi
 
 # --- the server binary --------------------------------------------------------------------------
-if [[ -z "${GPUSCHED_SERVER_BIN:-}" ]]; then
-  target="${CARGO_TARGET_DIR:-target}"
-  [[ "$target" = /* ]] || target="$REPO/$target"
-  if [[ "${GPUSCHED_SKIP_CARGO_BUILD:-0}" != 1 ]]; then
-    step "cargo build -p gpusched-service"
-    if ! (cd "$REPO" && cargo build -p gpusched-service); then
-      if [[ "${GPUSCHED_ALLOW_SKIP:-0}" == 1 ]]; then
-        echo "test.sh: cargo build failed; GPUSCHED_ALLOW_SKIP=1, live-server tests will be skipped" >&2
-      else
-        exit 1
-      fi
-    fi
-  fi
-  export GPUSCHED_SERVER_BIN="$target/debug/gpusched-server"
-fi
-echo "server binary: $GPUSCHED_SERVER_BIN" >&2
+# shellcheck source=../../scripts/server-bin.sh
+source "$REPO/scripts/server-bin.sh"
 
 cd "$HERE"
 
