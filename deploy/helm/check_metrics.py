@@ -20,12 +20,21 @@ def exported(src):
     fields = {m.group(1): (m.group(3), m.group(2))
               for m in re.finditer(r"^\s+(\w+): Family<(\w+), (Counter|Histogram)", src, re.M)}
     metrics = {}
+    # Metrics without labels: `let x = Counter::default()` or `x: Gauge<...>`.
+    plain = {m.group(1): m.group(2)
+             for m in re.finditer(r"\b(\w+)(?::\s*|\s*=\s*)(Counter|Gauge|Histogram)\b", src)}
     for name, var in re.findall(r'registry\.register\(\s*"(\w+)",\s*"[^"]*",\s*(\w+)\.clone\(\)', src):
-        kind, labelset = fields[var]
+        if var in fields:
+            kind, labelset = fields[var]
+            own = set(structs[labelset])
+        else:
+            kind, own = plain[var], set()
         base = f"{prefix}_{name}"
         # target labels Prometheus adds
-        labels = set(structs[labelset]) | {"namespace", "job", "instance", "pod", "service"}
-        if kind == "Counter":
+        labels = own | {"namespace", "job", "instance", "pod", "service"}
+        if kind == "Gauge":
+            metrics[base] = labels
+        elif kind == "Counter":
             metrics[base + "_total"] = labels
         else:
             for s in ("_bucket", "_sum", "_count"):
