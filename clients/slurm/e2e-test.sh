@@ -55,7 +55,13 @@ done
 # --- 3. Work directory and clean-up --------------------------------------------------------
 W=$(mktemp -d /tmp/gpusched-slurm-e2e.XXXXXX)
 chmod 755 "$W"
-mkdir -p "$W/inventory" "$W/out" "$W/state" "$W/munge" "$W/nvml" "$W/lat"
+mkdir -p "$W/inventory" "$W/out" "$W/state" "$W/munge" "$W/nvml" "$W/lat" "$W/bin"
+# The binaries run as an unprivileged user too (the job owner, its TaskProlog): copy them out
+# of the target directory, which may sit under a private home (/root/.cache/...).
+for b in gpusched-server gpusched-agent gpusched-sbatch gpusched-slurm; do
+  install -m 755 "$BIN/$b" "$W/bin/$b"
+done
+BIN=$W/bin
 SERVER_PID=""
 TEST_USER=gpusched-e2e
 cleanup() {
@@ -383,7 +389,7 @@ fi
 UJ=$(cd /tmp && runuser -u "$TEST_USER" -- env SLURM_CONF="$SLURM_CONF" GPUSCHED_ADDRESS="$ADDR" \
   GPUSCHED_INVENTORY_DIR="$W/inventory" "$BIN/gpusched-sbatch" --parsable --gpusched-lock none \
   --gres=gpu:1 --gpusched gpumem=1000 -o /dev/null --chdir=/tmp --wrap 'sleep 600' 2>"$W/out/user.err") || true
-before=$(comment "$UJ")
+before=$( [ -n "$UJ" ] && comment "$UJ" || true)
 lua_protects() {
   local out rc
   out=$(runuser -u "$TEST_USER" -- env SLURM_CONF="$SLURM_CONF" scontrol update jobid="$UJ" comment=forged 2>&1) && rc=0 || rc=$?
