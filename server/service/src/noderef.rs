@@ -184,9 +184,11 @@ fn part_in(
 /// Decodes and converts an inline inventory: the node conversion of nodes sent whole.
 fn inventory_in(
     state: &State,
+    whole: usize,
     i: usize,
     bytes: &[u8],
     violations: &mut Vec<Violation>,
+    invalid: &mut Vec<Invalid>,
 ) -> Option<Value> {
     let field = format!("node_refs[{i}].inventory");
     let node = match v1::Node::decode(bytes) {
@@ -218,19 +220,29 @@ fn inventory_in(
     if violations.len() != before {
         return None;
     }
-    validated(spec, &field, violations).map(|n| Value::Inventory(Arc::new(n)))
+    validated(spec, whole + i, invalid).map(|n| Value::Inventory(Arc::new(n)))
 }
 
-/// Validates one converted node ([`Node::new`]), its violations named after the request
-/// (`{at}.cards[j].id`).
-fn validated(spec: NodeSpec, at: &str, violations: &mut Vec<Violation>) -> Option<Node> {
+/// A node that failed [`Node::new`]: its position in the combined list (whole nodes, then
+/// references), its name and its violations (fields relative to the node). Reported, like
+/// `Snapshot::new` did, only when the request has no other problem, with duplicate names.
+struct Invalid {
+    at: usize,
+    name: String,
+    violations: Vec<Violation>,
+}
+
+/// Validates one converted node ([`Node::new`]); a failure is kept in `invalid`.
+fn validated(spec: NodeSpec, at: usize, invalid: &mut Vec<Invalid>) -> Option<Node> {
+    let name = spec.name.clone();
     match Node::new(spec) {
         Ok(n) => Some(n),
         Err(e) => {
-            violations.extend(e.violations.into_iter().map(|v| Violation {
-                field: format!("{at}.{}", v.field),
-                ..v
-            }));
+            invalid.push(Invalid {
+                at,
+                name,
+                violations: e.violations,
+            });
             None
         }
     }
@@ -288,13 +300,17 @@ pub fn snapshot_in(
     let mut missing = Vec::new();
     let mut tally: Tally = [(0, 0); 2];
     let mut shared: Vec<Arc<Node>> = Vec::with_capacity(whole + refs.len());
+    // Position of each shared node in the combined list (whole nodes, then references).
+    let mut shared_at: Vec<usize> = Vec::with_capacity(whole + refs.len());
+    let mut invalid: Vec<Invalid> = Vec::new();
     for (i, n) in nodes.into_iter().enumerate() {
         let before = violations.len();
         let spec = convert::node_in(n, NodeAt::Whole(i), names, &mut violations);
         if violations.len() == before
-            && let Some(node) = validated(spec, &format!("nodes[{i}]"), &mut violations)
+            && let Some(node) = validated(spec, i, &mut invalid)
         {
             shared.push(Arc::new(node));
+            shared_at.push(i);
         }
     }
     let limits = &state.settings.limits;
@@ -315,6 +331,7 @@ pub fn snapshot_in(
             tally[1].0 += 1;
             if within_card_limit(&node, i, limits, &mut violations) {
                 shared.push(node);
+                shared_at.push(whole + i);
             }
             continue;
         }
@@ -327,7 +344,7 @@ pub fn snapshot_in(
             &mut violations,
             &mut missing,
             &mut tally,
-            |b, v| inventory_in(state, i, b, v),
+            |b, v| inventory_in(state, whole, i, b, v, &mut invalid),
         );
         let use_ = part_in(
             state,
@@ -362,6 +379,7 @@ pub fn snapshot_in(
         }
         let Some((usage, use_d)) = usage else {
             shared.push(inv);
+            shared_at.push(whole + i);
             continue;
         };
         // Clients list usage in card order: look from the card after the last match first.
@@ -394,6 +412,7 @@ pub fn snapshot_in(
             let node = Arc::new(node);
             state.node_cache.insert_pair(inv_d, use_d, node.clone());
             shared.push(node);
+            shared_at.push(whole + i);
         }
     }
     for (part, (hits, misses)) in [Part::Inventory, Part::Usage].into_iter().zip(tally) {
@@ -416,6 +435,11 @@ pub fn snapshot_in(
             ),
         )]));
     }
+    if !invalid.is_empty() {
+        return Err(ServiceError::InvalidArgument(invalid_nodes(
+            &shared, &shared_at, invalid, whole,
+        )));
+    }
     Snapshot::from_nodes(shared).map_err(|e| {
         ServiceError::InvalidArgument(
             e.violations
@@ -427,6 +451,67 @@ pub fn snapshot_in(
                 .collect(),
         )
     })
+}
+
+/// What `Snapshot::new` reported for the combined list when some nodes failed [`Node::new`]:
+/// each node's own violations, then duplicate names, in node order, named after the request.
+fn invalid_nodes(
+    shared: &[Arc<Node>],
+    shared_at: &[usize],
+    invalid: Vec<Invalid>,
+    whole: usize,
+) -> Vec<Violation> {
+    let mut names: Vec<(usize, &str)> = shared_at
+        .iter()
+        .zip(shared)
+        .map(|(&k, n)| (k, n.name()))
+        .chain(invalid.iter().map(|x| (x.at, x.name.as_str())))
+        .collect();
+    names.sort_by_key(|&(k, _)| k);
+    let mut out: Vec<(usize, bool, Violation)> = Vec::new();
+    let mut order: Vec<usize> = (0..names.len()).collect();
+    order.sort_by(|&a, &b| names[a].1.cmp(names[b].1).then(a.cmp(&b)));
+    let mut first = 0usize;
+    for (j, &x) in order.iter().enumerate() {
+        let (k, name) = names[x];
+        if j > 0 && !name.is_empty() && name == names[order[j - 1]].1 {
+            out.push((
+                k,
+                true,
+                Violation::new(
+                    ViolationKind::DuplicateId,
+                    format!("nodes[{k}].name"),
+                    format!(
+                        "duplicate node name {name:?} (also nodes[{}])",
+                        names[order[first]].0
+                    ),
+                ),
+            ));
+        } else {
+            first = j;
+        }
+    }
+    for x in invalid {
+        let k = x.at;
+        out.extend(x.violations.into_iter().map(|v| {
+            (
+                k,
+                false,
+                Violation {
+                    field: format!("nodes[{k}].{}", v.field),
+                    ..v
+                },
+            )
+        }));
+    }
+    // Each node's own violations before its duplicate name, as `Snapshot::new` orders them.
+    out.sort_by_key(|&(k, name_dup, _)| (k, name_dup));
+    out.into_iter()
+        .map(|(_, _, v)| Violation {
+            field: rename(&v.field, whole),
+            ..v
+        })
+        .collect()
 }
 
 /// The combined node of two well-formed, non-empty digests, when cached (a malformed digest
