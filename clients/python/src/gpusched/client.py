@@ -208,7 +208,9 @@ class Client:
             AllocateBatch send each node's inventory and usage as SHA-256 digests once the server
             acknowledged them on this client, inline otherwise, and resend them inline when the
             server reports them missing (restart, another replica, eviction). Requests that carry
-            ``node_refs`` themselves go as they are. ``False``: nodes always go whole.
+            ``node_refs`` themselves go as they are. ``False``: nodes always go whole. On, nodes
+            still go whole until a PlacementService answer carried the ``gpusched-node-refs``
+            header (a server that reads ``node_refs``; see :attr:`server_reads_refs`).
     """
 
     def __init__(
