@@ -8,8 +8,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	v1 "github.com/gpusched/gpusched/clients/go/gpuschedv1"
@@ -120,7 +123,36 @@ type byRef struct {
 	mu    sync.Mutex
 	known map[partKey]struct{}
 	memo  map[string]*preparedNode
+	// readsRefs: a PlacementService answer on this Client carried NodeRefsHeader; until then
+	// nodes go whole (a server that predates node_refs would ignore them).
+	readsRefs atomic.Bool
 }
+
+// NodeRefsHeader is the response metadata a server that reads node_refs sets on every
+// PlacementService answer. With WithByReference (the default) the Client sends nodes whole
+// until it has seen it, then by reference.
+const NodeRefsHeader = "gpusched-node-refs"
+
+// serverReadsRefs: send nodes by reference on this call (nil: the mode is off).
+func (b *byRef) serverReadsRefs() bool { return b != nil && b.readsRefs.Load() }
+
+// noteHeader is a unary interceptor: a PlacementService answer (or error) carrying
+// NodeRefsHeader switches references on.
+func (b *byRef) noteHeader(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if b == nil || b.readsRefs.Load() || !strings.HasPrefix(method, "/gpusched.v1.PlacementService/") {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	var header, trailer metadata.MD
+	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&header), grpc.Trailer(&trailer))...)
+	if len(header.Get(NodeRefsHeader)) > 0 || len(trailer.Get(NodeRefsHeader)) > 0 {
+		b.readsRefs.Store(true)
+	}
+	return err
+}
+
+// ServerReadsRefs reports whether the server has shown (NodeRefsHeader) that it reads nodes by
+// reference; until then nodes go whole even with WithByReference on.
+func (c *Client) ServerReadsRefs() bool { return c.byref.serverReadsRefs() }
 
 func newByRef() *byRef {
 	return &byRef{known: map[partKey]struct{}{}, memo: map[string]*preparedNode{}}

@@ -34,8 +34,12 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 		}
 	}
 	ti := timeoutInterceptor{timeout: cfg.timeout}
+	var byref *byRef
+	if cfg.byReference {
+		byref = newByRef()
+	}
 	dial := []grpc.DialOption{
-		grpc.WithChainUnaryInterceptor(ti.unary),
+		grpc.WithChainUnaryInterceptor(ti.unary, byref.noteHeader),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(cfg.maxMessage),
 			grpc.MaxCallSendMsgSize(cfg.maxMessage),
@@ -64,9 +68,7 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 		placement: v1.NewPlacementServiceClient(conn),
 		inventory: v1.NewInventoryServiceClient(conn),
 	}
-	if cfg.byReference {
-		c.byref = newByRef()
-	}
+	c.byref = byref
 	if cfg.block {
 		if err := waitReady(ctx, conn); err != nil {
 			_ = conn.Close()
@@ -111,7 +113,7 @@ func (c *Client) InventoryService() v1.InventoryServiceClient { return c.invento
 
 // Filter returns which candidate nodes can host the workload, and why the others cannot.
 func (c *Client) Filter(ctx context.Context, req *v1.FilterRequest, opts ...grpc.CallOption) (*v1.FilterResponse, error) {
-	if c.byref != nil && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 {
+	if c.byref.serverReadsRefs() && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 {
 		return withNodes(ctx, c.byref, req.GetNodes(), func(ctx context.Context, refs []*v1.NodeRef) (*v1.FilterResponse, error) {
 			r := &v1.FilterRequest{Workload: req.GetWorkload(), Options: req.GetOptions(), NodeRefs: refs}
 			return c.placement.Filter(ctx, r, opts...)
@@ -123,7 +125,7 @@ func (c *Client) Filter(ctx context.Context, req *v1.FilterRequest, opts ...grpc
 
 // Score returns the node scores of the nodes that can host the workload, most preferred first.
 func (c *Client) Score(ctx context.Context, req *v1.ScoreRequest, opts ...grpc.CallOption) (*v1.ScoreResponse, error) {
-	if c.byref != nil && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 {
+	if c.byref.serverReadsRefs() && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 {
 		return withNodes(ctx, c.byref, req.GetNodes(), func(ctx context.Context, refs []*v1.NodeRef) (*v1.ScoreResponse, error) {
 			r := &v1.ScoreRequest{Workload: req.GetWorkload(), Options: req.GetOptions(), NodeRefs: refs}
 			return c.placement.Score(ctx, r, opts...)
@@ -136,7 +138,7 @@ func (c *Client) Score(ctx context.Context, req *v1.ScoreRequest, opts ...grpc.C
 // Allocate chooses the node and the cards for one workload. A workload that fits nowhere is an
 // answer (Result.Placed false, with per-node reasons), not an error.
 func (c *Client) Allocate(ctx context.Context, req *v1.AllocateRequest, opts ...grpc.CallOption) (*v1.AllocateResponse, error) {
-	if c.byref != nil && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 {
+	if c.byref.serverReadsRefs() && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 {
 		return withNodes(ctx, c.byref, req.GetNodes(), func(ctx context.Context, refs []*v1.NodeRef) (*v1.AllocateResponse, error) {
 			r := &v1.AllocateRequest{Workload: req.GetWorkload(), Options: req.GetOptions(), RestrictToNodeNames: req.GetRestrictToNodeNames(), NodeRefs: refs}
 			return c.placement.Allocate(ctx, r, opts...)
@@ -148,7 +150,7 @@ func (c *Client) Allocate(ctx context.Context, req *v1.AllocateRequest, opts ...
 
 // AllocateBatch places workloads one after another on the same snapshot.
 func (c *Client) AllocateBatch(ctx context.Context, req *v1.AllocateBatchRequest, opts ...grpc.CallOption) (*v1.AllocateBatchResponse, error) {
-	if c.byref != nil && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 {
+	if c.byref.serverReadsRefs() && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 {
 		return withNodes(ctx, c.byref, req.GetNodes(), func(ctx context.Context, refs []*v1.NodeRef) (*v1.AllocateBatchResponse, error) {
 			r := &v1.AllocateBatchRequest{Workloads: req.GetWorkloads(), Options: req.GetOptions(), AllOrNothing: req.GetAllOrNothing(), ReturnUpdatedNodes: req.GetReturnUpdatedNodes(), NodeRefs: refs}
 			return c.placement.AllocateBatch(ctx, r, opts...)

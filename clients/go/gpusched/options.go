@@ -175,8 +175,9 @@ func (c *config) buildTLS() (*tls.Config, error) {
 // Allocate and AllocateBatch send each node's inventory and usage as SHA-256 digests once the
 // server acknowledged them on this Client, inline otherwise, and resend them inline when the
 // server reports them missing (restart, another replica, eviction); requests that already carry
-// NodeRefs are sent as they are. Off: nodes always go whole. Needs a server that knows
-// node_refs.
+// NodeRefs are sent as they are. Off: nodes always go whole. On, nodes still go whole until a
+// PlacementService answer on this Client carried NodeRefsHeader (a server that reads
+// node_refs), so a server that predates them is never sent references.
 func WithByReference(on bool) Option {
 	return func(c *config) error {
 		c.byReference = on

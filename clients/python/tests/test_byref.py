@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from concurrent import futures
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from google.protobuf import json_format
 
@@ -119,5 +121,86 @@ def test_async_by_reference(address: str) -> None:
                 assert r.result.placed
                 _book(nodes, r.result)
             assert c.acknowledged_parts >= 3
+
+    asyncio.run(go())
+
+
+class _OldPlacement(v1.PlacementServiceServicer):
+    """A server that predates ``node_refs``: it reads only ``nodes`` and sets no
+    ``gpusched-node-refs`` header (here: drops the references, counts them, asks the real server
+    with whole nodes)."""
+
+    def __init__(self, behind: gpusched.Client) -> None:
+        self.behind = behind
+        self.refs_seen = 0
+        self.nodes_seen = 0
+
+    def Allocate(self, request: v1.AllocateRequest, context: grpc.ServicerContext) -> v1.AllocateResponse:
+        if len(request.node_refs):
+            self.refs_seen += 1
+        if len(request.nodes):
+            self.nodes_seen += 1
+        r = v1.AllocateRequest()
+        r.CopyFrom(request)
+        r.ClearField("node_refs")
+        return self.behind.allocate(r)
+
+    def Filter(self, request: v1.FilterRequest, context: grpc.ServicerContext) -> v1.FilterResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "filter")
+
+    def Score(self, request: v1.ScoreRequest, context: grpc.ServicerContext) -> v1.ScoreResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "score")
+
+    def AllocateBatch(
+        self, request: v1.AllocateBatchRequest, context: grpc.ServicerContext
+    ) -> v1.AllocateBatchResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "batch")
+
+    def ValidateWorkload(
+        self, request: v1.ValidateWorkloadRequest, context: grpc.ServicerContext
+    ) -> v1.ValidateWorkloadResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "validate")
+
+
+@pytest.mark.server
+def test_old_server_without_the_header_gets_whole_nodes(address: str) -> None:
+    nodes = _cluster()[:5]
+    for n in nodes:
+        n.name = n.name.replace("py-byref", "py-old")
+        for c in n.cards:
+            c.id = c.id.replace("py-byref", "py-old")
+    with gpusched.Client(address, by_reference=False) as behind, gpusched.Client(
+        address, by_reference=False
+    ) as whole:
+        old = _OldPlacement(behind)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        v1.add_PlacementServiceServicer_to_server(old, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        try:
+            with gpusched.Client(f"127.0.0.1:{port}") as client:
+                for _ in range(4):
+                    req = v1.AllocateRequest(nodes=nodes, workload=_pod())
+                    want = whole.allocate(req)
+                    got = client.allocate(req)
+                    assert got == want and got.result.placed
+                    _book(nodes, got.result)
+                assert old.refs_seen == 0
+                assert old.nodes_seen == 4
+                assert not client.server_reads_refs
+                assert client.acknowledged_parts == 0
+        finally:
+            server.stop(None)
+    # The real server sets the header: a client of it switches after its first answer.
+    with gpusched.Client(address) as direct:
+        assert not direct.server_reads_refs
+        direct.allocate(v1.AllocateRequest(nodes=nodes, workload=_pod()))
+        assert direct.server_reads_refs
+
+    async def go() -> None:
+        async with gpusched.AsyncClient(address) as c:
+            assert not c.server_reads_refs
+            await c.allocate(v1.AllocateRequest(nodes=nodes, workload=_pod()))
+            assert c.server_reads_refs
 
     asyncio.run(go())

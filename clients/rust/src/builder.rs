@@ -119,8 +119,9 @@ impl ClientBuilder {
     /// Send nodes by reference (on by default): each node's inventory and usage go as SHA-256
     /// digests once the server has acknowledged them on this client, inline otherwise, and are
     /// resent inline when the server reports them missing (after a restart, on another
-    /// replica, after eviction). Off: nodes always go whole, as before. Needs a server that
-    /// knows `node_refs` (gpusched with the node cache).
+    /// replica, after eviction). Off: nodes always go whole, as before. Nodes go whole until a
+    /// PlacementService answer on this client carried the `gpusched-node-refs` response header
+    /// (a server that knows `node_refs`), so an older server is never sent references.
     pub fn by_reference(mut self, on: bool) -> Self {
         self.by_reference = on;
         self

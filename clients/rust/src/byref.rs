@@ -150,9 +150,29 @@ pub(crate) struct ByRef {
     known: Mutex<HashSet<Key>>,
     /// The last node seen per name, and its prepared form.
     memo: Mutex<HashMap<String, (v1::Node, Arc<PreparedNode>)>>,
+    /// Whether a PlacementService answer on this client carried [`NODE_REFS_HEADER`]: until
+    /// then nodes go whole (a server that predates `node_refs` would ignore them).
+    server_reads_refs: std::sync::atomic::AtomicBool,
 }
 
+/// The response metadata a server that reads `node_refs` sets on every PlacementService answer.
+pub const NODE_REFS_HEADER: &str = "gpusched-node-refs";
+
 impl ByRef {
+    /// Whether the server has shown it reads `node_refs` (see [`NODE_REFS_HEADER`]).
+    pub(crate) fn server_reads_refs(&self) -> bool {
+        self.server_reads_refs
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Notes the metadata of an answer: [`NODE_REFS_HEADER`] switches references on.
+    pub(crate) fn note(&self, metadata: &tonic::metadata::MetadataMap) {
+        if !self.server_reads_refs() && metadata.contains_key(NODE_REFS_HEADER) {
+            self.server_reads_refs
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     /// Prepared forms of `nodes`, reusing the last one for a node that did not change.
     pub(crate) fn prepare(&self, nodes: Vec<v1::Node>) -> Vec<Arc<PreparedNode>> {
         let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());

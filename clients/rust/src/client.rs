@@ -60,6 +60,12 @@ impl Client {
         }
     }
 
+    /// Whether the server has shown (by the `gpusched-node-refs` response header) that it reads
+    /// nodes by reference; until then nodes go whole even when [`Client::by_reference`] is on.
+    pub fn server_reads_refs(&self) -> bool {
+        self.byref.as_ref().is_some_and(|b| b.server_reads_refs())
+    }
+
     /// Whether nodes go by reference (see [`crate::ClientBuilder::by_reference`]).
     pub fn by_reference(&self) -> bool {
         self.byref.is_some()
@@ -82,6 +88,10 @@ impl Client {
         let Some(byref) = &self.byref else {
             return self.with_retry(msg, call).await;
         };
+        // Whole until the server has shown it reads references (an older one ignores them).
+        if !byref.server_reads_refs() {
+            return self.with_retry(msg, call).await;
+        }
         let Some(nodes) = msg.take_nodes() else {
             return self.with_retry(msg, call).await;
         };
@@ -147,7 +157,14 @@ impl Client {
     {
         let mut attempt = 1;
         loop {
-            match call(self.request(msg.clone())).await {
+            let answer = call(self.request(msg.clone())).await;
+            if let Some(b) = &self.byref {
+                b.note(match &answer {
+                    Ok(r) => r.metadata(),
+                    Err(s) => s.metadata(),
+                });
+            }
+            match answer {
                 Ok(r) => return Ok(r.into_inner()),
                 Err(s) if s.code() == Code::Unavailable && attempt < self.retry.max_attempts => {
                     tokio::time::sleep(self.retry.backoff(attempt)).await;

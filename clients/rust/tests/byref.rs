@@ -75,10 +75,11 @@ async fn sends_references_after_the_first_call_and_answers_the_same() {
     let mut nodes = cluster(20);
     rounds(&client, &reference, &mut nodes, 10).await;
     let m = &metrics.node_cache;
-    // First call inline (20 inventories), then one usage part per placement: by reference.
+    // First call whole (the server's `gpusched-node-refs` header not yet seen), the second
+    // inline (20 inventories), then one usage part per placement: by reference.
     assert_eq!(m.inserts[0].get(), 20, "inventories converted once");
     assert!(
-        m.hits[0].get() >= 9 * 20,
+        m.hits[0].get() >= 8 * 20,
         "{} inventory hits",
         m.hits[0].get()
     );
@@ -114,8 +115,12 @@ async fn a_server_restart_between_calls_is_transparent() {
         .await
         .unwrap();
     let mut nodes = cluster(8);
-    let first = client.allocate(nodes.to_vec(), pod()).await.unwrap();
-    book(&mut nodes, &first);
+    // The first call goes whole (the header not yet seen), the second inline by reference.
+    for _ in 0..2 {
+        let r = client.allocate(nodes.to_vec(), pod()).await.unwrap();
+        book(&mut nodes, &r);
+    }
+    assert!(client.acknowledged_parts() >= 8);
     server.shutdown().await.unwrap();
     let (server, metrics) = start_at(&addr.to_string()).await;
     // The client still believes the server holds its parts: the new one answers
@@ -146,4 +151,97 @@ async fn replicas_behind_one_channel_each_warm_on_their_own() {
     for m in [&m1, &m2] {
         assert!(m.node_cache.inserts[0].get() >= 12, "every replica warmed");
     }
+}
+
+/// A server that predates `node_refs`: it decodes only `nodes` (the references are an unknown
+/// field to it) and sets no `gpusched-node-refs` header. Here a front that drops `node_refs`,
+/// records whether any came, and asks a real server with whole nodes.
+#[derive(Clone)]
+struct OldServer {
+    behind: Client,
+    refs_seen: Arc<std::sync::atomic::AtomicU32>,
+}
+
+#[tonic::async_trait]
+impl v1::placement_service_server::PlacementService for OldServer {
+    async fn filter(
+        &self,
+        _: tonic::Request<v1::FilterRequest>,
+    ) -> Result<tonic::Response<v1::FilterResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("filter"))
+    }
+    async fn score(
+        &self,
+        _: tonic::Request<v1::ScoreRequest>,
+    ) -> Result<tonic::Response<v1::ScoreResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("score"))
+    }
+    async fn allocate(
+        &self,
+        req: tonic::Request<v1::AllocateRequest>,
+    ) -> Result<tonic::Response<v1::AllocateResponse>, tonic::Status> {
+        let mut req = req.into_inner();
+        if !req.node_refs.is_empty() {
+            self.refs_seen
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        req.node_refs.clear();
+        let result = self
+            .behind
+            .allocate_request(req)
+            .await
+            .map_err(|e| tonic::Status::internal(e.to_string()))?;
+        Ok(tonic::Response::new(v1::AllocateResponse {
+            result: Some(result),
+        }))
+    }
+    async fn allocate_batch(
+        &self,
+        _: tonic::Request<v1::AllocateBatchRequest>,
+    ) -> Result<tonic::Response<v1::AllocateBatchResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("batch"))
+    }
+    async fn validate_workload(
+        &self,
+        _: tonic::Request<v1::ValidateWorkloadRequest>,
+    ) -> Result<tonic::Response<v1::ValidateWorkloadResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("validate"))
+    }
+}
+
+#[tokio::test]
+async fn a_server_without_the_header_is_only_ever_sent_whole_nodes() {
+    let (server, _) = start_at("127.0.0.1:0").await;
+    let real = server.grpc_addr.to_string();
+    let reference = whole(&real).await;
+    let old = OldServer {
+        behind: whole(&real).await,
+        refs_seen: Arc::default(),
+    };
+    let refs_seen = Arc::clone(&old.refs_seen);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(v1::placement_service_server::PlacementServiceServer::new(
+                old,
+            ))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let client = ClientBuilder::new(addr.to_string())
+        .connect()
+        .await
+        .unwrap();
+    assert!(client.by_reference());
+    let mut nodes = cluster(20);
+    rounds(&client, &reference, &mut nodes, 5).await;
+    assert_eq!(refs_seen.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert!(!client.server_reads_refs());
+    assert_eq!(client.acknowledged_parts(), 0);
+    // The real server sets the header: a client of it switches after its first answer.
+    let direct = ClientBuilder::new(&real).connect().await.unwrap();
+    assert!(!direct.server_reads_refs());
+    direct.allocate(nodes.to_vec(), pod()).await.unwrap();
+    assert!(direct.server_reads_refs());
+    server.shutdown().await.unwrap();
 }

@@ -291,6 +291,47 @@ impl Node {
         }
     }
 
+    /// A copy of this node with the usage of the cards at the given positions replaced (the
+    /// sums recomputed), without validating again: the node was validated when built. `None`
+    /// when a position is not a card of the node.
+    pub fn with_card_usage(
+        &self,
+        updates: impl IntoIterator<Item = (usize, CardUsage)>,
+    ) -> Option<Node> {
+        let mut node = self.clone();
+        for (at, u) in updates {
+            node.cards.get_mut(at)?.usage = u;
+        }
+        node.sums = NodeSums::of(&node.cards, node.cards.iter().map(|c| &c.usage));
+        Some(node)
+    }
+
+    /// Estimated heap bytes of the node (for callers that bound a cache of nodes), excluding
+    /// the `Node` itself.
+    pub fn heap_bytes(&self) -> usize {
+        self.name.capacity()
+            + self.cards.capacity() * size_of::<Card>()
+            + self
+                .cards
+                .iter()
+                .map(|c| c.id.capacity() + c.card_type.capacity())
+                .sum::<usize>()
+            + self.cordoned.capacity()
+            + self.pairs.capacity() * size_of::<i64>()
+            + self.pair_scores.capacity() * size_of::<PairScore>()
+            + self
+                .pair_scores
+                .iter()
+                .map(|p| p.card_id.capacity() + p.peer_card_id.capacity())
+                .sum::<usize>()
+            + self.cordoned_ids.capacity() * size_of::<String>()
+            + self
+                .cordoned_ids
+                .iter()
+                .map(String::capacity)
+                .sum::<usize>()
+    }
+
     /// Sets the usage of the cards (in card order) and the sums.
     pub(crate) fn set_usage(&mut self, usage: &[CardUsage]) {
         for (card, u) in self.cards.iter_mut().zip(usage) {

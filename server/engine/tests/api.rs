@@ -225,6 +225,27 @@ fn shared_nodes_are_validated_one_by_one_then_for_unique_names() {
 }
 
 #[test]
+fn a_node_with_card_usage_replaced_equals_the_node_built_with_it() {
+    let base = Node::new(node("a", 3, 8000)).unwrap();
+    let u = gpusched_engine::CardUsage {
+        used: 1,
+        used_cores: 20,
+        used_mem_mib: 4000,
+    };
+    let updated = base.with_card_usage([(2, u)]).unwrap();
+    let mut spec = node("a", 3, 8000);
+    spec.cards[2].usage = u;
+    // Cards and sums as if validated from the spec with that usage.
+    assert_eq!(updated, Node::new(spec).unwrap());
+    assert_ne!(updated, base);
+    assert!(base.with_card_usage([(3, u)]).is_none());
+    assert!(updated.heap_bytes() > 0);
+    // Snapshots of it decide as snapshots of the spec.
+    let s = Snapshot::from_nodes(vec![Arc::new(updated)]).unwrap();
+    assert_eq!(s.card_count(), 3);
+}
+
+#[test]
 fn policies_parse_with_typed_errors() {
     assert_eq!(" spread ".parse(), Ok(NodePolicy::Spread));
     assert_eq!("".parse::<NodePolicy>(), Err(ParseNodePolicyError::Empty));

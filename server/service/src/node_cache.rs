@@ -1,5 +1,7 @@
 //! The node cache: node parts sent by reference (`NodeRef`), decoded AND converted, keyed by
-//! their content digest. Bounded in bytes and entries (LRU per shard); safe under concurrent
+//! their content digest; inventories held as validated engine nodes (`Arc<Node>`), and each
+//! inventory+usage pair seen as the combined node, keyed by both digests (compared in full), so
+//! an unchanged node costs one lookup and an `Arc` clone. Bounded in bytes and entries (LRU per shard); safe under concurrent
 //! calls (sharded mutexes, each held only for one map operation, never across a decision).
 //!
 //! The cache is an optimisation only: a miss is answered with FAILED_PRECONDITION listing every
@@ -9,7 +11,7 @@
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex};
 
-use gpusched_engine::{CardUsage, NodeSpec};
+use gpusched_engine::{CardUsage, Node};
 use hashlink::LinkedHashMap;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -21,7 +23,7 @@ const SHARDS: usize = 16;
 /// entry).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Part {
-    /// A serialized `gpusched.v1.Node`, converted to a [`NodeSpec`].
+    /// A serialized `gpusched.v1.Node`, converted and validated to a [`Node`].
     Inventory,
     /// A serialized `gpusched.v1.NodeUsage`, converted to per-card usage.
     Usage,
@@ -71,11 +73,12 @@ impl std::fmt::Display for Digest {
 /// Per-card usage of a node (card id, usage), in the order given, card ids unique.
 pub type UsageList = Vec<(String, CardUsage)>;
 
-/// A cached, converted part.
+/// A cached, converted part (or pair of parts).
 #[derive(Clone, Debug)]
 pub enum Value {
-    /// A converted inventory (usage as written in it).
-    Inventory(Arc<NodeSpec>),
+    /// A validated inventory (usage as written in it), or an inventory with a usage part
+    /// applied (the combined node of a pair).
+    Inventory(Arc<Node>),
     /// A converted usage part.
     Usage(Arc<UsageList>),
 }
@@ -87,36 +90,13 @@ impl Value {
         const ENTRY: usize = 160;
         ENTRY
             + match self {
-                Value::Inventory(n) => node_weight(n),
+                Value::Inventory(n) => size_of::<Node>() + n.heap_bytes(),
                 Value::Usage(u) => {
                     u.capacity() * size_of::<(String, CardUsage)>()
                         + u.iter().map(|(id, _)| id.capacity()).sum::<usize>()
                 }
             }
     }
-}
-
-fn node_weight(n: &NodeSpec) -> usize {
-    let NodeSpec {
-        name,
-        cards,
-        cordoned,
-        pair_scores,
-    } = n;
-    size_of::<NodeSpec>()
-        + name.capacity()
-        + cards.capacity() * size_of::<gpusched_engine::Card>()
-        + cards
-            .iter()
-            .map(|c| c.id.capacity() + c.card_type.capacity())
-            .sum::<usize>()
-        + cordoned.capacity() * size_of::<String>()
-        + cordoned.iter().map(String::capacity).sum::<usize>()
-        + pair_scores.capacity() * size_of::<gpusched_engine::PairScore>()
-        + pair_scores
-            .iter()
-            .map(|p| p.card_id.capacity() + p.peer_card_id.capacity())
-            .sum::<usize>()
 }
 
 /// The metric handles of the cache (registered by [`crate::Metrics`]).
@@ -189,7 +169,23 @@ impl BuildHasher for BuildDigestHasher {
     }
 }
 
-type Key = (Part, Digest);
+/// What an entry is keyed by: one part's digest, or an inventory+usage pair's two digests
+/// (both compared in full: never a hash of them that could collide).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    Part(Part, Digest),
+    Pair { inventory: Digest, usage: Digest },
+}
+
+impl Key {
+    fn shard(&self) -> usize {
+        let b = match self {
+            Key::Part(_, d) => d.hash[0],
+            Key::Pair { inventory, usage } => inventory.hash[0] ^ usage.hash[0],
+        };
+        usize::from(b) % SHARDS
+    }
+}
 
 #[derive(Debug, Default)]
 struct Shard {
@@ -222,9 +218,8 @@ impl NodeCache {
     }
 
     fn shard(&self, key: &Key) -> &Mutex<Shard> {
-        let i = usize::from(key.1.hash[0]) % SHARDS;
-        // `i < SHARDS == shards.len()`.
-        &self.shards[i]
+        // `key.shard() < SHARDS == shards.len()`.
+        &self.shards[key.shard()]
     }
 
     /// The converted part, when held (and marks it recently used); counts a hit or a miss.
@@ -248,10 +243,31 @@ impl NodeCache {
 
     /// Like [`NodeCache::get`], without counting.
     pub fn peek(&self, part: Part, digest: &Digest) -> Option<Value> {
+        self.peek_key(Key::Part(part, *digest))
+    }
+
+    /// The combined node of an inventory and a usage part, when held (not counted: the caller
+    /// counts it as a hit of both parts).
+    pub fn peek_pair(&self, inventory: &Digest, usage: &Digest) -> Option<Arc<Node>> {
+        match self.peek_key(Key::Pair {
+            inventory: *inventory,
+            usage: *usage,
+        }) {
+            Some(Value::Inventory(n)) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// Holds the combined node of an inventory and a usage part (counted in the bounds, the
+    /// bytes and entries gauges and evictions; not in the per-part inserts).
+    pub fn insert_pair(&self, inventory: Digest, usage: Digest, node: Arc<Node>) {
+        self.insert_key(Key::Pair { inventory, usage }, Value::Inventory(node));
+    }
+
+    fn peek_key(&self, key: Key) -> Option<Value> {
         if !self.enabled {
             return None;
         }
-        let key = (part, *digest);
         let mut shard = self.shard(&key).lock().unwrap_or_else(|e| e.into_inner());
         let v = shard.map.get(&key).map(|(v, _)| v.clone());
         if v.is_some() {
@@ -263,21 +279,27 @@ impl NodeCache {
     /// Holds a converted part, evicting least recently used entries of its shard to stay within
     /// the bounds. A value larger than a shard's byte bound is not held.
     pub fn insert(&self, part: Part, digest: Digest, value: Value) {
+        if self.insert_key(Key::Part(part, digest), value) {
+            self.metrics.inserts[part_index(part)].inc();
+        }
+    }
+
+    /// Whether the entry was added.
+    fn insert_key(&self, key: Key, value: Value) -> bool {
         if !self.enabled {
-            return;
+            return false;
         }
         let weight = value.weight();
         if weight > self.shard_max_bytes || self.shard_max_entries == 0 {
-            return;
+            return false;
         }
-        let key = (part, digest);
         let mut evicted = 0u64;
         let mut freed = 0usize;
         {
             let mut shard = self.shard(&key).lock().unwrap_or_else(|e| e.into_inner());
             if shard.map.contains_key(&key) {
                 shard.map.to_back(&key);
-                return;
+                return false;
             }
             shard.map.insert(key, (value, weight));
             shard.bytes += weight;
@@ -291,11 +313,11 @@ impl NodeCache {
             }
         }
         let m = &self.metrics;
-        m.inserts[part_index(part)].inc();
         m.evictions.inc_by(evicted);
         m.bytes
             .inc_by(i64::try_from(weight).unwrap_or(i64::MAX) - i64::try_from(freed).unwrap_or(0));
         m.entries.inc_by(1 - i64::try_from(evicted).unwrap_or(0));
+        true
     }
 
     /// (entries, estimated bytes) held now.
@@ -311,15 +333,18 @@ impl NodeCache {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use gpusched_engine::Card;
+    use gpusched_engine::{Card, NodeSpec};
 
     fn node(i: usize) -> Value {
-        Value::Inventory(Arc::new(NodeSpec::new(
-            format!("node-{i}"),
-            (0..8)
-                .map(|j| Card::new(format!("GPU-{i}-{j}"), j, "NVIDIA-A100", 40960))
-                .collect(),
-        )))
+        Value::Inventory(Arc::new(
+            Node::new(NodeSpec::new(
+                format!("node-{i}"),
+                (0..8)
+                    .map(|j| Card::new(format!("GPU-{i}-{j}"), j, "NVIDIA-A100", 40960))
+                    .collect(),
+            ))
+            .unwrap(),
+        ))
     }
 
     #[test]
@@ -374,6 +399,40 @@ mod tests {
         assert!(c.get(Part::Inventory, &d(1)).is_some());
         assert!(c.get(Part::Inventory, &d(2)).is_none());
         assert!(c.get(Part::Inventory, &d(3)).is_some());
+    }
+
+    #[test]
+    fn pairs_are_keyed_by_both_digests_and_bounded() {
+        let limits = CacheLimits {
+            enabled: true,
+            max_bytes: 256 << 10,
+            max_entries: 1000,
+        };
+        let m = CacheMetrics::default();
+        let c = NodeCache::new(&limits, m.clone());
+        let (a, b) = (Digest::of(b"a"), Digest::of(b"b"));
+        let Value::Inventory(n) = node(1) else {
+            unreachable!()
+        };
+        c.insert_pair(a, b, n.clone());
+        assert!(Arc::ptr_eq(&c.peek_pair(&a, &b).unwrap(), &n));
+        // Either digest differing (or swapped) is another entry; parts are other entries.
+        assert!(c.peek_pair(&b, &a).is_none());
+        assert!(c.peek_pair(&a, &a).is_none());
+        assert!(c.peek(Part::Inventory, &a).is_none());
+        // Same first bytes and size, one differing byte at the end: another entry.
+        let mut a2 = a;
+        a2.hash[31] ^= 1;
+        assert!(c.peek_pair(&a2, &b).is_none());
+        for i in 0..20_000u32 {
+            c.insert_pair(Digest::of(&i.to_le_bytes()), b, n.clone());
+            let (k, w) = c.usage();
+            assert!(k <= limits.max_entries && w <= limits.max_bytes, "{k} {w}");
+        }
+        let (k, w) = c.usage();
+        assert_eq!(m.entries.get(), i64::try_from(k).unwrap());
+        assert_eq!(m.bytes.get(), i64::try_from(w).unwrap());
+        assert_eq!(m.inserts[0].get() + m.inserts[1].get(), 0);
     }
 
     #[test]

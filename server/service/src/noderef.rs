@@ -1,6 +1,7 @@
 //! Candidate nodes sent whole (`nodes`) and by reference (`node_refs`): resolving references
 //! through the node cache, converting inline parts with the one node conversion
-//! ([`convert::node_in`]) and caching them, and building the snapshot.
+//! ([`convert::node_in`], validated by [`Node::new`]) and caching them as engine nodes, and
+//! building the snapshot from shared nodes ([`Snapshot::from_nodes`]: no node is copied).
 //!
 //! A request is answered from its own content only: a reference the cache does not hold makes
 //! the whole call FAILED_PRECONDITION (every missing digest listed), never a partial decision.
@@ -8,7 +9,7 @@
 use std::sync::Arc;
 
 use gpusched_api::v1;
-use gpusched_engine::{NodeSpec, Snapshot, Violation, ViolationKind};
+use gpusched_engine::{Node, NodeSpec, Snapshot, Violation, ViolationKind};
 use prost::Message;
 
 use crate::call::State;
@@ -97,8 +98,8 @@ type Tally = [(u64, u64); 2];
 enum Found {
     /// Neither bytes nor digest.
     Absent,
-    /// Converted (inline) or found in the cache.
-    Value(Value),
+    /// Converted (inline) or found in the cache, with the part's digest.
+    Value(Value, Digest),
     /// A reference the cache does not hold.
     Missing,
     /// Malformed (violations recorded).
@@ -150,7 +151,7 @@ fn part_in(
         return match convert(bytes, violations) {
             Some(v) => {
                 state.node_cache.insert(part, actual, v.clone());
-                Found::Value(v)
+                Found::Value(v, actual)
             }
             None => Found::Bad,
         };
@@ -166,7 +167,7 @@ fn part_in(
         slot.1 += 1;
     }
     match found {
-        Some(v) => Found::Value(v),
+        Some(v) => Found::Value(v, d),
         None => {
             if !missing.iter().any(|m| m.part == part && m.digest == d) {
                 missing.push(Missing {
@@ -183,9 +184,11 @@ fn part_in(
 /// Decodes and converts an inline inventory: the node conversion of nodes sent whole.
 fn inventory_in(
     state: &State,
+    whole: usize,
     i: usize,
     bytes: &[u8],
     violations: &mut Vec<Violation>,
+    invalid: &mut Vec<Invalid>,
 ) -> Option<Value> {
     let field = format!("node_refs[{i}].inventory");
     let node = match v1::Node::decode(bytes) {
@@ -214,7 +217,35 @@ fn inventory_in(
     }
     let before = violations.len();
     let spec = convert::node_in(node, NodeAt::Ref(i), &state.settings.names, violations);
-    (violations.len() == before).then(|| Value::Inventory(Arc::new(spec)))
+    if violations.len() != before {
+        return None;
+    }
+    validated(spec, whole + i, invalid).map(|n| Value::Inventory(Arc::new(n)))
+}
+
+/// A node that failed [`Node::new`]: its position in the combined list (whole nodes, then
+/// references), its name and its violations (fields relative to the node). Reported, like
+/// `Snapshot::new` did, only when the request has no other problem, with duplicate names.
+struct Invalid {
+    at: usize,
+    name: String,
+    violations: Vec<Violation>,
+}
+
+/// Validates one converted node ([`Node::new`]); a failure is kept in `invalid`.
+fn validated(spec: NodeSpec, at: usize, invalid: &mut Vec<Invalid>) -> Option<Node> {
+    let name = spec.name.clone();
+    match Node::new(spec) {
+        Ok(n) => Some(n),
+        Err(e) => {
+            invalid.push(Invalid {
+                at,
+                name,
+                violations: e.violations,
+            });
+            None
+        }
+    }
 }
 
 /// Decodes and converts an inline usage part; card ids non-empty and unique.
@@ -268,13 +299,20 @@ pub fn snapshot_in(
     let mut violations = Vec::new();
     let mut missing = Vec::new();
     let mut tally: Tally = [(0, 0); 2];
-    let mut specs: Vec<NodeSpec> = Vec::with_capacity(whole + refs.len());
-    specs.extend(
-        nodes
-            .into_iter()
-            .enumerate()
-            .map(|(i, n)| convert::node_in(n, NodeAt::Whole(i), names, &mut violations)),
-    );
+    let mut shared: Vec<Arc<Node>> = Vec::with_capacity(whole + refs.len());
+    // Position of each shared node in the combined list (whole nodes, then references).
+    let mut shared_at: Vec<usize> = Vec::with_capacity(whole + refs.len());
+    let mut invalid: Vec<Invalid> = Vec::new();
+    for (i, n) in nodes.into_iter().enumerate() {
+        let before = violations.len();
+        let spec = convert::node_in(n, NodeAt::Whole(i), names, &mut violations);
+        if violations.len() == before
+            && let Some(node) = validated(spec, i, &mut invalid)
+        {
+            shared.push(Arc::new(node));
+            shared_at.push(i);
+        }
+    }
     let limits = &state.settings.limits;
     for (i, r) in refs.into_iter().enumerate() {
         let v1::NodeRef {
@@ -283,6 +321,20 @@ pub fn snapshot_in(
             usage,
             usage_digest,
         } = r;
+        // An unchanged node (both parts by digest): one lookup of the combined node.
+        if inventory.is_empty()
+            && usage.is_empty()
+            && let (Some(inv_d), Some(use_d)) = (inventory_digest.as_ref(), usage_digest.as_ref())
+            && let Some(node) = pair_of(state, inv_d, use_d)
+        {
+            tally[0].0 += 1;
+            tally[1].0 += 1;
+            if within_card_limit(&node, i, limits, &mut violations) {
+                shared.push(node);
+                shared_at.push(whole + i);
+            }
+            continue;
+        }
         let inv = part_in(
             state,
             Part::Inventory,
@@ -292,7 +344,7 @@ pub fn snapshot_in(
             &mut violations,
             &mut missing,
             &mut tally,
-            |b, v| inventory_in(state, i, b, v),
+            |b, v| inventory_in(state, whole, i, b, v, &mut invalid),
         );
         let use_ = part_in(
             state,
@@ -305,8 +357,8 @@ pub fn snapshot_in(
             &mut tally,
             |b, v| usage_part_in(i, b, v),
         );
-        let inv = match inv {
-            Found::Value(Value::Inventory(n)) => n,
+        let (inv, inv_d) = match inv {
+            Found::Value(Value::Inventory(n), d) => (n, d),
             Found::Absent => {
                 violations.push(Violation::new(
                     ViolationKind::MissingField,
@@ -318,46 +370,50 @@ pub fn snapshot_in(
             _ => continue,
         };
         let usage = match use_ {
-            Found::Value(Value::Usage(u)) => Some(u),
+            Found::Value(Value::Usage(u), d) => Some((u, d)),
             Found::Absent => None,
             _ => continue,
         };
-        if inv.cards.len() > limits.max_cards_per_node {
-            violations.push(Violation::new(
-                ViolationKind::LimitExceeded,
-                format!("node_refs[{i}].inventory.cards"),
-                format!(
-                    "{} cards exceed the limit of {} per node (limits.max_cards_per_node)",
-                    inv.cards.len(),
-                    limits.max_cards_per_node
-                ),
-            ));
+        if !within_card_limit(&inv, i, limits, &mut violations) {
             continue;
         }
-        // lead: switch to Arc snapshot (the engine needs an owned NodeSpec today).
-        let mut spec = NodeSpec::clone(&inv);
-        if let Some(usage) = usage {
-            // Clients list usage in card order: look from the card after the last match first.
-            let mut next = 0usize;
-            for (k, (id, u)) in usage.iter().enumerate() {
-                let n = spec.cards.len();
-                let at = (0..n)
-                    .map(|d| (next + d) % n)
-                    .find(|&j| spec.cards.get(j).is_some_and(|c| c.id == *id));
-                match at.and_then(|j| {
+        let Some((usage, use_d)) = usage else {
+            shared.push(inv);
+            shared_at.push(whole + i);
+            continue;
+        };
+        // Clients list usage in card order: look from the card after the last match first.
+        let cards = inv.cards();
+        let n = cards.len();
+        let before = violations.len();
+        let mut next = 0usize;
+        let mut updates = Vec::with_capacity(usage.len());
+        for (k, (id, u)) in usage.iter().enumerate() {
+            match (0..n)
+                .map(|d| (next + d) % n)
+                .find(|&j| cards.get(j).is_some_and(|c| c.id == *id))
+            {
+                Some(j) => {
                     next = j + 1;
-                    spec.cards.get_mut(j)
-                }) {
-                    Some(c) => c.usage = *u,
-                    None => violations.push(Violation::new(
-                        ViolationKind::UnknownReference,
-                        format!("node_refs[{i}].usage.cards[{k}].card_id"),
-                        format!("card {id:?} is not a card of node {:?}", spec.name),
-                    )),
+                    updates.push((j, *u));
                 }
+                None => violations.push(Violation::new(
+                    ViolationKind::UnknownReference,
+                    format!("node_refs[{i}].usage.cards[{k}].card_id"),
+                    format!("card {id:?} is not a card of node {:?}", inv.name()),
+                )),
             }
         }
-        specs.push(spec);
+        if violations.len() != before {
+            continue;
+        }
+        // The positions are the node's cards: always `Some`.
+        if let Some(node) = inv.with_card_usage(updates) {
+            let node = Arc::new(node);
+            state.node_cache.insert_pair(inv_d, use_d, node.clone());
+            shared.push(node);
+            shared_at.push(whole + i);
+        }
     }
     for (part, (hits, misses)) in [Part::Inventory, Part::Usage].into_iter().zip(tally) {
         state.node_cache.count(part, hits, misses);
@@ -368,7 +424,7 @@ pub fn snapshot_in(
     if !missing.is_empty() {
         return Err(ServiceError::Missing(missing));
     }
-    let cards: usize = specs.iter().map(|s| s.cards.len()).sum();
+    let cards: usize = shared.iter().map(|n| n.cards().len()).sum();
     if cards > limits.max_cards {
         return Err(ServiceError::TooLarge(vec![Violation::new(
             ViolationKind::LimitExceeded,
@@ -379,7 +435,12 @@ pub fn snapshot_in(
             ),
         )]));
     }
-    Snapshot::new(specs).map_err(|e| {
+    if !invalid.is_empty() {
+        return Err(ServiceError::InvalidArgument(invalid_nodes(
+            &shared, &shared_at, invalid, whole,
+        )));
+    }
+    Snapshot::from_nodes(shared).map_err(|e| {
         ServiceError::InvalidArgument(
             e.violations
                 .into_iter()
@@ -390,6 +451,101 @@ pub fn snapshot_in(
                 .collect(),
         )
     })
+}
+
+/// What `Snapshot::new` reported for the combined list when some nodes failed [`Node::new`]:
+/// each node's own violations, then duplicate names, in node order, named after the request.
+fn invalid_nodes(
+    shared: &[Arc<Node>],
+    shared_at: &[usize],
+    invalid: Vec<Invalid>,
+    whole: usize,
+) -> Vec<Violation> {
+    let mut names: Vec<(usize, &str)> = shared_at
+        .iter()
+        .zip(shared)
+        .map(|(&k, n)| (k, n.name()))
+        .chain(invalid.iter().map(|x| (x.at, x.name.as_str())))
+        .collect();
+    names.sort_by_key(|&(k, _)| k);
+    let mut out: Vec<(usize, bool, Violation)> = Vec::new();
+    let mut order: Vec<usize> = (0..names.len()).collect();
+    order.sort_by(|&a, &b| names[a].1.cmp(names[b].1).then(a.cmp(&b)));
+    let mut first = 0usize;
+    for (j, &x) in order.iter().enumerate() {
+        let (k, name) = names[x];
+        if j > 0 && !name.is_empty() && name == names[order[j - 1]].1 {
+            out.push((
+                k,
+                true,
+                Violation::new(
+                    ViolationKind::DuplicateId,
+                    format!("nodes[{k}].name"),
+                    format!(
+                        "duplicate node name {name:?} (also nodes[{}])",
+                        names[order[first]].0
+                    ),
+                ),
+            ));
+        } else {
+            first = j;
+        }
+    }
+    for x in invalid {
+        let k = x.at;
+        out.extend(x.violations.into_iter().map(|v| {
+            (
+                k,
+                false,
+                Violation {
+                    field: format!("nodes[{k}].{}", v.field),
+                    ..v
+                },
+            )
+        }));
+    }
+    // Each node's own violations before its duplicate name, as `Snapshot::new` orders them.
+    out.sort_by_key(|&(k, name_dup, _)| (k, name_dup));
+    out.into_iter()
+        .map(|(_, _, v)| Violation {
+            field: rename(&v.field, whole),
+            ..v
+        })
+        .collect()
+}
+
+/// The combined node of two well-formed, non-empty digests, when cached (a malformed digest
+/// falls through to the part-by-part path, which reports it).
+fn pair_of(state: &State, inv: &v1::Digest, usage: &v1::Digest) -> Option<Arc<Node>> {
+    let mut scratch = Vec::new();
+    let inv = digest_in(inv, &String::new, &mut scratch)?;
+    let usage = digest_in(usage, &String::new, &mut scratch)?;
+    if inv.size_bytes == 0 || usage.size_bytes == 0 {
+        return None;
+    }
+    state.node_cache.peek_pair(&inv, &usage)
+}
+
+/// Whether a referenced node is within `limits.max_cards_per_node` (a violation when not).
+fn within_card_limit(
+    node: &Node,
+    i: usize,
+    limits: &Limits,
+    violations: &mut Vec<Violation>,
+) -> bool {
+    let n = node.cards().len();
+    if n <= limits.max_cards_per_node {
+        return true;
+    }
+    violations.push(Violation::new(
+        ViolationKind::LimitExceeded,
+        format!("node_refs[{i}].inventory.cards"),
+        format!(
+            "{n} cards exceed the limit of {} per node (limits.max_cards_per_node)",
+            limits.max_cards_per_node
+        ),
+    ));
+    false
 }
 
 /// `nodes[k]...` of the combined list back to the request's fields: `nodes[k]` for whole

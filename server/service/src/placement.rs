@@ -347,6 +347,37 @@ fn decide_validate(
     }
 }
 
+/// The response metadata (header) every PlacementService answer carries, successes and errors
+/// alike: this server reads `node_refs`. Clients send nodes whole until they have seen it, so a
+/// server that predates `node_refs` (and would ignore them) is never sent references. See
+/// server/SERVER-CONTRACT.md.
+pub const NODE_REFS_HEADER: &str = "gpusched-node-refs";
+
+/// Adds [`NODE_REFS_HEADER`] to a response or a status.
+fn advertised<M: Advertise>(mut m: M) -> M {
+    m.metadata_mut().insert(
+        NODE_REFS_HEADER,
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
+    m
+}
+
+trait Advertise {
+    fn metadata_mut(&mut self) -> &mut tonic::metadata::MetadataMap;
+}
+
+impl<T> Advertise for Response<T> {
+    fn metadata_mut(&mut self) -> &mut tonic::metadata::MetadataMap {
+        Response::metadata_mut(self)
+    }
+}
+
+impl Advertise for Status {
+    fn metadata_mut(&mut self) -> &mut tonic::metadata::MetadataMap {
+        Status::metadata_mut(self)
+    }
+}
+
 #[tonic::async_trait]
 impl PlacementService for PlacementApi {
     async fn filter(
@@ -364,6 +395,7 @@ impl PlacementService for PlacementApi {
             move |st, r| decide_filter(st, msg, r),
         )
         .await
+        .map_or_else(|e| Err(advertised(e)), |r| Ok(advertised(r)))
     }
 
     async fn score(
@@ -381,6 +413,7 @@ impl PlacementService for PlacementApi {
             move |st, r| decide_score(st, msg, r),
         )
         .await
+        .map_or_else(|e| Err(advertised(e)), |r| Ok(advertised(r)))
     }
 
     async fn allocate(
@@ -398,6 +431,7 @@ impl PlacementService for PlacementApi {
             move |st, r| decide_allocate(st, msg, r),
         )
         .await
+        .map_or_else(|e| Err(advertised(e)), |r| Ok(advertised(r)))
     }
 
     async fn allocate_batch(
@@ -416,6 +450,7 @@ impl PlacementService for PlacementApi {
             move |st, r| decide_batch(st, msg, r),
         )
         .await
+        .map_or_else(|e| Err(advertised(e)), |r| Ok(advertised(r)))
     }
 
     async fn validate_workload(
@@ -432,5 +467,6 @@ impl PlacementService for PlacementApi {
             move |st, r| decide_validate(st, msg, r),
         )
         .await
+        .map_or_else(|e| Err(advertised(e)), |r| Ok(advertised(r)))
     }
 }

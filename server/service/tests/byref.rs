@@ -418,3 +418,89 @@ proptest! {
         })?;
     }
 }
+
+#[tokio::test]
+async fn an_unchanged_node_is_one_combined_entry_and_answers_carry_the_header() {
+    let metrics = Arc::new(Metrics::new());
+    let state = Arc::new(State::new(settings(&[]), Arc::clone(&metrics)));
+    let api = PlacementApi::new(state);
+    // "b" has usage: inventory, usage and the combined pair; "a" and "c" only inventories.
+    let nodes = cluster();
+    let whole = api
+        .allocate(Request::new(refs_req(nodes.clone(), vec![])))
+        .await
+        .unwrap();
+    assert_eq!(
+        whole
+            .metadata()
+            .get(gpusched_service::placement::NODE_REFS_HEADER)
+            .unwrap(),
+        "1"
+    );
+    let whole = whole.into_inner();
+    let first = api
+        .allocate(Request::new(refs_req(
+            vec![],
+            nodes.iter().map(inline).collect(),
+        )))
+        .await
+        .unwrap()
+        .into_inner();
+    let m = &metrics.node_cache;
+    assert_eq!(m.entries.get(), 3 + 1 + 1, "3 inventories, 1 usage, 1 pair");
+    for _ in 0..3 {
+        let again = api
+            .allocate(Request::new(refs_req(
+                vec![],
+                nodes.iter().map(by_digest).collect(),
+            )))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(again, whole);
+    }
+    assert_eq!(first, whole);
+    assert_eq!(m.entries.get(), 5, "nothing new held");
+    assert_eq!(m.hits[0].get(), 9);
+    assert_eq!(
+        m.hits[1].get(),
+        3,
+        "the pair counts as the usage part's hit"
+    );
+    assert_eq!(m.misses[0].get() + m.misses[1].get(), 0);
+    // A usage part the pair was not built with: the inventory's entry and a new pair.
+    let mut changed = nodes.clone();
+    changed[1].cards[1].usage = Some(v1::CardUsage {
+        used_slots: 1,
+        used_mem_mib: 1000,
+        used_cores: 10,
+    });
+    let want = api
+        .allocate(Request::new(refs_req(changed.clone(), vec![])))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut refs: Vec<_> = changed.iter().map(by_digest).collect();
+    refs[1] = inline(&changed[1]);
+    refs[1].inventory.clear();
+    let got = api
+        .allocate(Request::new(refs_req(vec![], refs)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got, want);
+    assert_eq!(m.entries.get(), 5 + 1 + 1, "the new usage and its pair");
+    // Errors carry the header too.
+    let err = api
+        .allocate(Request::new(refs_req(
+            vec![],
+            vec![by_digest(&node("z", 1, 8000))],
+        )))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(
+        err.metadata()
+            .contains_key(gpusched_service::placement::NODE_REFS_HEADER)
+    );
+}

@@ -21,6 +21,11 @@ from gpusched.errors import GpuschedError
 Key = tuple[bytes, int]
 
 _MAX_KNOWN = 1 << 20
+
+#: Response metadata a server that reads ``node_refs`` sets on every PlacementService answer;
+#: nodes go whole until a client has seen it (a server that predates ``node_refs`` ignores them).
+NODE_REFS_HEADER = "gpusched-node-refs"
+PLACEMENT_PREFIX = "/gpusched.v1.PlacementService/"
 _MAX_MEMO = 1 << 17
 
 
@@ -96,6 +101,15 @@ class ByRef:
         self._lock = threading.Lock()
         self._known: set[Key] = set()
         self._memo: dict[str, PreparedNode] = {}
+        #: A PlacementService answer on this client carried ``NODE_REFS_HEADER``.
+        self.server_reads_refs = False
+
+    def note(self, metadata: Any) -> None:
+        """Switches references on when an answer's metadata carries ``NODE_REFS_HEADER``."""
+        if not self.server_reads_refs and any(
+            k == NODE_REFS_HEADER for k, _ in (metadata or ())
+        ):
+            self.server_reads_refs = True
 
     def prepare(self, nodes: Any) -> list[PreparedNode]:
         out = []

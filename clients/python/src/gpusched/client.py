@@ -208,7 +208,9 @@ class Client:
             AllocateBatch send each node's inventory and usage as SHA-256 digests once the server
             acknowledged them on this client, inline otherwise, and resend them inline when the
             server reports them missing (restart, another replica, eviction). Requests that carry
-            ``node_refs`` themselves go as they are. ``False``: nodes always go whole.
+            ``node_refs`` themselves go as they are. ``False``: nodes always go whole. On, nodes
+            still go whole until a PlacementService answer carried the ``gpusched-node-refs``
+            header (a server that reads ``node_refs``; see :attr:`server_reads_refs`).
     """
 
     def __init__(
@@ -298,20 +300,40 @@ class Client:
     ) -> _Resp:
         _check_request(request, METHODS[path].request_type, path)
         s = self._settings
+        b = self._byref
+        watch = b is not None and not b.server_reads_refs and path.startswith(_byref.PLACEMENT_PREFIX)
         try:
-            return fn(
+            if not watch:
+                return fn(
+                    request,
+                    timeout=s.timeout_for(timeout),
+                    metadata=s.metadata_for(metadata),
+                    wait_for_ready=s.wait_for_ready,
+                )
+            resp, call = fn.with_call(
                 request,
                 timeout=s.timeout_for(timeout),
                 metadata=s.metadata_for(metadata),
                 wait_for_ready=s.wait_for_ready,
             )
+            assert b is not None
+            b.note(call.initial_metadata())
+            return resp
         except grpc.RpcError as e:
+            if watch and b is not None and isinstance(e, grpc.Call):
+                b.note(e.initial_metadata())
             raise error_from_rpc_error(e, path) from e
 
     @property
     def acknowledged_parts(self) -> int:
         """Node parts (inventories, usages) the server acknowledged on this client."""
         return len(self._byref) if self._byref is not None else 0
+
+    @property
+    def server_reads_refs(self) -> bool:
+        """Whether a PlacementService answer carried the ``gpusched-node-refs`` header: until
+        then nodes go whole, even with ``by_reference`` on."""
+        return self._byref is not None and self._byref.server_reads_refs
 
     def _call_nodes(
         self,
@@ -323,7 +345,7 @@ class Client:
     ) -> _Resp:
         b = self._byref
         req: Any = request
-        if b is None or len(req.node_refs) or not len(req.nodes):
+        if b is None or not b.server_reads_refs or len(req.node_refs) or not len(req.nodes):
             return self._call(fn, path, request, timeout, metadata)
         _check_request(request, METHODS[path].request_type, path)
         prepared = b.prepare(req.nodes)
@@ -533,13 +555,23 @@ class AsyncClient:
     ) -> _Resp:
         _check_request(request, METHODS[path].request_type, path)
         s = self._settings
+        b = self._byref
+        watch = b is not None and not b.server_reads_refs and path.startswith(_byref.PLACEMENT_PREFIX)
         try:
-            return await fn(
+            call = fn(
                 request,
                 timeout=s.timeout_for(timeout),
                 metadata=s.metadata_for(metadata),
                 wait_for_ready=s.wait_for_ready,
             )
+            resp = await call
+            if watch and b is not None:
+                b.note(await call.initial_metadata())
+            return resp
+        except grpc.aio.AioRpcError as e:
+            if watch and b is not None:
+                b.note(e.initial_metadata())
+            raise error_from_rpc_error(e, path) from e
         except grpc.RpcError as e:
             raise error_from_rpc_error(e, path) from e
 
@@ -547,6 +579,12 @@ class AsyncClient:
     def acknowledged_parts(self) -> int:
         """Node parts (inventories, usages) the server acknowledged on this client."""
         return len(self._byref) if self._byref is not None else 0
+
+    @property
+    def server_reads_refs(self) -> bool:
+        """Whether a PlacementService answer carried the ``gpusched-node-refs`` header: until
+        then nodes go whole, even with ``by_reference`` on."""
+        return self._byref is not None and self._byref.server_reads_refs
 
     async def _call_nodes(
         self,
@@ -558,7 +596,7 @@ class AsyncClient:
     ) -> _Resp:
         b = self._byref
         req: Any = request
-        if b is None or len(req.node_refs) or not len(req.nodes):
+        if b is None or not b.server_reads_refs or len(req.node_refs) or not len(req.nodes):
             return await self._call(fn, path, request, timeout, metadata)
         _check_request(request, METHODS[path].request_type, path)
         prepared = b.prepare(req.nodes)
