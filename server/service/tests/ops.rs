@@ -126,6 +126,79 @@ async fn reflection_v1_and_v1alpha_list_every_service() {
     );
 }
 
+/// The error detail types statuses carry are described by reflection (v1 and v1alpha), with
+/// their dependencies (`google.protobuf.Duration` of RetryInfo).
+#[tokio::test]
+async fn reflection_describes_the_error_detail_types() {
+    use prost::Message as _;
+    use tonic_reflection::pb::v1 as r1;
+    use tonic_reflection::pb::v1alpha as ra;
+    let server = TestServer::start(&[]).await;
+    for symbol in [
+        "google.rpc.Status",
+        "google.rpc.BadRequest",
+        "google.rpc.BadRequest.FieldViolation",
+        "google.rpc.ErrorInfo",
+        "google.rpc.RetryInfo",
+        "google.rpc.ResourceInfo",
+        "google.rpc.PreconditionFailure",
+    ] {
+        let mut c =
+            r1::server_reflection_client::ServerReflectionClient::new(server.channel.clone());
+        let req = r1::ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(
+                r1::server_reflection_request::MessageRequest::FileContainingSymbol(symbol.into()),
+            ),
+        };
+        let resp = c
+            .server_reflection_info(tokio_stream::iter(vec![req]))
+            .await
+            .unwrap()
+            .into_inner()
+            .next()
+            .await
+            .unwrap()
+            .unwrap();
+        let Some(r1::server_reflection_response::MessageResponse::FileDescriptorResponse(f)) =
+            resp.message_response
+        else {
+            panic!("v1 {symbol}: {resp:?}")
+        };
+        let files: Vec<prost_types::FileDescriptorProto> = f
+            .file_descriptor_proto
+            .iter()
+            .map(|b| prost_types::FileDescriptorProto::decode(b.as_slice()).unwrap())
+            .collect();
+        assert!(
+            files.iter().any(|f| f.package() == "google.rpc"),
+            "v1 {symbol}: {:?}",
+            files.iter().map(|f| f.name()).collect::<Vec<_>>()
+        );
+        let mut c =
+            ra::server_reflection_client::ServerReflectionClient::new(server.channel.clone());
+        let req = ra::ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(
+                ra::server_reflection_request::MessageRequest::FileContainingSymbol(symbol.into()),
+            ),
+        };
+        let resp = c
+            .server_reflection_info(tokio_stream::iter(vec![req]))
+            .await
+            .unwrap()
+            .into_inner()
+            .next()
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            matches!(resp.message_response, Some(ra::server_reflection_response::MessageResponse::FileDescriptorResponse(f)) if !f.file_descriptor_proto.is_empty()),
+            "v1alpha {symbol}"
+        );
+    }
+}
+
 async fn scrape(addr: std::net::SocketAddr) -> String {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
