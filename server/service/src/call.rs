@@ -130,6 +130,7 @@ where
     F: FnOnce(&State, &mut Record) -> Result<T, ServiceError> + Send + 'static,
 {
     let started = Instant::now();
+    let _in_flight = state.metrics.in_flight();
     let span = tracing::info_span!(
         "rpc",
         otel.name = format!("{service}/{rpc}"),

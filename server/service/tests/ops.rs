@@ -200,13 +200,98 @@ async fn reflection_describes_the_error_detail_types() {
 }
 
 async fn scrape(addr: std::net::SocketAddr) -> String {
+    scrape_accepting(addr, None).await
+}
+
+async fn scrape_accepting(addr: std::net::SocketAddr, accept: Option<&str>) -> String {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
+    s.write_all(
+        format!("GET /metrics HTTP/1.1\r\nHost: localhost\r\n{accept}Connection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).await.unwrap();
     out
+}
+
+/// A scrape in each format is clean under promtool's `check metrics` rules (HELP on every
+/// family, units in names, counters in `_total`...), and carries the process metrics, the build
+/// info, the in-flight gauge and the request size histogram.
+#[tokio::test]
+async fn metrics_scrapes_in_both_formats_pass_the_lint() {
+    use gpusched_runtime::metrics::{Format, lint};
+    let server = TestServer::start(&[]).await;
+    let mut client = server.placement();
+    let req = allocate_req(
+        vec![node("a", 1, 8000)],
+        pod(&[], &[&[("nvidia.com/gpu", "1")]]),
+    );
+    let size = prost::Message::encoded_len(&req);
+    client.allocate(req).await.unwrap();
+    let addr = server.running.metrics_addr.unwrap();
+    for (accept, format, content_type) in [
+        (
+            Some("text/plain; version=0.0.4"),
+            Format::Text004,
+            "content-type: text/plain; version=0.0.4",
+        ),
+        (
+            Some("application/openmetrics-text; version=1.0.0"),
+            Format::OpenMetrics,
+            "content-type: application/openmetrics-text; version=1.0.0",
+        ),
+        (
+            None,
+            Format::OpenMetrics,
+            "content-type: application/openmetrics-text",
+        ),
+    ] {
+        let response = scrape_accepting(addr, accept).await;
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.to_ascii_lowercase().contains(content_type),
+            "{accept:?}: {head}"
+        );
+        // The body may be chunked: keep the exposition lines only.
+        let body: String = body
+            .lines()
+            .filter(|l| l.starts_with('#') || l.starts_with(|c: char| c.is_ascii_alphabetic()))
+            .filter(|l| !l.chars().all(|c| c.is_ascii_hexdigit()))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(
+            lint(&body, format),
+            Vec::<String>::new(),
+            "{accept:?}:\n{body}"
+        );
+        for needle in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_open_fds ",
+            "process_start_time_seconds ",
+            &format!(
+                "gpusched_build_info{{version=\"{}\"}} 1",
+                env!("CARGO_PKG_VERSION")
+            ),
+            "gpusched_requests_in_flight 0",
+            "gpusched_request_size_bytes_count{rpc=\"Allocate\"} 1",
+            &format!("gpusched_request_size_bytes_sum{{rpc=\"Allocate\"}} {size}"),
+            "gpusched_requests_total{rpc=\"Allocate\",outcome=\"ok\"} 1",
+        ] {
+            assert!(
+                body.contains(needle),
+                "{accept:?}: missing {needle} in\n{body}"
+            );
+        }
+        let expected_type = match format {
+            Format::Text004 => "# TYPE gpusched_requests_total counter",
+            Format::OpenMetrics => "# TYPE gpusched_requests counter",
+        };
+        assert!(body.contains(expected_type), "{body}");
+    }
 }
 
 #[tokio::test]
