@@ -50,6 +50,8 @@ for stage in "${stages[@]}"; do
       log "rust: cargo test --workspace"
       cargo test --workspace --all-targets
       cargo test --workspace --doc
+      server_bin
+      run_script server/service/tests/grpcurl.sh "grpcurl reads the server's error details (reflection)"
       ;;
     go)
       log "go client"

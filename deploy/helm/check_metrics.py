@@ -19,10 +19,10 @@ def exported(src):
                for m in re.finditer(r"struct (\w+) \{(.*?)\n\}", src, re.S)}
     fields = {m.group(1): (m.group(3), m.group(2))
               for m in re.finditer(r"^\s+(\w+): Family<(\w+), (Counter|Histogram)", src, re.M)}
-    metrics = {}
-    # Metrics without labels: `let x = Counter::default()` or `x: Gauge<...>`.
+    # Unlabelled metrics: `let x = Counter::default()` or a struct field `x: Gauge`.
     plain = {m.group(1): m.group(2)
-             for m in re.finditer(r"\b(\w+)(?::\s*|\s*=\s*)(Counter|Gauge|Histogram)\b", src)}
+             for m in re.finditer(r"(?:let |^\s+)(\w+)(?:: | = )(Counter|Gauge)\b", src, re.M)}
+    metrics = {}
     for name, var in re.findall(r'registry\.register\(\s*"(\w+)",\s*"[^"]*",\s*(\w+)\.clone\(\)', src):
         if var in fields:
             kind, labelset = fields[var]
@@ -32,10 +32,10 @@ def exported(src):
         base = f"{prefix}_{name}"
         # target labels Prometheus adds
         labels = own | {"namespace", "job", "instance", "pod", "service"}
-        if kind == "Gauge":
-            metrics[base] = labels
-        elif kind == "Counter":
+        if kind == "Counter":
             metrics[base + "_total"] = labels
+        elif kind == "Gauge":
+            metrics[base] = labels
         else:
             for s in ("_bucket", "_sum", "_count"):
                 metrics[base + s] = labels | ({"le"} if s == "_bucket" else set())

@@ -73,6 +73,8 @@ pub struct Snapshot {
 pub struct AgentState {
     ready: AtomicBool,
     snapshot: Mutex<Snapshot>,
+    /// The loop's metrics (served at `/metrics`).
+    pub metrics: crate::metrics::AgentMetrics,
 }
 
 impl AgentState {
@@ -156,6 +158,18 @@ async fn read<S: GpuSource + 'static>(
         })
 }
 
+/// Awaits `f`, recording its duration and result as `step`.
+async fn timed<T, E>(
+    metrics: &crate::metrics::AgentMetrics,
+    step: &'static str,
+    f: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    let t = Instant::now();
+    let r = f.await;
+    metrics.step(step, r.is_ok(), t.elapsed());
+    r
+}
+
 /// One round; true when everything succeeded.
 async fn round<S, N, P>(
     source: &Arc<Mutex<S>>,
@@ -172,7 +186,11 @@ where
     P: Publisher,
 {
     let failures = mem.failures + 1;
-    let facts = match read(source).await {
+    let metrics = &state.metrics;
+    let t = Instant::now();
+    let facts = read(source).await;
+    metrics.step("read", facts.is_ok(), t.elapsed());
+    let facts = match facts {
         Ok(f) => f,
         Err(e) => {
             tracing::warn!(error = %e, "cards not read completely: nothing published this round");
@@ -187,7 +205,7 @@ where
         || due(mem.last_normalized_at, cfg.interval);
     let normalized = match (&mem.last_good, ask) {
         (Some(good), false) => good.clone(),
-        _ => match normalizer.normalize(req.clone()).await {
+        _ => match timed(metrics, "normalize", normalizer.normalize(req.clone())).await {
             Ok(resp) => {
                 for s in &resp.skipped {
                     tracing::warn!(uuid = %s.uuid, reason = %s.reason, "card left out by the service");
@@ -223,7 +241,10 @@ where
     if !(force_publish || changed || due(mem.last_published_at, cfg.interval)) {
         return degraded.is_none();
     }
-    match publisher.publish(&inv).await {
+    let t = Instant::now();
+    let published = publisher.publish(&inv).await;
+    metrics.step("publish", published.is_ok(), t.elapsed());
+    match published {
         Ok(()) => {
             let healthy = inv
                 .normalized
@@ -241,6 +262,7 @@ where
             } else {
                 tracing::debug!(cards = inv.normalized.cards.len(), "inventory refreshed");
             }
+            metrics.published(inv.normalized.cards.len(), healthy);
             state.published(&inv.normalized, degraded.clone());
             mem.last_published = Some(inv);
             mem.last_published_at = Some(Instant::now());
@@ -282,10 +304,12 @@ pub async fn run<S, N, P>(
     tokio::pin!(shutdown);
     loop {
         let published_before = mem.last_published_at;
+        let started = Instant::now();
         let ok = tokio::select! {
             _ = &mut shutdown => break,
             ok = round(&source, &normalizer, &publisher, &cfg, &state, &mut mem, force_publish) => ok,
         };
+        state.metrics.step("round", ok, started.elapsed());
         // A requested publication stays requested until one succeeds.
         if mem.last_published_at != published_before {
             force_publish = false;
@@ -297,6 +321,7 @@ pub async fn run<S, N, P>(
             mem.failures += 1;
             cfg.backoff(mem.failures)
         };
+        state.metrics.failures(mem.failures);
         tokio::select! {
             _ = &mut shutdown => break,
             _ = tokio::time::sleep(delay) => {}

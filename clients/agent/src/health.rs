@@ -1,5 +1,6 @@
-//! `/healthz` (the process runs) and `/readyz` (the first publication succeeded; the body says
-//! what the agent last did).
+//! `/healthz` (the process runs), `/readyz` (the first publication succeeded; the body says
+//! what the agent last did) and `/metrics` (Prometheus: the loop's latency histograms, process
+//! metrics; OpenMetrics or text 0.0.4 as the scrape asks).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -35,10 +36,12 @@ async fn readyz(State(state): State<Arc<AgentState>>) -> (StatusCode, String) {
 
 /// The endpoint's routes.
 pub fn router(state: Arc<AgentState>) -> Router {
+    let metrics = gpusched_runtime::metrics::router(state.metrics.registry());
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .with_state(state)
+        .merge(metrics)
 }
 
 /// Binds `addr` and serves in the background; returns the bound address.

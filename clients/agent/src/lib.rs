@@ -5,7 +5,7 @@
 //! the service's configuration) and publishes the result where schedulers read it
 //! ([`publish`]: HAMi's Node annotations, optionally the Node's GPU capacity, and/or a file in
 //! JSON, HAMi or Slurm `gres.conf` form, see [`format`]). [`agent`] runs the loop, [`health`]
-//! serves `/healthz` and `/readyz`, [`config`] layers defaults, file, environment and flags.
+//! serves `/healthz`, `/readyz` and `/metrics` ([`metrics`]), [`config`] layers defaults, file, environment and flags.
 
 pub mod agent;
 pub mod config;
@@ -13,6 +13,7 @@ pub mod discovery;
 pub mod format;
 pub mod health;
 pub mod inventory;
+pub mod metrics;
 pub mod publish;
 
 impl discovery::GpuSource for Box<dyn discovery::GpuSource> {

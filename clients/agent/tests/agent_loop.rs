@@ -1,6 +1,8 @@
 //! The agent loop on pure trait fakes: a scripted [`GpuSource`], a local [`Normalizer`] that
 //! can fail, and a recording [`Publisher`].
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -301,5 +303,80 @@ async fn publish_failures_retry_and_readiness_waits_for_success() {
     rec.fail.store(false, Ordering::SeqCst);
     rec.wait_for("published", WAIT, |_| true).await;
     assert!(run.state.ready());
+    run.stop().await;
+}
+
+async fn http_get(addr: std::net::SocketAddr, path: &str, accept: &str) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+/// `/metrics` on the health endpoint: the loop's latency histograms per step, the card gauges,
+/// the process metrics, in both formats and clean under the promtool rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_time_the_publish_loop() {
+    use gpusched_runtime::metrics::{Format, lint};
+    let src = FakeSource::new(vec![card(0, true), card(1, false)]);
+    let norm = FakeNormalizer::default();
+    let rec = Recording::default();
+    let run = start(&src, &norm, &rec, settings(60_000, 30, false));
+    rec.wait_for("first", WAIT, |i| i.normalized.cards.len() == 2)
+        .await;
+    // A few more rounds (every 30 ms): the first one's duration is recorded once it ends.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let (addr, server) =
+        gpusched_agent::health::serve("127.0.0.1:0".parse().unwrap(), Arc::clone(&run.state))
+            .await
+            .unwrap();
+    for (accept, format) in [
+        ("text/plain; version=0.0.4", Format::Text004),
+        (
+            "application/openmetrics-text; version=1.0.0",
+            Format::OpenMetrics,
+        ),
+    ] {
+        let response = http_get(addr, "/metrics", accept).await;
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let body: String = body
+            .lines()
+            .filter(|l| l.starts_with('#') || l.starts_with(|c: char| c.is_ascii_alphabetic()))
+            .filter(|l| !l.chars().all(|c| c.is_ascii_hexdigit()))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(
+            lint(&body, format),
+            Vec::<String>::new(),
+            "{accept}:\n{body}"
+        );
+        for needle in [
+            "gpusched_agent_step_duration_seconds_count{step=\"read\",result=\"ok\"}",
+            "gpusched_agent_step_duration_seconds_count{step=\"normalize\",result=\"ok\"} 1",
+            "gpusched_agent_step_duration_seconds_count{step=\"publish\",result=\"ok\"} 1",
+            "gpusched_agent_step_duration_seconds_count{step=\"round\",result=\"ok\"}",
+            "gpusched_agent_step_duration_seconds_bucket{le=\"+Inf\",step=\"publish\",result=\"ok\"} 1",
+            "gpusched_agent_cards 2",
+            "gpusched_agent_healthy_cards 1",
+            "gpusched_agent_consecutive_failures 0",
+            "process_resident_memory_bytes ",
+            "gpusched_build_info{version=",
+        ] {
+            assert!(
+                body.contains(needle),
+                "{accept}: missing {needle} in\n{body}"
+            );
+        }
+    }
+    assert!(http_get(addr, "/healthz", "*/*").await.contains("ok"));
+    server.abort();
     run.stop().await;
 }

@@ -393,4 +393,20 @@ mod tests {
         assert!(text.contains("# UNIT gpusched_kube_extender_request_duration_seconds seconds"));
         assert!(text.ends_with("# EOF\n"));
     }
+
+    /// Both formats the endpoint negotiates are clean under promtool's rules and carry the
+    /// process metrics.
+    #[test]
+    fn scrapes_in_both_formats_pass_the_lint() {
+        use gpusched_runtime::metrics::{Format, encode_as, lint};
+        let m = Metrics::new();
+        m.extender(ExtenderCall::Bind, ExtenderOutcome::BoundGpu, 0.003);
+        let r = registry(&m, view(), Arc::new(Leadership::always("t")));
+        for format in [Format::OpenMetrics, Format::Text004] {
+            let text = encode_as(&r, format).unwrap();
+            assert_eq!(lint(&text, format), Vec::<String>::new(), "{text}");
+            assert!(text.contains("process_cpu_seconds_total "), "{text}");
+            assert!(text.contains("gpusched_build_info{version="), "{text}");
+        }
+    }
 }

@@ -87,6 +87,11 @@ class FakePlacement(v1.PlacementServiceServicer):
             context.abort_with_status(rpc_status.to_status(st))
         elif name == "plain":
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "request too large")
+        elif name == "echo-traceparent":
+            md = {k: str(v) for k, v in context.invocation_metadata()}
+            return v1.AllocateResponse(
+                result=v1.AllocationResult(node_name=f"{md.get('traceparent')}|{md.get('tracestate')}")
+            )
         elif name == "echo-metadata":
             md = {k: str(v) for k, v in context.invocation_metadata()}
             return v1.AllocateResponse(result=v1.AllocationResult(node_name=f"{md.get('x-a')},{md.get('x-b')}"))
@@ -290,3 +295,61 @@ def test_violation_reasons_round_trip() -> None:
     assert gpusched.violation_reason("INVALID_NUMA_BIND") == v1.VIOLATION_REASON_INVALID_NUMA_BIND
     assert gpusched.violation_reason("SOMETHING_NEWER") == v1.VIOLATION_REASON_UNSPECIFIED
     assert gpusched.violation_reason("") == v1.VIOLATION_REASON_UNSPECIFIED
+
+
+def _traced_call(address: str, tracing: bool) -> tuple[str, str]:
+    """Calls the fake inside an OpenTelemetry span; returns what the server got and the
+    traceparent the caller's span has."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState, use_span
+
+    tracer = TracerProvider().get_tracer("test")
+    # A parent with a tracestate, as a service in the middle of a trace has.
+    parent = SpanContext(
+        trace_id=0x4BF92F3577B34DA6A3CE929D0E0E4736,
+        span_id=0x00F067AA0BA902B7,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        trace_state=TraceState([("congo", "t61rcWkgMzE")]),
+    )
+    with use_span(NonRecordingSpan(parent)):
+        with tracer.start_as_current_span("caller") as span:
+            ctx = span.get_span_context()
+            want = f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+            with gpusched.Client(address, tracing=tracing) as c:
+                got = c.allocate(_req("echo-traceparent")).result.node_name
+    return got, want
+
+
+def test_tracing_sends_the_current_trace_context(fake_address: str) -> None:
+    got, want = _traced_call(fake_address, tracing=True)
+    assert got == f"{want}|congo=t61rcWkgMzE"
+
+
+def test_tracing_off_by_default(fake_address: str) -> None:
+    got, _ = _traced_call(fake_address, tracing=False)
+    assert got == "None|None"
+
+
+def test_tracing_async(fake_address: str) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    tracer = TracerProvider().get_tracer("test")
+
+    async def run() -> tuple[str, str]:
+        with tracer.start_as_current_span("caller") as span:
+            ctx = span.get_span_context()
+            async with gpusched.AsyncClient(fake_address, tracing=True) as c:
+                r = await c.allocate(_req("echo-traceparent"))
+            # A root span of the Python SDK has flags 03 (sampled + random trace id): the
+            # server accepts them (W3C: unknown bits are ignored).
+            flags = int(ctx.trace_flags)
+            return r.result.node_name, f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{flags:02x}"
+
+    got, want = asyncio.run(run())
+    assert got == f"{want}|None"
+
+
+def test_tracing_without_a_span_sends_nothing(fake_address: str) -> None:
+    with gpusched.Client(fake_address, tracing=True) as c:
+        assert c.allocate(_req("echo-traceparent")).result.node_name == "None|None"

@@ -41,6 +41,39 @@ impl Drop for TelemetryGuard {
     }
 }
 
+/// `service.instance.id`: the host name and the process id, unique among running instances.
+pub fn instance_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+/// The resource of exported spans: `service.name`, `service.version` (the workspace version
+/// every gpusched binary shares), `service.instance.id`, then `OTEL_RESOURCE_ATTRIBUTES`
+/// (which may override them) and the SDK's `telemetry.sdk.*`; `OTEL_SERVICE_NAME` (already in
+/// `t.service_name`) wins over a `service.name` in `OTEL_RESOURCE_ATTRIBUTES`, as the
+/// specification says.
+pub fn resource(t: &Telemetry) -> Resource {
+    use opentelemetry::KeyValue;
+    use opentelemetry_sdk::resource::{EnvResourceDetector, TelemetryResourceDetector};
+    let mut b = Resource::builder_empty()
+        .with_attributes([
+            KeyValue::new("service.name", t.service_name.clone()),
+            KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
+            KeyValue::new("service.instance.id", instance_id()),
+        ])
+        .with_detector(Box::new(EnvResourceDetector::new()))
+        .with_detector(Box::new(TelemetryResourceDetector));
+    if std::env::var("OTEL_SERVICE_NAME").is_ok_and(|s| !s.trim().is_empty()) {
+        b = b.with_service_name(t.service_name.clone());
+    }
+    b.build()
+}
+
 /// Installs the subscriber. `span_target` is the crate whose spans are exported (e.g.
 /// `gpusched_service`), independently of the log level; call inside a tokio runtime when an
 /// OTLP endpoint is set.
@@ -77,17 +110,18 @@ pub fn init(t: &Telemetry, span_target: &'static str) -> Result<TelemetryGuard, 
                 .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
                     t.sample_ratio,
                 ))))
-                .with_resource(
-                    Resource::builder()
-                        .with_service_name(t.service_name.clone())
-                        .build(),
-                )
+                .with_resource(resource(t))
                 .build();
             let tracer = p.tracer(t.service_name.clone());
             provider = Some(p);
             let spans = filter::Targets::new().with_target(span_target, tracing::Level::INFO);
             Some(
+                // Without code.*, thread.* and busy_ns/idle_ns on every span (noise in the
+                // backend, and cost).
                 tracing_opentelemetry::layer()
+                    .with_location(false)
+                    .with_threads(false)
+                    .with_tracked_inactivity(false)
                     .with_tracer(tracer)
                     .with_filter(spans),
             )

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpusched_engine::Reason;
-use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tokio::sync::Semaphore;
 use tonic::metadata::MetadataMap;
 use tracing::Instrument;
@@ -27,7 +26,6 @@ pub struct State {
     /// Converted node parts sent by reference (an optimisation; see `node_cache`).
     pub node_cache: crate::node_cache::NodeCache,
     permits: Semaphore,
-    propagator: TraceContextPropagator,
 }
 
 impl State {
@@ -41,7 +39,6 @@ impl State {
             settings,
             metrics,
             permits,
-            propagator: TraceContextPropagator::new(),
         }
     }
 }
@@ -133,14 +130,17 @@ where
     F: FnOnce(&State, &mut Record) -> Result<T, ServiceError> + Send + 'static,
 {
     let started = Instant::now();
+    let _in_flight = state.metrics.in_flight();
     let span = tracing::info_span!(
         "rpc",
         otel.name = format!("{service}/{rpc}"),
         otel.kind = "server",
         otel.status_code = Empty,
+        otel.status_description = Empty,
         rpc.system = "grpc",
         rpc.service = service,
         rpc.method = rpc,
+        rpc.grpc.status_code = Empty,
         gpusched.workload = Empty,
         gpusched.node_count = Empty,
         gpusched.card_count = Empty,
@@ -148,10 +148,7 @@ where
         gpusched.outcome = Empty,
         gpusched.reason_summary = Empty,
     );
-    let _ = span.set_parent(crate::telemetry::remote_context(
-        &state.propagator,
-        metadata,
-    ));
+    let _ = span.set_parent(crate::telemetry::remote_context(metadata));
     let limits = &state.settings.limits;
     // The caller's deadline is also enforced by tonic's timer (answering CANCELLED); answering a
     // little before it keeps the answer DEADLINE_EXCEEDED.
@@ -237,10 +234,20 @@ where
     };
     span.record("gpusched.outcome", decision_outcome);
     span.record("gpusched.reason_summary", record.summary().as_str());
-    span.record(
-        "otel.status_code",
-        if result.is_ok() { "ok" } else { "error" },
-    );
+    // RPC semantic conventions: the gRPC status code as an integer and, on failure, an error
+    // span status carrying the message the caller gets.
+    let result = result.map_err(tonic::Status::from);
+    match &result {
+        Ok(_) => {
+            span.record("rpc.grpc.status_code", tonic::Code::Ok as i64);
+            span.record("otel.status_code", "ok");
+        }
+        Err(status) => {
+            span.record("rpc.grpc.status_code", status.code() as i64);
+            span.record("otel.status_code", "error");
+            span.record("otel.status_description", status.message());
+        }
+    }
     let metrics = &state.metrics;
     metrics.observe_call(rpc, outcome_label, started.elapsed().as_secs_f64());
     if record.nodes > 0 {
@@ -262,9 +269,7 @@ where
             "decision"
         ),
         Ok(_) => tracing::debug!(rpc, workload = %record.workload, result = record.result, "call"),
-        Err(e) => tracing::debug!(rpc, error = %e, "call failed"),
+        Err(e) => tracing::debug!(rpc, error = %e.message(), code = ?e.code(), "call failed"),
     });
-    result
-        .map(tonic::Response::new)
-        .map_err(tonic::Status::from)
+    result.map(tonic::Response::new)
 }

@@ -77,6 +77,9 @@ impl InventoryService for InventoryApi {
         request: Request<v1::NormalizeInventoryRequest>,
     ) -> Result<Response<v1::NormalizeInventoryResponse>, Status> {
         let (metadata, _, msg) = request.into_parts();
+        self.state
+            .metrics
+            .observe_request_bytes("NormalizeInventory", prost::Message::encoded_len(&msg));
         let cards = msg.cards.len();
         run(
             Arc::clone(&self.state),

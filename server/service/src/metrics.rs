@@ -45,6 +45,11 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_01, 2.0, 20))
 }
 
+fn bytes_histogram() -> Histogram {
+    // 64 B .. 1 GiB
+    Histogram::new(exponential_buckets(64.0, 4.0, 13))
+}
+
 fn nodes_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 16))
 }
@@ -101,6 +106,16 @@ fn register_node_cache(registry: &mut Registry) -> crate::node_cache::CacheMetri
     }
 }
 
+/// A call in flight (`gpusched_requests_in_flight`), until dropped.
+#[derive(Debug)]
+pub struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 /// The service's metric families.
 #[derive(Debug)]
 pub struct Metrics {
@@ -110,6 +125,8 @@ pub struct Metrics {
     decisions: Family<DecisionLabels, Counter>,
     rejections: Family<ReasonLabels, Counter>,
     nodes: Family<RpcOnly, Histogram, fn() -> Histogram>,
+    request_bytes: Family<RpcOnly, Histogram, fn() -> Histogram>,
+    in_flight: Gauge,
     /// Handles of the node cache's metrics (`gpusched_node_cache_*`).
     pub node_cache: crate::node_cache::CacheMetrics,
 }
@@ -157,8 +174,23 @@ impl Metrics {
             "Candidate nodes per request",
             nodes.clone(),
         );
+        let request_bytes =
+            Family::<RpcOnly, Histogram, fn() -> Histogram>::new_with_constructor(bytes_histogram);
+        registry.register(
+            "request_size_bytes",
+            "Size of the decoded gRPC request message (protobuf encoding) by RPC",
+            request_bytes.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register(
+            "requests_in_flight",
+            "gRPC calls being handled now",
+            in_flight.clone(),
+        );
         let node_cache = register_node_cache(&mut registry);
         Metrics {
+            request_bytes,
+            in_flight,
             node_cache,
             registry: Arc::new(registry),
             requests,
@@ -174,6 +206,19 @@ impl Metrics {
         let labels = RpcLabels { rpc, outcome };
         self.requests.get_or_create(&labels).inc();
         self.latency.get_or_create(&labels).observe(seconds);
+    }
+
+    /// Size of one decoded request message.
+    pub fn observe_request_bytes(&self, rpc: &'static str, bytes: usize) {
+        self.request_bytes
+            .get_or_create(&RpcOnly { rpc })
+            .observe(bytes as f64);
+    }
+
+    /// Counts a call in flight until the guard is dropped.
+    pub fn in_flight(&self) -> InFlight {
+        self.in_flight.inc();
+        InFlight(self.in_flight.clone())
     }
 
     /// Candidate nodes of one call.

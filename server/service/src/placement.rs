@@ -385,6 +385,9 @@ impl PlacementService for PlacementApi {
         request: Request<v1::FilterRequest>,
     ) -> Result<Response<v1::FilterResponse>, Status> {
         let (metadata, _, msg) = request.into_parts();
+        self.state
+            .metrics
+            .observe_request_bytes("Filter", prost::Message::encoded_len(&msg));
         let cards = card_count(&msg.nodes, &msg.node_refs);
         run(
             Arc::clone(&self.state),
@@ -403,6 +406,9 @@ impl PlacementService for PlacementApi {
         request: Request<v1::ScoreRequest>,
     ) -> Result<Response<v1::ScoreResponse>, Status> {
         let (metadata, _, msg) = request.into_parts();
+        self.state
+            .metrics
+            .observe_request_bytes("Score", prost::Message::encoded_len(&msg));
         let cards = card_count(&msg.nodes, &msg.node_refs);
         run(
             Arc::clone(&self.state),
@@ -421,6 +427,9 @@ impl PlacementService for PlacementApi {
         request: Request<v1::AllocateRequest>,
     ) -> Result<Response<v1::AllocateResponse>, Status> {
         let (metadata, _, msg) = request.into_parts();
+        self.state
+            .metrics
+            .observe_request_bytes("Allocate", prost::Message::encoded_len(&msg));
         let cards = card_count(&msg.nodes, &msg.node_refs);
         run(
             Arc::clone(&self.state),
@@ -439,6 +448,9 @@ impl PlacementService for PlacementApi {
         request: Request<v1::AllocateBatchRequest>,
     ) -> Result<Response<v1::AllocateBatchResponse>, Status> {
         let (metadata, _, msg) = request.into_parts();
+        self.state
+            .metrics
+            .observe_request_bytes("AllocateBatch", prost::Message::encoded_len(&msg));
         let cards =
             card_count(&msg.nodes, &msg.node_refs).saturating_mul(msg.workloads.len().max(1));
         run(
@@ -458,6 +470,9 @@ impl PlacementService for PlacementApi {
         request: Request<v1::ValidateWorkloadRequest>,
     ) -> Result<Response<v1::ValidateWorkloadResponse>, Status> {
         let (metadata, _, msg) = request.into_parts();
+        self.state
+            .metrics
+            .observe_request_bytes("ValidateWorkload", prost::Message::encoded_len(&msg));
         run(
             Arc::clone(&self.state),
             SERVICE,

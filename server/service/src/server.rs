@@ -159,7 +159,10 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
     let reflection = |v1: bool| {
         let b = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(gpusched_api::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            // google.rpc.Status and the error details (BadRequest, ErrorInfo...) that error
+            // statuses carry: generic tools (grpcurl) print them instead of "not recognized".
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET);
         if v1 {
             b.build_v1().map(|s| (Some(s), None))
         } else {

@@ -17,6 +17,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use tokio::sync::mpsc;
@@ -212,8 +213,11 @@ async fn sigterm_stops_gracefully() {
     );
 }
 
+/// A span with its resource's attributes.
+type Exported = (Vec<KeyValue>, Span);
+
 #[derive(Clone)]
-struct Receiver(mpsc::UnboundedSender<Span>);
+struct Receiver(mpsc::UnboundedSender<Exported>);
 
 #[tonic::async_trait]
 impl TraceService for Receiver {
@@ -222,9 +226,10 @@ impl TraceService for Receiver {
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         for rs in request.into_inner().resource_spans {
+            let resource = rs.resource.map(|r| r.attributes).unwrap_or_default();
             for ss in rs.scope_spans {
                 for span in ss.spans {
-                    let _ = self.0.send(span);
+                    let _ = self.0.send((resource.clone(), span));
                 }
             }
         }
@@ -234,13 +239,34 @@ impl TraceService for Receiver {
     }
 }
 
-fn attr(span: &Span, key: &str) -> Option<Value> {
-    span.attributes
+fn find(attributes: &[KeyValue], key: &str) -> Option<Value> {
+    attributes
         .iter()
         .find(|a| a.key == key)
         .and_then(|a| a.value.as_ref())
         .and_then(|v| v.value.clone())
 }
+
+fn attr(span: &Span, key: &str) -> Option<Value> {
+    find(&span.attributes, key)
+}
+
+fn string(v: &str) -> Option<Value> {
+    Some(Value::StringValue(v.into()))
+}
+
+const PARENT_ID: &str = "00f067aa0ba902b7";
+
+/// `traceparent` flags as OpenTelemetry SDKs send them, each in its own trace: `01` (Go, Rust),
+/// `03` (Python with opentelemetry-instrumentation-grpc: sampled + random trace id), `09` (an
+/// unknown bit, ignored per the W3C specification) and `00` (not sampled: no span).
+const FLAGS: [(&str, &str); 4] = [
+    ("01", "0af7651916cd43dd8448eb211c80319c"),
+    ("03", "4bf92f3577b34da6a3ce929d0e0e4736"),
+    ("09", "5c1d2b8e9f0a4b6c8d7e6f5a4b3c2d1e"),
+    ("00", "6d2e3c9fa01b5c7d9e8f7a6b5c4d3e2f"),
+];
+const INVALID_TRACE: &str = "7e3f4d0ab12c6d8eaf9a8b7c6d5e4f30";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn traces_reach_a_real_otlp_receiver_with_attributes_and_parent() {
@@ -257,60 +283,131 @@ async fn traces_reach_a_real_otlp_receiver_with_attributes_and_parent() {
         ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
         ("OTEL_BSP_SCHEDULE_DELAY", "50"),
         ("OTEL_SERVICE_NAME", "gpusched-test"),
+        (
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "deployment.environment.name=ci,service.name=overridden",
+        ),
     ]);
-    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
-    let parent_id = "00f067aa0ba902b7";
     let mut client = PlacementServiceClient::connect(format!("http://{addr}"))
         .await
         .unwrap();
-    let mut req = tonic::Request::new(allocate_req(
-        vec![node("a", 1, 8000), node("b", 2, 8000)],
+    let with_parent = |mut req: tonic::Request<_>, trace: &str, flags: &str| {
+        let md = req.metadata_mut();
+        md.insert(
+            "traceparent",
+            format!("00-{trace}-{PARENT_ID}-{flags}").parse().unwrap(),
+        );
+        md.insert(
+            "tracestate",
+            "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7".parse().unwrap(),
+        );
+        req
+    };
+    for (flags, trace) in FLAGS {
+        let req = tonic::Request::new(allocate_req(
+            vec![node("a", 1, 8000), node("b", 2, 8000)],
+            pod(&[], &[&[("nvidia.com/gpu", "1")]]),
+        ));
+        client
+            .allocate(with_parent(req, trace, flags))
+            .await
+            .unwrap();
+    }
+    let bad = tonic::Request::new(allocate_req(
+        vec![node("a", 1, 8000), node("a", 1, 8000)],
         pod(&[], &[&[("nvidia.com/gpu", "1")]]),
     ));
-    req.metadata_mut().insert(
-        "traceparent",
-        format!("00-{trace_id}-{parent_id}-01").parse().unwrap(),
-    );
-    client.allocate(req).await.unwrap();
-    let span = tokio::time::timeout(Duration::from_secs(20), async {
-        loop {
-            let s = rx.recv().await.unwrap();
+    let err = client
+        .allocate(with_parent(bad, INVALID_TRACE, "03"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let mut spans = std::collections::BTreeMap::new();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while spans.len() < 4 {
+            let (resource, s) = rx.recv().await.unwrap();
             if s.name == "gpusched.v1.PlacementService/Allocate" {
-                return s;
+                spans.insert(hex(&s.trace_id), (resource, s));
             }
         }
     })
     .await
-    .expect("the Allocate span is exported");
-    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-    assert_eq!(
-        hex(&span.trace_id),
-        trace_id,
-        "continues the caller's trace"
+    .unwrap_or_else(|_| panic!("the Allocate spans are exported: got {:?}", spans.keys()));
+    for (flags, trace) in &FLAGS[..3] {
+        let (_, span) = spans.get(*trace).unwrap_or_else(|| {
+            panic!("flags {flags}: the server span continues the caller's trace")
+        });
+        assert_eq!(
+            hex(&span.parent_span_id),
+            PARENT_ID,
+            "flags {flags}: child of the caller's span"
+        );
+        assert_eq!(span.kind, 2, "SPAN_KIND_SERVER");
+        assert!(
+            span.trace_state.contains("congo=t61rcWkgMzE"),
+            "tracestate carried: {:?}",
+            span.trace_state
+        );
+    }
+    assert!(
+        !spans.contains_key(FLAGS[3].1),
+        "flags 00: the caller's not-sampled decision is honoured"
     );
+    let (resource, span) = spans.get(FLAGS[0].1).unwrap();
+    assert_eq!(attr(span, "gpusched.node_count"), Some(Value::IntValue(2)));
+    assert_eq!(attr(span, "gpusched.card_count"), Some(Value::IntValue(3)));
+    assert_eq!(attr(span, "gpusched.chosen_node"), string("a"));
+    assert_eq!(attr(span, "gpusched.outcome"), string("placed"));
+    assert_eq!(attr(span, "gpusched.workload"), string("default/pod"));
+    // RPC semantic conventions.
+    assert_eq!(attr(span, "rpc.system"), string("grpc"));
     assert_eq!(
-        hex(&span.parent_span_id),
-        parent_id,
-        "child of the caller's span"
+        attr(span, "rpc.service"),
+        string("gpusched.v1.PlacementService")
     );
-    assert_eq!(attr(&span, "gpusched.node_count"), Some(Value::IntValue(2)));
-    assert_eq!(attr(&span, "gpusched.card_count"), Some(Value::IntValue(3)));
+    assert_eq!(attr(span, "rpc.method"), string("Allocate"));
+    assert_eq!(attr(span, "rpc.grpc.status_code"), Some(Value::IntValue(0)));
+    let status = span.status.as_ref().map(|s| s.code);
+    assert_eq!(status, Some(1), "STATUS_CODE_OK");
+    // No noise attributes.
+    for a in &span.attributes {
+        assert!(
+            !a.key.starts_with("code.")
+                && !a.key.starts_with("thread.")
+                && a.key != "busy_ns"
+                && a.key != "idle_ns"
+                && !a.key.starts_with("otel."),
+            "noise attribute {:?} on {:?}",
+            a.key,
+            span.attributes.iter().map(|a| &a.key).collect::<Vec<_>>()
+        );
+    }
+    // Resource: OTEL_SERVICE_NAME wins over OTEL_RESOURCE_ATTRIBUTES' service.name, which
+    // adds its other attributes.
+    assert_eq!(find(resource, "service.name"), string("gpusched-test"));
     assert_eq!(
-        attr(&span, "gpusched.chosen_node"),
-        Some(Value::StringValue("a".into()))
+        find(resource, "service.version"),
+        string(env!("CARGO_PKG_VERSION"))
     );
+    match find(resource, "service.instance.id") {
+        Some(Value::StringValue(id)) => {
+            assert!(id.ends_with(&format!("-{}", child.id())), "host-pid: {id}")
+        }
+        other => panic!("service.instance.id: {other:?}"),
+    }
+    assert_eq!(find(resource, "deployment.environment.name"), string("ci"));
+    // A failed call: error status with the message the caller got, and its gRPC code.
+    let (_, failed) = spans.get(INVALID_TRACE).unwrap();
+    assert_eq!(hex(&failed.parent_span_id), PARENT_ID);
     assert_eq!(
-        attr(&span, "gpusched.outcome"),
-        Some(Value::StringValue("placed".into()))
+        attr(failed, "rpc.grpc.status_code"),
+        Some(Value::IntValue(tonic::Code::InvalidArgument as i64))
     );
-    assert_eq!(
-        attr(&span, "gpusched.workload"),
-        Some(Value::StringValue("default/pod".into()))
-    );
-    assert_eq!(
-        attr(&span, "rpc.method"),
-        Some(Value::StringValue("Allocate".into()))
-    );
+    let status = failed.status.clone().unwrap();
+    assert_eq!(status.code, 2, "STATUS_CODE_ERROR");
+    assert_eq!(status.message, err.message());
+    assert!(!status.message.is_empty());
     // Keep the runtime running (the client's connection answers the server's GOAWAY) while
     // waiting for the process.
     let (code, err) = tokio::task::spawn_blocking(move || terminate(child))

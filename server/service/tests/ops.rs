@@ -126,14 +126,172 @@ async fn reflection_v1_and_v1alpha_list_every_service() {
     );
 }
 
+/// The error detail types statuses carry are described by reflection (v1 and v1alpha), with
+/// their dependencies (`google.protobuf.Duration` of RetryInfo).
+#[tokio::test]
+async fn reflection_describes_the_error_detail_types() {
+    use prost::Message as _;
+    use tonic_reflection::pb::v1 as r1;
+    use tonic_reflection::pb::v1alpha as ra;
+    let server = TestServer::start(&[]).await;
+    for symbol in [
+        "google.rpc.Status",
+        "google.rpc.BadRequest",
+        "google.rpc.BadRequest.FieldViolation",
+        "google.rpc.ErrorInfo",
+        "google.rpc.RetryInfo",
+        "google.rpc.ResourceInfo",
+        "google.rpc.PreconditionFailure",
+    ] {
+        let mut c =
+            r1::server_reflection_client::ServerReflectionClient::new(server.channel.clone());
+        let req = r1::ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(
+                r1::server_reflection_request::MessageRequest::FileContainingSymbol(symbol.into()),
+            ),
+        };
+        let resp = c
+            .server_reflection_info(tokio_stream::iter(vec![req]))
+            .await
+            .unwrap()
+            .into_inner()
+            .next()
+            .await
+            .unwrap()
+            .unwrap();
+        let Some(r1::server_reflection_response::MessageResponse::FileDescriptorResponse(f)) =
+            resp.message_response
+        else {
+            panic!("v1 {symbol}: {resp:?}")
+        };
+        let files: Vec<prost_types::FileDescriptorProto> = f
+            .file_descriptor_proto
+            .iter()
+            .map(|b| prost_types::FileDescriptorProto::decode(b.as_slice()).unwrap())
+            .collect();
+        assert!(
+            files.iter().any(|f| f.package() == "google.rpc"),
+            "v1 {symbol}: {:?}",
+            files.iter().map(|f| f.name()).collect::<Vec<_>>()
+        );
+        let mut c =
+            ra::server_reflection_client::ServerReflectionClient::new(server.channel.clone());
+        let req = ra::ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(
+                ra::server_reflection_request::MessageRequest::FileContainingSymbol(symbol.into()),
+            ),
+        };
+        let resp = c
+            .server_reflection_info(tokio_stream::iter(vec![req]))
+            .await
+            .unwrap()
+            .into_inner()
+            .next()
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            matches!(resp.message_response, Some(ra::server_reflection_response::MessageResponse::FileDescriptorResponse(f)) if !f.file_descriptor_proto.is_empty()),
+            "v1alpha {symbol}"
+        );
+    }
+}
+
 async fn scrape(addr: std::net::SocketAddr) -> String {
+    scrape_accepting(addr, None).await
+}
+
+async fn scrape_accepting(addr: std::net::SocketAddr, accept: Option<&str>) -> String {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
+    s.write_all(
+        format!("GET /metrics HTTP/1.1\r\nHost: localhost\r\n{accept}Connection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).await.unwrap();
     out
+}
+
+/// A scrape in each format is clean under promtool's `check metrics` rules (HELP on every
+/// family, units in names, counters in `_total`...), and carries the process metrics, the build
+/// info, the in-flight gauge and the request size histogram.
+#[tokio::test]
+async fn metrics_scrapes_in_both_formats_pass_the_lint() {
+    use gpusched_runtime::metrics::{Format, lint};
+    let server = TestServer::start(&[]).await;
+    let mut client = server.placement();
+    let req = allocate_req(
+        vec![node("a", 1, 8000)],
+        pod(&[], &[&[("nvidia.com/gpu", "1")]]),
+    );
+    let size = prost::Message::encoded_len(&req);
+    client.allocate(req).await.unwrap();
+    let addr = server.running.metrics_addr.unwrap();
+    for (accept, format, content_type) in [
+        (
+            Some("text/plain; version=0.0.4"),
+            Format::Text004,
+            "content-type: text/plain; version=0.0.4",
+        ),
+        (
+            Some("application/openmetrics-text; version=1.0.0"),
+            Format::OpenMetrics,
+            "content-type: application/openmetrics-text; version=1.0.0",
+        ),
+        (
+            None,
+            Format::OpenMetrics,
+            "content-type: application/openmetrics-text",
+        ),
+    ] {
+        let response = scrape_accepting(addr, accept).await;
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.to_ascii_lowercase().contains(content_type),
+            "{accept:?}: {head}"
+        );
+        // The body may be chunked: keep the exposition lines only.
+        let body: String = body
+            .lines()
+            .filter(|l| l.starts_with('#') || l.starts_with(|c: char| c.is_ascii_alphabetic()))
+            .filter(|l| !l.chars().all(|c| c.is_ascii_hexdigit()))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(
+            lint(&body, format),
+            Vec::<String>::new(),
+            "{accept:?}:\n{body}"
+        );
+        for needle in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_open_fds ",
+            "process_start_time_seconds ",
+            &format!(
+                "gpusched_build_info{{version=\"{}\"}} 1",
+                env!("CARGO_PKG_VERSION")
+            ),
+            "gpusched_requests_in_flight 0",
+            "gpusched_request_size_bytes_count{rpc=\"Allocate\"} 1",
+            &format!("gpusched_request_size_bytes_sum{{rpc=\"Allocate\"}} {size}"),
+            "gpusched_requests_total{rpc=\"Allocate\",outcome=\"ok\"} 1",
+        ] {
+            assert!(
+                body.contains(needle),
+                "{accept:?}: missing {needle} in\n{body}"
+            );
+        }
+        let expected_type = match format {
+            Format::Text004 => "# TYPE gpusched_requests_total counter",
+            Format::OpenMetrics => "# TYPE gpusched_requests counter",
+        };
+        assert!(body.contains(expected_type), "{body}");
+    }
 }
 
 #[tokio::test]

@@ -23,7 +23,7 @@ import grpc.aio
 from google.protobuf.message import Message
 
 from gpusched import v1
-from gpusched import _byref
+from gpusched import _byref, _otel
 from gpusched.errors import GpuschedError, UnavailableError, error_from_rpc_error
 
 __all__ = [
@@ -135,6 +135,7 @@ class _Settings:
         metadata: Metadata,
         wait_for_ready: bool | None,
         options: Sequence[tuple[str, Any]],
+        tracing: bool = False,
     ) -> None:
         if not address:
             raise ValueError("address is empty")
@@ -149,6 +150,9 @@ class _Settings:
         self.timeout = timeout
         self.metadata: tuple[tuple[str, str | bytes], ...] = tuple(metadata)
         self.wait_for_ready = wait_for_ready
+        self.tracing = tracing
+        if tracing:
+            _otel.check_available()
         self.credentials: grpc.ChannelCredentials | None = None
         if tls or wants_tls:
             self.credentials = grpc.ssl_channel_credentials(
@@ -173,6 +177,8 @@ class _Settings:
 
     def metadata_for(self, metadata: Metadata | None) -> tuple[tuple[str, str | bytes], ...] | None:
         merged = self.metadata + tuple(metadata or ())
+        if self.tracing:
+            merged += _otel.trace_metadata()
         return merged or None
 
 
@@ -211,6 +217,10 @@ class Client:
             ``node_refs`` themselves go as they are. ``False``: nodes always go whole. On, nodes
             still go whole until a PlacementService answer carried the ``gpusched-node-refs``
             header (a server that reads ``node_refs``; see :attr:`server_reads_refs`).
+        tracing: send the current OpenTelemetry context (``traceparent``/``tracestate`` from
+            the globally configured propagator, W3C Trace Context by default) with every call,
+            so the server's span joins the caller's trace. Needs ``opentelemetry-api``
+            (``pip install gpusched-client[otel]``); ``ImportError`` otherwise.
     """
 
     def __init__(
@@ -228,6 +238,7 @@ class Client:
         options: Sequence[tuple[str, Any]] = (),
         channel: grpc.Channel | None = None,
         by_reference: bool = True,
+        tracing: bool = False,
     ) -> None:
         self._byref: _byref.ByRef | None = _byref.ByRef() if by_reference else None
         self._settings = _Settings(
@@ -241,6 +252,7 @@ class Client:
             metadata=metadata,
             wait_for_ready=wait_for_ready,
             options=options,
+            tracing=tracing,
         )
         s = self._settings
         if channel is not None:
@@ -483,6 +495,7 @@ class AsyncClient:
         options: Sequence[tuple[str, Any]] = (),
         channel: grpc.aio.Channel | None = None,
         by_reference: bool = True,
+        tracing: bool = False,
     ) -> None:
         self._byref: _byref.ByRef | None = _byref.ByRef() if by_reference else None
         self._settings = _Settings(
@@ -496,6 +509,7 @@ class AsyncClient:
             metadata=metadata,
             wait_for_ready=wait_for_ready,
             options=options,
+            tracing=tracing,
         )
         s = self._settings
         if channel is not None:
