@@ -15,6 +15,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
+
 from gpusched import v1
 from gpusched.errors import GpuschedError
 
@@ -173,3 +175,38 @@ def with_fields_back(e: GpuschedError) -> GpuschedError:
         e.error_info.metadata["field"] = field_back(e.error_info.metadata["field"])
     e.args = (e._describe(),)
     return e
+
+
+class Exchange:
+    """One call's requests by reference, shared by the sync and asyncio clients: ``request()``
+    gives the next attempt; after it, ``failed(e)`` says whether to retry (each missing part is
+    resent inline once) or raises, and ``succeeded()`` records what the server now holds."""
+
+    def __init__(self, byref: ByRef, request: Any) -> None:
+        self._byref = byref
+        self._prepared = byref.prepare(request.nodes)
+        self._base = type(request)()
+        self._base.CopyFrom(request)
+        self._base.ClearField("nodes")
+        self._force: set[Key] = set()
+
+    def request(self) -> Any:
+        r = type(self._base)()
+        r.CopyFrom(self._base)
+        r.node_refs.extend(self._byref.refs(self._prepared, self._force))
+        return r
+
+    def failed(self, e: GpuschedError) -> None:
+        """Returns when the call should be retried (missing parts will go inline); raises the
+        error otherwise, with ``node_refs[i]`` fields named as the caller's ``nodes[i]``."""
+        if e.code == grpc.StatusCode.FAILED_PRECONDITION:
+            missing = missing_keys(e)
+            self._byref.forget(missing)
+            if not missing or missing & self._force:
+                raise e
+            self._force |= missing
+            return
+        raise with_fields_back(e) from e.__cause__
+
+    def succeeded(self) -> None:
+        self._byref.acknowledge(self._prepared)

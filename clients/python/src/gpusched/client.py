@@ -360,27 +360,14 @@ class Client:
         if b is None or not b.server_reads_refs or len(req.node_refs) or not len(req.nodes):
             return self._call(fn, path, request, timeout, metadata)
         _check_request(request, METHODS[path].request_type, path)
-        prepared = b.prepare(req.nodes)
-        base = type(request)()
-        base.CopyFrom(request)
-        base.ClearField("nodes")
-        force: set[_byref.Key] = set()
+        exchange = _byref.Exchange(b, req)
         while True:
-            r: Any = type(request)()
-            r.CopyFrom(base)
-            r.node_refs.extend(b.refs(prepared, force))
             try:
-                resp = self._call(fn, path, r, timeout, metadata)
+                resp = self._call(fn, path, exchange.request(), timeout, metadata)
             except GpuschedError as e:
-                if e.code == grpc.StatusCode.FAILED_PRECONDITION:
-                    missing = _byref.missing_keys(e)
-                    b.forget(missing)
-                    if not missing or missing & force:
-                        raise
-                    force |= missing
-                    continue
-                raise _byref.with_fields_back(e) from e.__cause__
-            b.acknowledge(prepared)
+                exchange.failed(e)
+                continue
+            exchange.succeeded()
             return resp
 
     def filter(
@@ -613,27 +600,14 @@ class AsyncClient:
         if b is None or not b.server_reads_refs or len(req.node_refs) or not len(req.nodes):
             return await self._call(fn, path, request, timeout, metadata)
         _check_request(request, METHODS[path].request_type, path)
-        prepared = b.prepare(req.nodes)
-        base = type(request)()
-        base.CopyFrom(request)
-        base.ClearField("nodes")
-        force: set[_byref.Key] = set()
+        exchange = _byref.Exchange(b, req)
         while True:
-            r: Any = type(request)()
-            r.CopyFrom(base)
-            r.node_refs.extend(b.refs(prepared, force))
             try:
-                resp = await self._call(fn, path, r, timeout, metadata)
+                resp = await self._call(fn, path, exchange.request(), timeout, metadata)
             except GpuschedError as e:
-                if e.code == grpc.StatusCode.FAILED_PRECONDITION:
-                    missing = _byref.missing_keys(e)
-                    b.forget(missing)
-                    if not missing or missing & force:
-                        raise
-                    force |= missing
-                    continue
-                raise _byref.with_fields_back(e) from e.__cause__
-            b.acknowledge(prepared)
+                exchange.failed(e)
+                continue
+            exchange.succeeded()
             return resp
 
     async def filter(
