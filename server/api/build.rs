@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let proto_root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    // The run-time variable, not `env!`: a build script compiled in one checkout may be reused
+    // for another through a shared target directory, and must not read the first one's protos.
+    let proto_root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
     let files = [
         "gpusched/v1/types.proto",
         "gpusched/v1/placement.proto",
