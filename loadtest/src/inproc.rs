@@ -14,8 +14,8 @@ use bytes::BytesMut;
 use gpusched_api::v1;
 use gpusched_engine as engine;
 use gpusched_service::Settings;
+use gpusched_service::call::State;
 use gpusched_service::convert;
-use gpusched_service::error::ServiceError;
 use prost::Message as _;
 
 use crate::report::{Collector, RunReport, STAGES};
@@ -95,33 +95,18 @@ pub fn engine_once(p: &Prepared, rpc: Rpc, i: usize) -> Option<(Kind, Summary)> 
     Some((*kind, s))
 }
 
-/// The service state of in-process runs with nodes by reference (its node cache), built once
-/// from the first settings seen.
-fn byref_state(settings: &Settings) -> &'static gpusched_service::call::State {
-    static STATE: std::sync::OnceLock<gpusched_service::call::State> = std::sync::OnceLock::new();
-    STATE.get_or_init(|| {
-        gpusched_service::call::State::new(
-            settings.clone(),
-            std::sync::Arc::new(gpusched_service::Metrics::new()),
-        )
-    })
-}
-
-/// The service's own conversion of Filter/Score/Allocate inputs (`placement::inputs`).
-fn inputs(
-    settings: &Settings,
-    nodes: Vec<v1::Node>,
-    node_refs: Vec<v1::NodeRef>,
-    workload: Option<v1::Workload>,
-    options: Option<v1::PlacementOptions>,
-) -> Result<(engine::Snapshot, engine::Workload), ServiceError> {
-    gpusched_service::placement::inputs(byref_state(settings), nodes, node_refs, workload, options)
-        .map(|(s, w, _)| (s, w))
+/// The service state an in-process run decides with (settings and node cache), built once per
+/// run and passed down, as the server builds its own in `main`.
+pub fn service_state(settings: &Settings) -> State {
+    State::new(
+        settings.clone(),
+        std::sync::Arc::new(gpusched_service::Metrics::new()),
+    )
 }
 
 /// One decision the way the server makes it, minus the transport; stage times in ns.
 pub fn pipeline_once(
-    settings: &Settings,
+    state: &State,
     rpc: Rpc,
     req: &Encoded,
     decode_from: DecodeFrom,
@@ -150,8 +135,9 @@ pub fn pipeline_once(
         node_refs,
     } = decoded.map_err(|e| format!("decode: {e}"))?;
     let t1 = Instant::now();
-    let (s, w) =
-        inputs(settings, nodes, node_refs, workload, options).map_err(|e| e.to_string())?;
+    // The service's own conversion of Filter/Score/Allocate inputs.
+    let (s, w, _) = gpusched_service::placement::inputs(state, nodes, node_refs, workload, options)
+        .map_err(|e| e.to_string())?;
     let t2 = Instant::now();
     let (bytes, t3, t4) = match rpc {
         Rpc::Allocate => {
@@ -270,11 +256,12 @@ pub fn run(pool: &Pool, settings: &Settings, o: &Options) -> anyhow::Result<RunR
         InProc::Engine => Some(prepare(pool, settings)?),
         InProc::Pipeline => None,
     };
+    let state = &service_state(settings);
     // Nodes by reference: the prime request warms the node cache first.
     if what == InProc::Pipeline
         && let Some(prime) = &pool.prime
     {
-        pipeline_once(settings, rpc, prime, decode_from).map_err(|e| anyhow!(e))?;
+        pipeline_once(state, rpc, prime, decode_from).map_err(|e| anyhow!(e))?;
     }
     let threads = threads.max(1);
     let start = Instant::now();
@@ -299,7 +286,7 @@ pub fn run(pool: &Pool, settings: &Settings, o: &Options) -> anyhow::Result<RunR
                                 .ok_or("empty pool"),
                             (None, Some(e)) => Ok((
                                 e.kind,
-                                pipeline_once(settings, rpc, e, decode_from)
+                                pipeline_once(state, rpc, e, decode_from)
                                     .map(|(s, st)| (s, Some(st))),
                             )),
                             (None, None) => Err("empty pool"),
@@ -355,6 +342,7 @@ pub fn profile(
         InProc::Engine => Some(prepare(pool, settings)?),
         InProc::Pipeline => None,
     };
+    let state = service_state(settings);
     let start = Instant::now();
     for i in 0..iterations {
         match &prepared {
@@ -366,7 +354,7 @@ pub fn profile(
                     .encoded
                     .get(i % pool.encoded.len().max(1))
                     .ok_or_else(|| anyhow!("empty pool"))?;
-                pipeline_once(settings, rpc, e, decode_from).map_err(|e| anyhow!(e))?;
+                pipeline_once(&state, rpc, e, decode_from).map_err(|e| anyhow!(e))?;
             }
         }
     }
@@ -392,8 +380,9 @@ mod tests {
         let prepared = prepare(&pool, &settings).unwrap();
         for rpc in [Rpc::Allocate, Rpc::Filter, Rpc::Score] {
             for (i, e) in pool.encoded.iter().enumerate() {
-                let (s, stages) = pipeline_once(&settings, rpc, e, DecodeFrom::BytesMut).unwrap();
-                let (s2, _) = pipeline_once(&settings, rpc, e, DecodeFrom::Slice).unwrap();
+                let state = service_state(&settings);
+                let (s, stages) = pipeline_once(&state, rpc, e, DecodeFrom::BytesMut).unwrap();
+                let (s2, _) = pipeline_once(&state, rpc, e, DecodeFrom::Slice).unwrap();
                 assert_eq!(s, s2);
                 let (_, direct) = engine_once(&prepared, rpc, i).unwrap();
                 assert_eq!(
