@@ -38,7 +38,8 @@ pub struct Prepared {
 
 /// Converts the pool's nodes and workloads the way the server does.
 pub fn prepare(pool: &Pool, settings: &Settings) -> anyhow::Result<Prepared> {
-    let snapshot = convert::snapshot_in(pool.nodes.clone(), &settings.names)
+    let snapshot = convert::candidates_in(pool.nodes.clone(), &settings.names, &settings.limits)
+        .and_then(gpusched_service::invalid_node::Candidates::all_valid)
         .map_err(|e| anyhow!("synthetic cluster rejected: {e}"))?;
     let workloads = pool
         .workloads
@@ -136,8 +137,10 @@ pub fn pipeline_once(
     } = decoded.map_err(|e| format!("decode: {e}"))?;
     let t1 = Instant::now();
     // The service's own conversion of Filter/Score/Allocate inputs.
-    let (s, w, _) = gpusched_service::placement::inputs(state, nodes, node_refs, workload, options)
+    let (c, w, _) = gpusched_service::placement::inputs(state, nodes, node_refs, workload, options)
         .map_err(|e| e.to_string())?;
+    // Synthetic clusters have no invalid node: the snapshot is every candidate.
+    let s = c.snapshot;
     let t2 = Instant::now();
     let (bytes, t3, t4) = match rpc {
         Rpc::Allocate => {

@@ -692,7 +692,7 @@ type AllocateBatchResponse struct {
 	// Whether every workload was placed.
 	AllPlaced bool `protobuf:"varint,2,opt,name=all_placed,json=allPlaced,proto3" json:"all_placed,omitempty"`
 	// The nodes with usage after the placements (empty unless asked; unchanged usage when
-	// all_or_nothing rolled back).
+	// all_or_nothing rolled back). Invalid nodes (REASON_INVALID_NODE) are not returned.
 	UpdatedNodes  []*Node `protobuf:"bytes,3,rep,name=updated_nodes,json=updatedNodes,proto3" json:"updated_nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -35,7 +35,10 @@ const (
 // INVALID_ARGUMENT with google.rpc.BadRequest field violations, each with its
 // ViolationReason (without the prefix) in FieldViolation.reason, and a
 // google.rpc.ErrorInfo (domain "gpusched.io"); a workload that fits nowhere is a
-// normal answer with per-node reasons.
+// normal answer with per-node reasons. An invalid node (duplicate or blank card ids,
+// more cards than limits.max_cards_per_node, capacities out of range, pair scores or
+// cordons naming unknown cards; see Node) is not a request error: it is a failed node
+// with REASON_INVALID_NODE in every answer, and the decision is made on the others.
 type PlacementServiceClient interface {
 	// Which candidate nodes can host the workload, and why the others cannot.
 	Filter(ctx context.Context, in *FilterRequest, opts ...grpc.CallOption) (*FilterResponse, error)
@@ -118,7 +121,10 @@ func (c *placementServiceClient) ValidateWorkload(ctx context.Context, in *Valid
 // INVALID_ARGUMENT with google.rpc.BadRequest field violations, each with its
 // ViolationReason (without the prefix) in FieldViolation.reason, and a
 // google.rpc.ErrorInfo (domain "gpusched.io"); a workload that fits nowhere is a
-// normal answer with per-node reasons.
+// normal answer with per-node reasons. An invalid node (duplicate or blank card ids,
+// more cards than limits.max_cards_per_node, capacities out of range, pair scores or
+// cordons naming unknown cards; see Node) is not a request error: it is a failed node
+// with REASON_INVALID_NODE in every answer, and the decision is made on the others.
 type PlacementServiceServer interface {
 	// Which candidate nodes can host the workload, and why the others cannot.
 	Filter(context.Context, *FilterRequest) (*FilterResponse, error)

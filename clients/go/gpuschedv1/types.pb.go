@@ -283,21 +283,24 @@ const (
 	// A container's GPU request that is malformed or out of range: card count, memory,
 	// memory percentage or cores (resource quantities or typed fields).
 	ViolationReason_VIOLATION_REASON_INVALID_RESOURCE_REQUEST ViolationReason = 5
-	// A required field is unset or empty (a node name, a card id, a card's health, the
-	// workload, its spec, the workload list of a batch).
+	// A required field is unset or empty (a node name, a card's health, the workload, its spec,
+	// the workload list of a batch; in a REASON_INVALID_NODE message, a card id empty or blank).
 	ViolationReason_VIOLATION_REASON_MISSING_FIELD ViolationReason = 6
-	// A name or id that must be unique is repeated (node name, card id, card uuid).
+	// A name or id that must be unique is repeated (node name, card uuid; in a
+	// REASON_INVALID_NODE message, a card id).
 	ViolationReason_VIOLATION_REASON_DUPLICATE_ID ViolationReason = 7
-	// A name or id that refers to something the request does not contain (a pair
-	// score's card, a name in restrict_to_node_names).
+	// A name or id that refers to something the request does not contain (a name in
+	// restrict_to_node_names; in a REASON_INVALID_NODE message, a pair score's, a cordon's or a
+	// usage part's card).
 	ViolationReason_VIOLATION_REASON_UNKNOWN_REFERENCE ViolationReason = 8
 	// An enum number this server does not know (CardHealth, CardMode, LinkKind).
 	ViolationReason_VIOLATION_REASON_UNKNOWN_ENUM_VALUE ViolationReason = 9
 	// A number outside its accepted range: options.default_cores_percent, normalisation
-	// split counts and scaling factors.
+	// split counts and scaling factors; in a REASON_INVALID_NODE message, a card's capacity.
 	ViolationReason_VIOLATION_REASON_OUT_OF_RANGE ViolationReason = 10
 	// The request is over a configured server limit (RESOURCE_EXHAUSTED with
-	// google.rpc.QuotaFailure violations).
+	// google.rpc.QuotaFailure violations); in a REASON_INVALID_NODE message, a node over
+	// limits.max_cards_per_node.
 	ViolationReason_VIOLATION_REASON_LIMIT_EXCEEDED ViolationReason = 11
 	// A node sent by reference (NodeRef) is malformed: a digest of the wrong length or with an
 	// unknown function, inline bytes that do not hash to their digest, or bytes that do not decode.
@@ -395,6 +398,16 @@ const (
 	Reason_REASON_CARD_COMPUTE_UNITS_EXHAUSTED Reason = 11
 	// The container collected fewer cards than it asked for (count = cards collected).
 	Reason_REASON_ALLOCATED_CARDS_INSUFFICIENT_REQUEST Reason = 12
+	// Check 0: the card has no capacity (0 slots, 0 MiB or 0 cores) and takes no work; the node's
+	// other cards are used as usual. Not a HAMi reason (name "CardZeroCapacity").
+	Reason_REASON_CARD_ZERO_CAPACITY Reason = 13
+	// The node itself is invalid (see Node): it is the FailedNode's only reason, with count 1,
+	// unresolvable set, container_position 0 and container_name empty; message is
+	// "InvalidNode: " then each problem as "<field> <VIOLATION_REASON without prefix>:
+	// <description>", joined with "; " (fields relative to the node, e.g. "cards[1].id
+	// DUPLICATE_ID: ..."; at most 8 problems, then "and N more"). Not a HAMi reason (name
+	// "InvalidNode").
+	Reason_REASON_INVALID_NODE Reason = 14
 )
 
 // Enum value maps for Reason.
@@ -413,6 +426,8 @@ var (
 		10: "REASON_CARD_INSUFFICIENT_CORE",
 		11: "REASON_CARD_COMPUTE_UNITS_EXHAUSTED",
 		12: "REASON_ALLOCATED_CARDS_INSUFFICIENT_REQUEST",
+		13: "REASON_CARD_ZERO_CAPACITY",
+		14: "REASON_INVALID_NODE",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":                          0,
@@ -428,6 +443,8 @@ var (
 		"REASON_CARD_INSUFFICIENT_CORE":               10,
 		"REASON_CARD_COMPUTE_UNITS_EXHAUSTED":         11,
 		"REASON_ALLOCATED_CARDS_INSUFFICIENT_REQUEST": 12,
+		"REASON_CARD_ZERO_CAPACITY":                   13,
+		"REASON_INVALID_NODE":                         14,
 	}
 )
 
@@ -572,19 +589,25 @@ func (x *CardUsage) GetUsedCores() uint32 {
 }
 
 // One schedulable GPU card of a node, with its current usage.
+//
+// A card whose id is empty or blank (only whitespace), repeated on its node, or whose slots,
+// total_mem_mib or total_cores is above its bound makes its node invalid (see Node). A card
+// with 0 slots, 0 MiB or 0 cores is valid but takes no work: it is refused with
+// REASON_CARD_ZERO_CAPACITY (check 0 of docs/placement-semantics.md section 5.4).
 type Card struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Card id (the GPU UUID, e.g. "GPU-0fc3..."); unique within its node; required.
+	// Card id (the GPU UUID, e.g. "GPU-0fc3..."); unique within its node; required, not blank.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Device index on the node (NVML index). Lower index wins the final tie-break.
 	Index uint32 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
 	// Model string as registered, e.g. "NVIDIA-A100-SXM4-40GB".
 	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
-	// Virtual slots: how many containers may share the card (HAMi deviceSplitCount).
+	// Virtual slots: how many containers may share the card (HAMi deviceSplitCount); at most
+	// 10,000.
 	Slots uint32 `protobuf:"varint,4,opt,name=slots,proto3" json:"slots,omitempty"`
-	// Device memory after scaling, MiB.
+	// Device memory after scaling, MiB; at most 16,777,216 (16 TiB).
 	TotalMemMib uint64 `protobuf:"varint,5,opt,name=total_mem_mib,json=totalMemMib,proto3" json:"total_mem_mib,omitempty"`
-	// Compute after scaling, percent (normally 100).
+	// Compute after scaling, percent (normally 100); at most 10,000.
 	TotalCores uint32 `protobuf:"varint,6,opt,name=total_cores,json=totalCores,proto3" json:"total_cores,omitempty"`
 	// NUMA node of the card.
 	Numa uint32 `protobuf:"varint,7,opt,name=numa,proto3" json:"numa,omitempty"`
@@ -592,7 +615,8 @@ type Card struct {
 	Health CardHealth `protobuf:"varint,8,opt,name=health,proto3,enum=gpusched.v1.CardHealth" json:"health,omitempty"`
 	// Sharing mode.
 	Mode CardMode `protobuf:"varint,9,opt,name=mode,proto3,enum=gpusched.v1.CardMode" json:"mode,omitempty"`
-	// Usage by workloads already placed (unset = idle).
+	// Usage by workloads already placed (unset = idle). Usage above the capacity is accepted:
+	// the card is full.
 	Usage         *CardUsage `protobuf:"bytes,10,opt,name=usage,proto3" json:"usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -763,15 +787,31 @@ func (x *CardPairScore) GetScore() int64 {
 }
 
 // A candidate node with its cards and their current usage.
+//
+// Node-level faults stay node-level: a node whose content is invalid is not a request error.
+// It is answered in failed_nodes as a FailedNode with the single reason REASON_INVALID_NODE,
+// unresolvable, its message naming each problem (field relative to the node, ViolationReason
+// name, description), and the decision is made on the other nodes exactly as without it; the
+// same whether it was sent whole or by reference (NodeRef). A node is invalid when it has more
+// cards than the server's limits.max_cards_per_node (LIMIT_EXCEEDED), a card id that is empty
+// or blank (MISSING_FIELD) or repeated (DUPLICATE_ID), a capacity above its bound
+// (OUT_OF_RANGE, see Card), a pair score or a cordon naming a card it does not have
+// (UNKNOWN_REFERENCE), or, by reference, a usage part naming a card it does not have
+// (UNKNOWN_REFERENCE). Request errors remain for what names no node or breaks the request
+// itself: an empty or repeated node name, a card's health unset or an enum number the server
+// does not know (INVALID_ARGUMENT), the request-wide limits.max_nodes, limits.max_cards and
+// message size (RESOURCE_EXHAUSTED; cards of invalid nodes count), and malformed references.
 type Node struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Node name; unique within a request; required.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// The node's GPU cards.
+	// The node's GPU cards; at most the server's limits.max_cards_per_node (64 by default).
 	Cards []*Card `protobuf:"bytes,2,rep,name=cards,proto3" json:"cards,omitempty"`
-	// Card ids that take no new work (merged with the hami.io/device-cordon annotation).
+	// Card ids that take no new work (merged with the hami.io/device-cordon annotation); each
+	// must be a card of the node (blank entries are ignored).
 	CordonedCardIds []string `protobuf:"bytes,3,rep,name=cordoned_card_ids,json=cordonedCardIds,proto3" json:"cordoned_card_ids,omitempty"`
-	// Pair scores between the node's cards (topology-aware placement). Missing pairs score 0.
+	// Pair scores between the node's cards (topology-aware placement), each naming two cards of
+	// the node. Missing pairs score 0.
 	PairScores []*CardPairScore `protobuf:"bytes,4,rep,name=pair_scores,json=pairScores,proto3" json:"pair_scores,omitempty"`
 	// Node annotations; only hami.io/device-cordon is read.
 	Annotations   map[string]string `protobuf:"bytes,5,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -1598,7 +1638,7 @@ func (x *ReasonCount) GetName() string {
 	return ""
 }
 
-// A node that cannot host the workload.
+// A node that cannot host the workload (or that is invalid itself: REASON_INVALID_NODE).
 type FailedNode struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Node name.
@@ -1607,9 +1647,10 @@ type FailedNode struct {
 	Reasons []*ReasonCount `protobuf:"bytes,2,rep,name=reasons,proto3" json:"reasons,omitempty"`
 	// HAMi's reason text: "<count>/<cards> <Reason>" items joined with ", ".
 	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
-	// Index of the failing container in pod order (init containers first).
+	// Index of the failing container in pod order (init containers first); 0 for
+	// REASON_INVALID_NODE.
 	ContainerPosition uint32 `protobuf:"varint,4,opt,name=container_position,json=containerPosition,proto3" json:"container_position,omitempty"`
-	// Name of the failing container.
+	// Name of the failing container; empty for REASON_INVALID_NODE.
 	ContainerName string `protobuf:"bytes,5,opt,name=container_name,json=containerName,proto3" json:"container_name,omitempty"`
 	// True when no change of usage can help: the node fails even with every card idle.
 	Unresolvable  bool `protobuf:"varint,6,opt,name=unresolvable,proto3" json:"unresolvable,omitempty"`
@@ -2223,7 +2264,9 @@ func (x *Digest) GetFunction() DigestFunction {
 // Usage of one card, named by its card id.
 type CardUsageEntry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Id of a card of the node's inventory; an id that is not there is INVALID_ARGUMENT.
+	// Id of a card of the node's inventory; an id that is not there makes the node invalid
+	// (REASON_INVALID_NODE, field "usage.cards[k].card_id"); an empty or repeated id is
+	// INVALID_ARGUMENT.
 	CardId string `protobuf:"bytes,1,opt,name=card_id,json=cardId,proto3" json:"card_id,omitempty"`
 	// The card's usage (unset = idle).
 	Usage         *CardUsage `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
@@ -2621,7 +2664,7 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"\x1dVIOLATION_REASON_OUT_OF_RANGE\x10\n" +
 	"\x12#\n" +
 	"\x1fVIOLATION_REASON_LIMIT_EXCEEDED\x10\v\x12+\n" +
-	"'VIOLATION_REASON_INVALID_NODE_REFERENCE\x10\f*\xcb\x03\n" +
+	"'VIOLATION_REASON_INVALID_NODE_REFERENCE\x10\f*\x83\x04\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fREASON_NODE_INSUFFICIENT_DEVICE\x10\x01\x12\x1a\n" +
@@ -2636,7 +2679,9 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"\x1dREASON_CARD_INSUFFICIENT_CORE\x10\n" +
 	"\x12'\n" +
 	"#REASON_CARD_COMPUTE_UNITS_EXHAUSTED\x10\v\x12/\n" +
-	"+REASON_ALLOCATED_CARDS_INSUFFICIENT_REQUEST\x10\f*M\n" +
+	"+REASON_ALLOCATED_CARDS_INSUFFICIENT_REQUEST\x10\f\x12\x1d\n" +
+	"\x19REASON_CARD_ZERO_CAPACITY\x10\r\x12\x17\n" +
+	"\x13REASON_INVALID_NODE\x10\x0e*M\n" +
 	"\x0eDigestFunction\x12\x1f\n" +
 	"\x1bDIGEST_FUNCTION_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16DIGEST_FUNCTION_SHA256\x10\x01B?Z=github.com/gpusched/gpusched/clients/go/gpuschedv1;gpuschedv1b\x06proto3"

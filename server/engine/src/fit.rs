@@ -178,9 +178,12 @@ fn cmp_entries(node: &Node, a: &OrderEntry, b: &OrderEntry) -> Ordering {
         })
 }
 
-/// Checks 1-3: health, cordon, type/mode filter.
+/// Checks 0-3: capacity, health, cordon, type/mode filter.
 #[inline]
 pub(crate) fn pre_checks(card: &Card, cordoned: bool, prep: &Prepared<'_>) -> Option<Reason> {
+    if card.count == 0 || card.total_mem_mib == 0 || card.total_cores == 0 {
+        return Some(Reason::CardZeroCapacity);
+    }
     if !card.healthy {
         return Some(Reason::CardNotHealth);
     }

@@ -93,7 +93,8 @@ pub use inventory::{
     normalize_inventory,
 };
 pub use model::{
-    Card, CardMode, CardUsage, Node, NodeId, NodeSpec, PairScore, ParseCardModeError, Snapshot,
+    Card, CardMode, CardUsage, MAX_CARD_CORES, MAX_CARD_MEM_MIB, MAX_CARD_SLOTS, Node, NodeId,
+    NodeSpec, PairScore, ParseCardModeError, Snapshot,
 };
 pub use names::{AnnotationNames, KubeNames, ResourceNames, split_list};
 pub use policy::{

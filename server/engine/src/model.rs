@@ -109,6 +109,17 @@ impl CardUsage {
     }
 }
 
+/// Largest accepted [`Card::count`] (virtual slots). Far above any real split count; a larger
+/// value is taken for garbage (`docs/placement-semantics.md` section 1).
+pub const MAX_CARD_SLOTS: u32 = 10_000;
+
+/// Largest accepted [`Card::total_mem_mib`]: 16 TiB, over fifty times the largest GPU memory
+/// of today even after memory scaling.
+pub const MAX_CARD_MEM_MIB: u64 = 1 << 24;
+
+/// Largest accepted [`Card::total_cores`] (percent of one card: a core scaling of 100).
+pub const MAX_CARD_CORES: u32 = 10_000;
+
 /// One schedulable GPU card.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Card {
@@ -175,7 +186,8 @@ pub struct NodeSpec {
     pub name: String,
     /// Its cards.
     pub cards: Vec<Card>,
-    /// Card ids that take no new work (unknown ids are ignored: the list may name retired cards).
+    /// Card ids that take no new work; each must be a card of the node (an unknown id is a
+    /// violation: a typo would otherwise leave the card meant open to new work).
     pub cordoned: Vec<String>,
     /// Pair scores between its cards.
     pub pair_scores: Vec<PairScore>,
@@ -241,8 +253,10 @@ impl NodeSums {
 }
 
 impl Node {
-    /// Validates one node on its own (card ids non-empty and unique, pair scores naming cards
-    /// of the node, name non-empty), fields relative to the node (`cards[j].id`). Wrap it in an
+    /// Validates one node on its own (name non-empty; card ids non-blank and unique; capacities
+    /// within [`MAX_CARD_SLOTS`], [`MAX_CARD_MEM_MIB`], [`MAX_CARD_CORES`]; pair scores and
+    /// cordons naming cards of the node), fields relative to the node (`cards[j].id`,
+    /// `cordoned[k]`). Wrap it in an
     /// [`Arc`] and keep it to build snapshots without copying ([`Snapshot::from_nodes`]).
     pub fn new(spec: NodeSpec) -> Result<Node, InvalidInput> {
         let mut violations = Vec::new();
@@ -363,8 +377,8 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Validates the nodes: names non-empty and unique, card ids non-empty and unique per node,
-    /// pair scores naming cards of the node. Every problem is reported, with its field path
+    /// Validates the nodes: names non-empty and unique, and each node as [`Node::new`] does.
+    /// Every problem is reported, with its field path
     /// (`nodes[i].cards[j].id`), relative to the caller's list.
     pub fn new(specs: Vec<NodeSpec>) -> Result<Snapshot, InvalidInput> {
         let mut violations = Vec::new();
@@ -522,14 +536,19 @@ fn violation_position(field: &str) -> usize {
         .unwrap_or(usize::MAX)
 }
 
-/// Card ids non-empty and unique on the node; pair scores naming cards of the node.
+/// Card ids non-blank and unique on the node; capacities within [`MAX_CARD_SLOTS`],
+/// [`MAX_CARD_MEM_MIB`], [`MAX_CARD_CORES`]; pair scores and cordons naming cards of the node.
 fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
     for (j, card) in spec.cards.iter().enumerate() {
-        if card.id.is_empty() {
+        if card.id.trim().is_empty() {
             violations.push(Violation::new(
                 ViolationKind::MissingField,
                 format!("nodes[{i}].cards[{j}].id"),
-                "card id must not be empty",
+                if card.id.is_empty() {
+                    "card id must not be empty"
+                } else {
+                    "card id must not be blank"
+                },
             ));
         } else if let Some(first) = spec.cards.iter().take(j).position(|c| c.id == card.id) {
             violations.push(Violation::new(
@@ -539,6 +558,34 @@ fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
                     "duplicate card id {:?} on node {:?} (also cards[{first}])",
                     card.id, spec.name
                 ),
+            ));
+        }
+    }
+    for (j, card) in spec.cards.iter().enumerate() {
+        for (field, value, max) in [
+            ("slots", u64::from(card.count), u64::from(MAX_CARD_SLOTS)),
+            ("total_mem_mib", card.total_mem_mib, MAX_CARD_MEM_MIB),
+            (
+                "total_cores",
+                u64::from(card.total_cores),
+                u64::from(MAX_CARD_CORES),
+            ),
+        ] {
+            if value > max {
+                violations.push(Violation::new(
+                    ViolationKind::OutOfRange,
+                    format!("nodes[{i}].cards[{j}].{field}"),
+                    format!("{value} is above the largest accepted value {max}"),
+                ));
+            }
+        }
+    }
+    for (k, id) in spec.cordoned.iter().enumerate() {
+        if !spec.cards.iter().any(|c| c.id == *id) {
+            violations.push(Violation::new(
+                ViolationKind::UnknownReference,
+                format!("nodes[{i}].cordoned[{k}]"),
+                format!("cordoned card {id:?} is not a card of node {:?}", spec.name),
             ));
         }
     }

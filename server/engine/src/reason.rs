@@ -29,11 +29,18 @@ pub enum Reason {
     CardComputeUnitsExhausted,
     /// The container collected fewer cards than it asked for.
     AllocatedCardsInsufficientRequest,
+    /// Check 0: the card has no capacity (0 slots, 0 MiB or 0 cores): it can host nothing.
+    CardZeroCapacity,
+    /// The node itself is invalid ([`crate::Node::new`] refused it: duplicate or blank card
+    /// ids, pair scores or cordons naming unknown cards, capacities out of range). The engine's
+    /// decisions never see such a node; a caller that validates nodes one by one and decides
+    /// on the valid ones reports the others with this reason ([`NodeFailure::invalid_node`]).
+    InvalidNode,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 12] = [
+    pub const ALL: [Reason; 14] = [
         Reason::NodeInsufficientDevice,
         Reason::CardNotHealth,
         Reason::CardCordoned,
@@ -46,9 +53,12 @@ impl Reason {
         Reason::CardInsufficientCore,
         Reason::CardComputeUnitsExhausted,
         Reason::AllocatedCardsInsufficientRequest,
+        Reason::CardZeroCapacity,
+        Reason::InvalidNode,
     ];
 
-    /// HAMi's name of the reason.
+    /// HAMi's name of the reason (`CardZeroCapacity` and `InvalidNode` are ours: HAMi has no
+    /// such checks).
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::NodeInsufficientDevice => "NodeInsufficientDevice",
@@ -63,6 +73,8 @@ impl Reason {
             Reason::CardInsufficientCore => "CardInsufficientCore",
             Reason::CardComputeUnitsExhausted => "CardComputeUnitsExhausted",
             Reason::AllocatedCardsInsufficientRequest => "AllocatedCardsInsufficientRequest",
+            Reason::CardZeroCapacity => "CardZeroCapacity",
+            Reason::InvalidNode => "InvalidNode",
         }
     }
 
@@ -80,7 +92,7 @@ impl fmt::Display for Reason {
 /// How many cards each reason applied to (fixed size: no allocation on the hot path).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
 pub struct ReasonCounts {
-    counts: [u32; 12],
+    counts: [u32; Reason::ALL.len()],
 }
 
 impl ReasonCounts {
@@ -117,7 +129,7 @@ impl ReasonCounts {
     }
 
     /// HAMi's text: `"<count>/<cards> <Reason>"` items sorted as strings, joined with `", "`
-    /// (`NodeInsufficientDevice` stands alone, as HAMi writes it).
+    /// (`NodeInsufficientDevice` and `InvalidNode` stand alone, as HAMi writes the former).
     pub fn hami_text(&self, cards_on_node: u32) -> String {
         let mut items: Vec<String> = Reason::ALL
             .into_iter()
@@ -131,7 +143,7 @@ impl ReasonCounts {
 
 fn item(reason: Reason, count: u32, cards: u32) -> String {
     match reason {
-        Reason::NodeInsufficientDevice => reason.as_str().to_owned(),
+        Reason::NodeInsufficientDevice | Reason::InvalidNode => reason.as_str().to_owned(),
         _ => format!("{count}/{cards} {}", reason.as_str()),
     }
 }
@@ -150,6 +162,19 @@ pub struct NodeFailure {
 }
 
 impl NodeFailure {
+    /// The failure of a node that is invalid itself ([`Reason::InvalidNode`], counted once):
+    /// unresolvable, reported for no container (position 0), `cards_on_node` as sent.
+    pub fn invalid_node(cards_on_node: u32) -> NodeFailure {
+        let mut reasons = ReasonCounts::default();
+        reasons.add(Reason::InvalidNode, 1);
+        NodeFailure {
+            container_position: 0,
+            reasons,
+            cards_on_node,
+            unresolvable: true,
+        }
+    }
+
     /// HAMi's reason text.
     pub fn hami_text(&self) -> String {
         self.reasons.hami_text(self.cards_on_node)

@@ -27,12 +27,43 @@ fn g() -> gpusched_engine::Card {
 
 fn cases() -> Vec<Case> {
     let mut cordoned = one(g());
-    cordoned.cordoned = vec!["GPU-0".into(), "GPU-gone".into()];
+    cordoned.cordoned = vec!["GPU-0".into()];
+    let zero = |edit: fn(&mut gpusched_engine::Card)| {
+        let mut c = g().unhealthy();
+        edit(&mut c);
+        let mut n = one(c);
+        n.cordoned = vec!["GPU-0".into()];
+        n
+    };
     let mut mig = g();
     mig.mode = CardMode::Mig;
     let mut both_bad = one(g().unhealthy());
     both_bad.cordoned = vec!["GPU-0".into()];
     vec![
+        Case {
+            name: "0 no slots, before 1 and 2",
+            node: zero(|c| c.count = 0),
+            pod: pod().container(&[("gpu", "1"), ("pct", "10"), ("cores", "0")]),
+            text: "1/1 CardZeroCapacity",
+            reason: Reason::CardZeroCapacity,
+            unresolvable: true,
+        },
+        Case {
+            name: "0 no memory (a percentage would book 0 MiB)",
+            node: zero(|c| c.total_mem_mib = 0),
+            pod: pod().container(&[("gpu", "1"), ("pct", "10"), ("cores", "0")]),
+            text: "1/1 CardZeroCapacity",
+            reason: Reason::CardZeroCapacity,
+            unresolvable: true,
+        },
+        Case {
+            name: "0 no cores (a request without cores would fit)",
+            node: zero(|c| c.total_cores = 0),
+            pod: pod().container(&[("gpu", "1"), ("pct", "10"), ("cores", "0")]),
+            text: "1/1 CardZeroCapacity",
+            reason: Reason::CardZeroCapacity,
+            unresolvable: true,
+        },
         Case {
             name: "1 unhealthy",
             node: one(g().unhealthy()),
@@ -123,14 +154,6 @@ fn cases() -> Vec<Case> {
             text: "1/1 CardTimeSlicingExhausted",
             reason: Reason::CardTimeSlicingExhausted,
             unresolvable: false,
-        },
-        Case {
-            name: "6 zero slots",
-            node: one(g().slots(0)),
-            pod: pod().container(&[("gpu", "1"), ("mem", "1")]),
-            text: "1/1 CardTimeSlicingExhausted",
-            reason: Reason::CardTimeSlicingExhausted,
-            unresolvable: true,
         },
         Case {
             name: "7 mutex",

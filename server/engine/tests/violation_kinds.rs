@@ -161,6 +161,49 @@ fn snapshot_kinds() {
 }
 
 #[test]
+fn node_kinds() {
+    use gpusched_engine::{MAX_CARD_CORES, MAX_CARD_MEM_MIB, MAX_CARD_SLOTS, Node, PairScore};
+    let card = |id: &str| Card::new(id, 0, "NVIDIA-A100", 1024);
+    let mut huge = card("huge");
+    huge.count = MAX_CARD_SLOTS + 1;
+    huge.total_mem_mib = MAX_CARD_MEM_MIB + 1;
+    huge.total_cores = MAX_CARD_CORES + 1;
+    let mut at_bounds = card("max");
+    at_bounds.count = MAX_CARD_SLOTS;
+    at_bounds.total_mem_mib = MAX_CARD_MEM_MIB;
+    at_bounds.total_cores = MAX_CARD_CORES;
+    let mut spec = NodeSpec::new("n", vec![card(" \t"), huge, at_bounds]);
+    spec.cordoned = vec!["max".into(), "GPU-gone".into()];
+    spec.pair_scores = vec![PairScore {
+        card_id: "max".into(),
+        peer_card_id: "GPU-elsewhere".into(),
+        score: 1,
+    }];
+    let e = Node::new(spec).unwrap_err();
+    let got: Vec<(&str, ViolationKind)> = e
+        .violations
+        .iter()
+        .map(|v| (v.field.as_str(), v.kind))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("cards[0].id", ViolationKind::MissingField),
+            ("cards[1].slots", ViolationKind::OutOfRange),
+            ("cards[1].total_mem_mib", ViolationKind::OutOfRange),
+            ("cards[1].total_cores", ViolationKind::OutOfRange),
+            ("cordoned[1]", ViolationKind::UnknownReference),
+            (
+                "pair_scores[0].peer_card_id",
+                ViolationKind::UnknownReference
+            ),
+        ]
+    );
+    assert!(e.violations[0].description.contains("blank"));
+    assert!(e.violations[4].description.contains("GPU-gone"));
+}
+
+#[test]
 fn inventory_kinds() {
     let raw = |uuid: &str| RawCard {
         uuid: uuid.into(),

@@ -86,7 +86,7 @@ fn bench(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("convert", n), &req, |b, req| {
             b.iter(|| {
                 let r = req.clone();
-                let s = convert::snapshot_in(r.nodes, &settings.names);
+                let s = convert::candidates_in(r.nodes, &settings.names, &settings.limits);
                 let w = convert::workload_in(
                     r.workload,
                     "workload",
@@ -103,7 +103,9 @@ fn bench(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("full", n), &bytes, |b, bytes| {
             b.iter(|| {
                 let r = v1::AllocateRequest::decode(bytes.as_slice()).expect("decodes");
-                let s = convert::snapshot_in(r.nodes, &settings.names).expect("valid");
+                let s = convert::candidates_in(r.nodes, &settings.names, &settings.limits)
+                    .expect("valid")
+                    .snapshot;
                 let w = convert::workload_in(
                     r.workload,
                     "workload",

@@ -72,7 +72,7 @@ impl Record {
         &mut self,
         failures: impl Iterator<Item = &'a gpusched_engine::NodeFailure>,
     ) {
-        let mut sums = [0u64; 12];
+        let mut sums = [0u64; Reason::ALL.len()];
         for f in failures {
             for (i, r) in Reason::ALL.iter().enumerate() {
                 if f.reasons.get(*r) > 0

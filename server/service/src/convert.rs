@@ -2,22 +2,25 @@
 //! functions (every message is destructured, so a new field is a compile error here).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use gpusched_api::v1;
 use gpusched_engine as engine;
 use gpusched_engine::{
     Allocation, Card, CardMode, CardUsage, DecideOptions, Defaults, GpuPolicy, GpuToken, KubeNames,
-    NodePolicy, NodeSpec, PairScore, Reason, Snapshot, Violation, ViolationKind, Workload,
+    Node, NodePolicy, NodeSpec, PairScore, Reason, Snapshot, Violation, ViolationKind, Workload,
 };
 
 use crate::config::Limits;
 use crate::error::ServiceError;
+use crate::invalid_node::{Candidates, InvalidNode};
 
 // ---------------------------------------------------------------------------------------------
 // Inbound
 // ---------------------------------------------------------------------------------------------
 
-/// Checks the size limits of a node list before any conversion work.
+/// Checks the request-wide size limits of a node list before any conversion work (a node over
+/// `limits.max_cards_per_node` is invalid itself: see [`node_checked`]).
 pub fn check_node_limits(nodes: &[v1::Node], limits: &Limits) -> Result<usize, ServiceError> {
     let mut too_large = Vec::new();
     if nodes.len() > limits.max_nodes {
@@ -31,21 +34,7 @@ pub fn check_node_limits(nodes: &[v1::Node], limits: &Limits) -> Result<usize, S
             ),
         ));
     }
-    let mut cards = 0usize;
-    for (i, n) in nodes.iter().enumerate() {
-        cards += n.cards.len();
-        if n.cards.len() > limits.max_cards_per_node {
-            too_large.push(Violation::new(
-                ViolationKind::LimitExceeded,
-                format!("nodes[{i}].cards"),
-                format!(
-                    "{} cards exceed the limit of {} per node (limits.max_cards_per_node)",
-                    n.cards.len(),
-                    limits.max_cards_per_node
-                ),
-            ));
-        }
-    }
+    let cards: usize = nodes.iter().map(|n| n.cards.len()).sum();
     if cards > limits.max_cards {
         too_large.push(Violation::new(
             ViolationKind::LimitExceeded,
@@ -82,28 +71,159 @@ impl std::fmt::Display for NodeAt {
     }
 }
 
-/// Converts and validates the candidate nodes.
-pub fn snapshot_in(nodes: Vec<v1::Node>, names: &KubeNames) -> Result<Snapshot, ServiceError> {
+/// Converts and validates the candidate nodes sent whole: the valid ones into the snapshot,
+/// the invalid ones beside it ([`node_checked`]). Request errors: empty or repeated node names,
+/// unset or unknown enum numbers.
+pub fn candidates_in(
+    nodes: Vec<v1::Node>,
+    names: &KubeNames,
+    limits: &Limits,
+) -> Result<Candidates, ServiceError> {
     let mut violations = Vec::new();
-    let specs: Vec<NodeSpec> = nodes
-        .into_iter()
-        .enumerate()
-        .map(|(i, n)| node_in(n, NodeAt::Whole(i), names, &mut violations))
-        .collect();
+    let mut valid = Vec::with_capacity(nodes.len());
+    let mut invalid = Vec::new();
+    let mut all_names: Vec<String> = Vec::with_capacity(nodes.len());
+    for (i, n) in nodes.into_iter().enumerate() {
+        all_names.push(n.name.clone());
+        match node_checked(n, NodeAt::Whole(i), names, limits, &mut violations) {
+            Some(Ok(node)) => valid.push(Arc::new(node)),
+            Some(Err(bad)) => invalid.push(Arc::new(bad)),
+            None => {}
+        }
+    }
+    let refs: Vec<&str> = all_names.iter().map(String::as_str).collect();
+    violations.extend(duplicate_names(&refs, |i| NodeAt::Whole(i).to_string()));
     if !violations.is_empty() {
+        violations.sort_by_key(|v| node_position(&v.field));
         return Err(ServiceError::InvalidArgument(violations));
     }
-    Ok(Snapshot::new(specs)?)
+    let snapshot = Snapshot::from_nodes(valid)?;
+    Ok(Candidates::new(snapshot, invalid))
+}
+
+/// Repeated node names (the later occurrences, in input order), each named `<at(i)>.name`.
+/// The description names no field (a client that sent nodes by reference renames fields, not
+/// descriptions), so that it is the same however the nodes were sent.
+pub fn duplicate_names(names: &[&str], at: impl Fn(usize) -> String) -> Vec<Violation> {
+    let mut order: Vec<usize> = (0..names.len()).collect();
+    order.sort_by(|&a, &b| names[a].cmp(names[b]).then(a.cmp(&b)));
+    let mut repeated: Vec<usize> = order
+        .windows(2)
+        .filter(|w| !names[w[1]].is_empty() && names[w[0]] == names[w[1]])
+        .map(|w| w[1])
+        .collect();
+    repeated.sort_unstable();
+    repeated
+        .into_iter()
+        .map(|i| {
+            Violation::new(
+                ViolationKind::DuplicateId,
+                format!("{}.name", at(i)),
+                format!(
+                    "duplicate node name {:?}: names are unique over nodes and node_refs",
+                    names[i]
+                ),
+            )
+        })
+        .collect()
+}
+
+/// The node position of a `nodes[i]...` field, for reporting violations in input order.
+fn node_position(field: &str) -> usize {
+    field
+        .strip_prefix("nodes[")
+        .and_then(|r| r.split(']').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(usize::MAX)
+}
+
+/// Converts and validates one node, sent whole or by reference: `Some(Ok)` a valid node,
+/// `Some(Err)` a node invalid itself (over `limits.max_cards_per_node`, or refused by
+/// [`Node::new`]; its problems named relative to the node), `None` when request errors (an
+/// empty name, unset or unknown enum numbers) were added to `violations`, named after `at`.
+pub fn node_checked(
+    n: v1::Node,
+    at: NodeAt,
+    names: &KubeNames,
+    limits: &Limits,
+    violations: &mut Vec<Violation>,
+) -> Option<Result<Node, InvalidNode>> {
+    let before = violations.len();
+    if n.name.is_empty() {
+        violations.push(Violation::new(
+            ViolationKind::MissingField,
+            format!("{at}.name"),
+            "node name must not be empty",
+        ));
+    }
+    if n.cards.len() > limits.max_cards_per_node {
+        // Not converted: its cards are not looked at (bounded work per node).
+        let problem = Violation::new(
+            ViolationKind::LimitExceeded,
+            "cards",
+            format!(
+                "{} cards exceed the limit of {} per node (limits.max_cards_per_node)",
+                n.cards.len(),
+                limits.max_cards_per_node
+            ),
+        );
+        return (violations.len() == before)
+            .then(|| Err(InvalidNode::new(n.name, n.cards.len(), vec![problem])));
+    }
+    let (spec, cordons) = node_in(n, at, names, violations);
+    if violations.len() != before {
+        return None;
+    }
+    let (name, cards) = (spec.name.clone(), spec.cards.len());
+    Some(Node::new(spec).map_err(|e| {
+        let problems = e
+            .violations
+            .into_iter()
+            .map(|v| Violation {
+                field: cordons.field(&v.field),
+                ..v
+            })
+            .collect();
+        InvalidNode::new(name, cards, problems)
+    }))
+}
+
+/// Where the entries of `NodeSpec::cordoned` came from (the list field, then the annotation),
+/// to name a cordon in a problem as the caller wrote it.
+#[derive(Debug, Default)]
+pub struct CordonFields {
+    /// Positions in `cordoned_card_ids` of the first entries (blank ones are skipped).
+    list: Vec<usize>,
+    /// The cordon annotation's key (the later entries).
+    annotation: String,
+}
+
+impl CordonFields {
+    /// The caller's field for an engine field relative to the node: `cordoned[k]` becomes
+    /// `cordoned_card_ids[j]` or `annotations["<cordon key>"]`; other fields are kept.
+    pub fn field(&self, engine_field: &str) -> String {
+        let k = engine_field
+            .strip_prefix("cordoned[")
+            .and_then(|r| r.strip_suffix(']'))
+            .and_then(|k| k.parse::<usize>().ok());
+        match k {
+            None => engine_field.to_owned(),
+            Some(k) => match self.list.get(k) {
+                Some(j) => format!("cordoned_card_ids[{j}]"),
+                None => format!("annotations[{:?}]", self.annotation),
+            },
+        }
+    }
 }
 
 /// Converts one node (the one conversion of a node, whether sent whole or by reference); field
-/// problems are added to `violations`, named after `at`.
+/// problems are added to `violations`, named after `at`. Also says where each cordon came from.
 pub fn node_in(
     n: v1::Node,
     at: NodeAt,
     names: &KubeNames,
     violations: &mut Vec<Violation>,
-) -> NodeSpec {
+) -> (NodeSpec, CordonFields) {
     let v1::Node {
         name,
         cards,
@@ -111,13 +231,20 @@ pub fn node_in(
         pair_scores,
         annotations,
     } = n;
-    let mut cordoned: Vec<String> = cordoned_card_ids
-        .into_iter()
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-        .collect();
+    let mut cordons = CordonFields::default();
+    let mut cordoned: Vec<String> = Vec::with_capacity(cordoned_card_ids.len());
+    for (j, s) in cordoned_card_ids.into_iter().enumerate() {
+        let s = s.trim();
+        if !s.is_empty() {
+            cordoned.push(s.to_owned());
+            cordons.list.push(j);
+        }
+    }
     if let Some(v) = annotations.get(&names.annotations.device_cordon) {
         cordoned.extend(engine::split_list(v));
+        cordons
+            .annotation
+            .clone_from(&names.annotations.device_cordon);
     }
     let cards = cards
         .into_iter()
@@ -139,12 +266,15 @@ pub fn node_in(
             }
         })
         .collect();
-    NodeSpec {
-        name,
-        cards,
-        cordoned,
-        pair_scores,
-    }
+    (
+        NodeSpec {
+            name,
+            cards,
+            cordoned,
+            pair_scores,
+        },
+        cordons,
+    )
 }
 
 /// A card's usage.
@@ -691,6 +821,8 @@ pub fn reason_out(r: Reason) -> v1::Reason {
         Reason::CardInsufficientCore => v1::Reason::CardInsufficientCore,
         Reason::CardComputeUnitsExhausted => v1::Reason::CardComputeUnitsExhausted,
         Reason::AllocatedCardsInsufficientRequest => v1::Reason::AllocatedCardsInsufficientRequest,
+        Reason::CardZeroCapacity => v1::Reason::CardZeroCapacity,
+        Reason::InvalidNode => v1::Reason::InvalidNode,
     }
 }
 

@@ -8,6 +8,7 @@ pub mod call;
 pub mod config;
 pub mod convert;
 pub mod error;
+pub mod invalid_node;
 pub mod inventory;
 pub mod metrics;
 pub mod node_cache;

@@ -1,5 +1,6 @@
 //! The node cache: node parts sent by reference (`NodeRef`), decoded AND converted, keyed by
-//! their content digest; inventories held as validated engine nodes (`Arc<Node>`), and each
+//! their content digest; inventories held as validated engine nodes (`Arc<Node>`), or, for an
+//! inventory invalid itself, as that verdict (`Arc<InvalidNode>`: never a node), and each
 //! inventory+usage pair seen as the combined node, keyed by both digests (compared in full), so
 //! an unchanged node costs one lookup and an `Arc` clone. Bounded in bytes and entries (LRU per shard); safe under concurrent
 //! calls (sharded mutexes, each held only for one map operation, never across a decision).
@@ -12,6 +13,8 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex};
 
 use gpusched_engine::{CardUsage, Node};
+
+use crate::invalid_node::InvalidNode;
 use hashlink::LinkedHashMap;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -23,7 +26,8 @@ const SHARDS: usize = 16;
 /// entry).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Part {
-    /// A serialized `gpusched.v1.Node`, converted and validated to a [`Node`].
+    /// A serialized `gpusched.v1.Node`, converted and validated to a [`Node`] (or to the
+    /// verdict that it is invalid itself).
     Inventory,
     /// A serialized `gpusched.v1.NodeUsage`, converted to per-card usage.
     Usage,
@@ -81,6 +85,9 @@ pub enum Value {
     Inventory(Arc<Node>),
     /// A converted usage part.
     Usage(Arc<UsageList>),
+    /// An inventory that is invalid itself (answered as a failed node, REASON_INVALID_NODE):
+    /// the verdict, so that a client that sent it once may name it by digest like any other.
+    Invalid(Arc<InvalidNode>),
 }
 
 impl Value {
@@ -95,6 +102,7 @@ impl Value {
                     u.capacity() * size_of::<(String, CardUsage)>()
                         + u.iter().map(|(id, _)| id.capacity()).sum::<usize>()
                 }
+                Value::Invalid(x) => size_of::<InvalidNode>() + x.heap_bytes(),
             }
     }
 }

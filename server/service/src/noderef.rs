@@ -1,29 +1,33 @@
 //! Candidate nodes sent whole (`nodes`) and by reference (`node_refs`): resolving references
 //! through the node cache, converting inline parts with the one node conversion
-//! ([`convert::node_in`], validated by [`Node::new`]) and caching them as engine nodes, and
-//! building the snapshot from shared nodes ([`Snapshot::from_nodes`]: no node is copied).
+//! ([`convert::node_checked`], validated by [`Node::new`]) and caching them as engine nodes (or,
+//! for an inventory that is invalid itself, as that verdict), and building the candidates from
+//! shared nodes ([`Snapshot::from_nodes`]: no node is copied).
 //!
 //! A request is answered from its own content only: a reference the cache does not hold makes
 //! the whole call FAILED_PRECONDITION (every missing digest listed), never a partial decision.
+//! An invalid node is answered the same whether sent whole or by reference (its problems are
+//! named relative to the node).
 
 use std::sync::Arc;
 
 use gpusched_api::v1;
-use gpusched_engine::{Node, NodeSpec, Snapshot, Violation, ViolationKind};
+use gpusched_engine::{Node, Snapshot, Violation, ViolationKind};
 use prost::Message;
 
 use crate::call::State;
 use crate::config::Limits;
 use crate::convert::{self, NodeAt};
 use crate::error::{Missing, ServiceError};
+use crate::invalid_node::{Candidates, InvalidNode};
 use crate::node_cache::{Digest, Part, UsageList, Value};
 
 /// Cards assumed per referenced node when sizing a request before its references are
 /// resolved (only chooses between deciding inline and on the blocking pool).
 pub const ASSUMED_CARDS_PER_REF: usize = 8;
 
-/// Checks the node count of a request, and the card counts of its whole nodes, before any
-/// conversion work (referenced nodes' cards are checked once resolved).
+/// Checks the node count of a request, and the card count of its whole nodes, before any
+/// conversion work (referenced nodes' cards are counted once resolved).
 pub fn check_limits(
     nodes: &[v1::Node],
     refs: &[v1::NodeRef],
@@ -181,70 +185,35 @@ fn part_in(
     }
 }
 
-/// Decodes and converts an inline inventory: the node conversion of nodes sent whole.
+/// Decodes and converts an inline inventory: the node conversion of nodes sent whole. A node
+/// invalid itself is kept (and cached) as that verdict; request errors are not cached.
 fn inventory_in(
     state: &State,
-    whole: usize,
     i: usize,
     bytes: &[u8],
     violations: &mut Vec<Violation>,
-    invalid: &mut Vec<Invalid>,
 ) -> Option<Value> {
-    let field = format!("node_refs[{i}].inventory");
     let node = match v1::Node::decode(bytes) {
         Ok(n) => n,
         Err(e) => {
             violations.push(Violation::new(
                 ViolationKind::InvalidNodeReference,
-                field,
+                format!("node_refs[{i}].inventory"),
                 format!("not a serialized gpusched.v1.Node: {e}"),
             ));
             return None;
         }
     };
-    let limits = &state.settings.limits;
-    if node.cards.len() > limits.max_cards_per_node {
-        violations.push(Violation::new(
-            ViolationKind::LimitExceeded,
-            format!("{field}.cards"),
-            format!(
-                "{} cards exceed the limit of {} per node (limits.max_cards_per_node)",
-                node.cards.len(),
-                limits.max_cards_per_node
-            ),
-        ));
-        return None;
-    }
-    let before = violations.len();
-    let spec = convert::node_in(node, NodeAt::Ref(i), &state.settings.names, violations);
-    if violations.len() != before {
-        return None;
-    }
-    validated(spec, whole + i, invalid).map(|n| Value::Inventory(Arc::new(n)))
-}
-
-/// A node that failed [`Node::new`]: its position in the combined list (whole nodes, then
-/// references), its name and its violations (fields relative to the node). Reported, like
-/// `Snapshot::new` did, only when the request has no other problem, with duplicate names.
-struct Invalid {
-    at: usize,
-    name: String,
-    violations: Vec<Violation>,
-}
-
-/// Validates one converted node ([`Node::new`]); a failure is kept in `invalid`.
-fn validated(spec: NodeSpec, at: usize, invalid: &mut Vec<Invalid>) -> Option<Node> {
-    let name = spec.name.clone();
-    match Node::new(spec) {
-        Ok(n) => Some(n),
-        Err(e) => {
-            invalid.push(Invalid {
-                at,
-                name,
-                violations: e.violations,
-            });
-            None
-        }
+    let settings = &state.settings;
+    match convert::node_checked(
+        node,
+        NodeAt::Ref(i),
+        &settings.names,
+        &settings.limits,
+        violations,
+    )? {
+        Ok(n) => Some(Value::Inventory(Arc::new(n))),
+        Err(bad) => Some(Value::Invalid(Arc::new(bad))),
     }
 }
 
@@ -286,35 +255,44 @@ fn usage_part_in(i: usize, bytes: &[u8], violations: &mut Vec<Violation>) -> Opt
 }
 
 /// The candidate nodes of a request: whole nodes converted as always, references resolved.
-pub fn snapshot_in(
+pub fn candidates_in(
     state: &State,
     nodes: Vec<v1::Node>,
     refs: Vec<v1::NodeRef>,
-) -> Result<Snapshot, ServiceError> {
-    let names = &state.settings.names;
+) -> Result<Candidates, ServiceError> {
+    let settings = &state.settings;
     if refs.is_empty() {
-        return convert::snapshot_in(nodes, names);
+        return convert::candidates_in(nodes, &settings.names, &settings.limits);
     }
     let whole = nodes.len();
     let mut violations = Vec::new();
     let mut missing = Vec::new();
     let mut tally: Tally = [(0, 0); 2];
     let mut shared: Vec<Arc<Node>> = Vec::with_capacity(whole + refs.len());
-    // Position of each shared node in the combined list (whole nodes, then references).
-    let mut shared_at: Vec<usize> = Vec::with_capacity(whole + refs.len());
-    let mut invalid: Vec<Invalid> = Vec::new();
+    let mut invalid: Vec<Arc<InvalidNode>> = Vec::new();
+    // Every node's name by its position in the combined list (whole nodes, then references),
+    // for duplicate names; empty for a reference not resolved (missing or malformed).
+    let mut names: Vec<String> = Vec::with_capacity(whole + refs.len());
+    // Cards of every node, valid or not (limits.max_cards counts what was sent).
+    let mut cards = 0usize;
     for (i, n) in nodes.into_iter().enumerate() {
-        let before = violations.len();
-        let spec = convert::node_in(n, NodeAt::Whole(i), names, &mut violations);
-        if violations.len() == before
-            && let Some(node) = validated(spec, i, &mut invalid)
-        {
-            shared.push(Arc::new(node));
-            shared_at.push(i);
+        names.push(n.name.clone());
+        cards += n.cards.len();
+        match convert::node_checked(
+            n,
+            NodeAt::Whole(i),
+            &settings.names,
+            &settings.limits,
+            &mut violations,
+        ) {
+            Some(Ok(node)) => shared.push(Arc::new(node)),
+            Some(Err(bad)) => invalid.push(Arc::new(bad)),
+            None => {}
         }
     }
-    let limits = &state.settings.limits;
+    let limits = &settings.limits;
     for (i, r) in refs.into_iter().enumerate() {
+        names.push(String::new());
         let v1::NodeRef {
             inventory,
             inventory_digest,
@@ -329,10 +307,12 @@ pub fn snapshot_in(
         {
             tally[0].0 += 1;
             tally[1].0 += 1;
-            if within_card_limit(&node, i, limits, &mut violations) {
-                shared.push(node);
-                shared_at.push(whole + i);
+            if let Some(name) = names.last_mut() {
+                name.push_str(node.name());
             }
+            // Cached nodes were checked against limits.max_cards_per_node before caching.
+            cards += node.cards().len();
+            shared.push(node);
             continue;
         }
         let inv = part_in(
@@ -344,7 +324,7 @@ pub fn snapshot_in(
             &mut violations,
             &mut missing,
             &mut tally,
-            |b, v| inventory_in(state, whole, i, b, v, &mut invalid),
+            |b, v| inventory_in(state, i, b, v),
         );
         let use_ = part_in(
             state,
@@ -359,6 +339,16 @@ pub fn snapshot_in(
         );
         let (inv, inv_d) = match inv {
             Found::Value(Value::Inventory(n), d) => (n, d),
+            Found::Value(Value::Invalid(bad), _) => {
+                // Invalid itself: its usage part (resolved above, so that missing or malformed
+                // parts are still reported) does not matter.
+                if let Some(name) = names.last_mut() {
+                    name.push_str(bad.name());
+                }
+                cards += bad.failure().cards_on_node as usize;
+                invalid.push(bad);
+                continue;
+            }
             Found::Absent => {
                 violations.push(Violation::new(
                     ViolationKind::MissingField,
@@ -369,42 +359,49 @@ pub fn snapshot_in(
             }
             _ => continue,
         };
+        if let Some(name) = names.last_mut() {
+            name.push_str(inv.name());
+        }
+        cards += inv.cards().len();
         let usage = match use_ {
             Found::Value(Value::Usage(u), d) => Some((u, d)),
             Found::Absent => None,
             _ => continue,
         };
-        if !within_card_limit(&inv, i, limits, &mut violations) {
-            continue;
-        }
         let Some((usage, use_d)) = usage else {
             shared.push(inv);
-            shared_at.push(whole + i);
             continue;
         };
         // Clients list usage in card order: look from the card after the last match first.
-        let cards = inv.cards();
-        let n = cards.len();
-        let before = violations.len();
+        let node_cards = inv.cards();
+        let n = node_cards.len();
+        let mut unknown = Vec::new();
         let mut next = 0usize;
         let mut updates = Vec::with_capacity(usage.len());
         for (k, (id, u)) in usage.iter().enumerate() {
             match (0..n)
                 .map(|d| (next + d) % n)
-                .find(|&j| cards.get(j).is_some_and(|c| c.id == *id))
+                .find(|&j| node_cards.get(j).is_some_and(|c| c.id == *id))
             {
                 Some(j) => {
                     next = j + 1;
                     updates.push((j, *u));
                 }
-                None => violations.push(Violation::new(
+                None => unknown.push(Violation::new(
                     ViolationKind::UnknownReference,
-                    format!("node_refs[{i}].usage.cards[{k}].card_id"),
+                    format!("usage.cards[{k}].card_id"),
                     format!("card {id:?} is not a card of node {:?}", inv.name()),
                 )),
             }
         }
-        if violations.len() != before {
+        if !unknown.is_empty() {
+            // The node's usage names cards it does not have: the node is invalid (as a node
+            // sent whole cannot be: there, usage is written in its cards).
+            invalid.push(Arc::new(InvalidNode::new(
+                inv.name().to_owned(),
+                n,
+                unknown,
+            )));
             continue;
         }
         // The positions are the node's cards: always `Some`.
@@ -412,19 +409,25 @@ pub fn snapshot_in(
             let node = Arc::new(node);
             state.node_cache.insert_pair(inv_d, use_d, node.clone());
             shared.push(node);
-            shared_at.push(whole + i);
         }
     }
     for (part, (hits, misses)) in [Part::Inventory, Part::Usage].into_iter().zip(tally) {
         state.node_cache.count(part, hits, misses);
     }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    violations.extend(convert::duplicate_names(&refs, |k| {
+        if k < whole {
+            NodeAt::Whole(k).to_string()
+        } else {
+            NodeAt::Ref(k - whole).to_string()
+        }
+    }));
     if !violations.is_empty() {
         return Err(ServiceError::InvalidArgument(violations));
     }
     if !missing.is_empty() {
         return Err(ServiceError::Missing(missing));
     }
-    let cards: usize = shared.iter().map(|n| n.cards().len()).sum();
     if cards > limits.max_cards {
         return Err(ServiceError::TooLarge(vec![Violation::new(
             ViolationKind::LimitExceeded,
@@ -435,83 +438,8 @@ pub fn snapshot_in(
             ),
         )]));
     }
-    if !invalid.is_empty() {
-        return Err(ServiceError::InvalidArgument(invalid_nodes(
-            &shared, &shared_at, invalid, whole,
-        )));
-    }
-    Snapshot::from_nodes(shared).map_err(|e| {
-        ServiceError::InvalidArgument(
-            e.violations
-                .into_iter()
-                .map(|v| Violation {
-                    field: rename(&v.field, whole),
-                    ..v
-                })
-                .collect(),
-        )
-    })
-}
-
-/// What `Snapshot::new` reported for the combined list when some nodes failed [`Node::new`]:
-/// each node's own violations, then duplicate names, in node order, named after the request.
-fn invalid_nodes(
-    shared: &[Arc<Node>],
-    shared_at: &[usize],
-    invalid: Vec<Invalid>,
-    whole: usize,
-) -> Vec<Violation> {
-    let mut names: Vec<(usize, &str)> = shared_at
-        .iter()
-        .zip(shared)
-        .map(|(&k, n)| (k, n.name()))
-        .chain(invalid.iter().map(|x| (x.at, x.name.as_str())))
-        .collect();
-    names.sort_by_key(|&(k, _)| k);
-    let mut out: Vec<(usize, bool, Violation)> = Vec::new();
-    let mut order: Vec<usize> = (0..names.len()).collect();
-    order.sort_by(|&a, &b| names[a].1.cmp(names[b].1).then(a.cmp(&b)));
-    let mut first = 0usize;
-    for (j, &x) in order.iter().enumerate() {
-        let (k, name) = names[x];
-        if j > 0 && !name.is_empty() && name == names[order[j - 1]].1 {
-            out.push((
-                k,
-                true,
-                Violation::new(
-                    ViolationKind::DuplicateId,
-                    format!("nodes[{k}].name"),
-                    format!(
-                        "duplicate node name {name:?} (also nodes[{}])",
-                        names[order[first]].0
-                    ),
-                ),
-            ));
-        } else {
-            first = j;
-        }
-    }
-    for x in invalid {
-        let k = x.at;
-        out.extend(x.violations.into_iter().map(|v| {
-            (
-                k,
-                false,
-                Violation {
-                    field: format!("nodes[{k}].{}", v.field),
-                    ..v
-                },
-            )
-        }));
-    }
-    // Each node's own violations before its duplicate name, as `Snapshot::new` orders them.
-    out.sort_by_key(|&(k, name_dup, _)| (k, name_dup));
-    out.into_iter()
-        .map(|(_, _, v)| Violation {
-            field: rename(&v.field, whole),
-            ..v
-        })
-        .collect()
+    let snapshot = Snapshot::from_nodes(shared)?;
+    Ok(Candidates::new(snapshot, invalid))
 }
 
 /// The combined node of two well-formed, non-empty digests, when cached (a malformed digest
@@ -524,56 +452,4 @@ fn pair_of(state: &State, inv: &v1::Digest, usage: &v1::Digest) -> Option<Arc<No
         return None;
     }
     state.node_cache.peek_pair(&inv, &usage)
-}
-
-/// Whether a referenced node is within `limits.max_cards_per_node` (a violation when not).
-fn within_card_limit(
-    node: &Node,
-    i: usize,
-    limits: &Limits,
-    violations: &mut Vec<Violation>,
-) -> bool {
-    let n = node.cards().len();
-    if n <= limits.max_cards_per_node {
-        return true;
-    }
-    violations.push(Violation::new(
-        ViolationKind::LimitExceeded,
-        format!("node_refs[{i}].inventory.cards"),
-        format!(
-            "{n} cards exceed the limit of {} per node (limits.max_cards_per_node)",
-            limits.max_cards_per_node
-        ),
-    ));
-    false
-}
-
-/// `nodes[k]...` of the combined list back to the request's fields: `nodes[k]` for whole
-/// nodes, `node_refs[k - whole].inventory` for references.
-fn rename(field: &str, whole: usize) -> String {
-    let Some(rest) = field.strip_prefix("nodes[") else {
-        return field.to_owned();
-    };
-    let Some((num, tail)) = rest.split_once(']') else {
-        return field.to_owned();
-    };
-    match num.parse::<usize>() {
-        Ok(k) if k >= whole => format!("node_refs[{}].inventory{tail}", k - whole),
-        _ => field.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::rename;
-
-    #[test]
-    fn fields_of_the_combined_list_name_the_request() {
-        assert_eq!(rename("nodes[1].name", 2), "nodes[1].name");
-        assert_eq!(
-            rename("nodes[3].cards[0].id", 2),
-            "node_refs[1].inventory.cards[0].id"
-        );
-        assert_eq!(rename("workload", 2), "workload");
-    }
 }

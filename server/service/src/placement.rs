@@ -5,11 +5,12 @@ use std::sync::Arc;
 use gpusched_api::v1;
 use gpusched_api::v1::placement_service_server::PlacementService;
 use gpusched_engine as engine;
-use gpusched_engine::{BatchMode, DecideOptions, Snapshot, Workload};
+use gpusched_engine::{BatchMode, DecideOptions, Workload};
 use tonic::{Request, Response, Status};
 
 use crate::call::{Record, State, run};
 use crate::error::ServiceError;
+use crate::invalid_node::Candidates;
 use crate::{convert, noderef};
 
 const SERVICE: &str = "gpusched.v1.PlacementService";
@@ -35,24 +36,24 @@ fn workload_label(w: &Workload) -> String {
     }
 }
 
-fn describe(record: &mut Record, w: &Workload, s: &Snapshot) {
+fn describe(record: &mut Record, w: &Workload, c: &Candidates) {
     record.workload = workload_label(w);
-    record.nodes = s.len();
-    record.cards = s.card_count();
+    record.nodes = c.len();
+    record.cards = c.snapshot.card_count();
     record.node_policy = w.node_policy.as_str();
     record.gpu_policy = w.gpu_policy.to_string();
 }
 
-/// Converts the common parts of Filter/Score/Allocate: nodes (whole and by reference), options,
-/// workload. Public for the load tester's in-process pipeline, which must convert exactly as
-/// the service does.
+/// Converts the common parts of Filter/Score/Allocate: nodes (whole and by reference; the
+/// invalid ones beside the snapshot), options, workload. Public for the load tester's
+/// in-process pipeline, which must convert exactly as the service does.
 pub fn inputs(
     state: &State,
     nodes: Vec<v1::Node>,
     node_refs: Vec<v1::NodeRef>,
     workload: Option<v1::Workload>,
     options: Option<v1::PlacementOptions>,
-) -> Result<(Snapshot, Workload, DecideOptions), ServiceError> {
+) -> Result<(Candidates, Workload, DecideOptions), ServiceError> {
     let settings = &state.settings;
     noderef::check_limits(&nodes, &node_refs, &settings.limits)?;
     let (defaults, explain) = convert::options_in(options, &settings.defaults)?;
@@ -65,8 +66,8 @@ pub fn inputs(
         &settings.names,
         &settings.limits,
     )?;
-    let s = noderef::snapshot_in(state, nodes, node_refs)?;
-    Ok((s, w, explain))
+    let c = noderef::candidates_in(state, nodes, node_refs)?;
+    Ok((c, w, explain))
 }
 
 /// Cards of a request, for choosing inline or blocking-pool decisions (references estimated).
@@ -85,10 +86,16 @@ fn decide_filter(
         options,
         node_refs,
     } = req;
-    let (s, w, explain) = inputs(state, nodes, node_refs, workload, options)?;
-    describe(record, &w, &s);
-    let e = engine::evaluate(&s, &w, explain);
-    record.add_rejections(e.failed.iter().map(|f| &f.failure));
+    let (c, w, explain) = inputs(state, nodes, node_refs, workload, options)?;
+    describe(record, &w, &c);
+    let s = &c.snapshot;
+    let e = engine::evaluate(s, &w, explain);
+    record.add_rejections(
+        e.failed
+            .iter()
+            .map(|f| &f.failure)
+            .chain(c.invalid_failures()),
+    );
     record.result = if !e.requests_gpu {
         "no_gpu"
     } else if e.feasible.is_empty() {
@@ -105,10 +112,10 @@ fn decide_filter(
     names.sort();
     Ok(v1::FilterResponse {
         feasible_node_names: names,
-        failed_nodes: convert::failed_out(&s, &w, &e.failed),
+        failed_nodes: c.failed_with_invalid(convert::failed_out(s, &w, &e.failed)),
         effective_policy: Some(convert::effective_out(&w)),
         requests_gpu: e.requests_gpu,
-        explanations: convert::explanations_out(&s, &w, &e.explanations),
+        explanations: convert::explanations_out(s, &w, &e.explanations),
     })
 }
 
@@ -123,10 +130,16 @@ fn decide_score(
         options,
         node_refs,
     } = req;
-    let (s, w, explain) = inputs(state, nodes, node_refs, workload, options)?;
-    describe(record, &w, &s);
-    let e = engine::evaluate(&s, &w, explain);
-    record.add_rejections(e.failed.iter().map(|f| &f.failure));
+    let (c, w, explain) = inputs(state, nodes, node_refs, workload, options)?;
+    describe(record, &w, &c);
+    let s = &c.snapshot;
+    let e = engine::evaluate(s, &w, explain);
+    record.add_rejections(
+        e.failed
+            .iter()
+            .map(|f| &f.failure)
+            .chain(c.invalid_failures()),
+    );
     record.result = if !e.requests_gpu {
         "no_gpu"
     } else if e.feasible.is_empty() {
@@ -139,12 +152,12 @@ fn decide_score(
         scores: e
             .feasible
             .iter()
-            .map(|f| convert::score_out(&s, f))
+            .map(|f| convert::score_out(s, f))
             .collect(),
-        failed_nodes: convert::failed_out(&s, &w, &e.failed),
+        failed_nodes: c.failed_with_invalid(convert::failed_out(s, &w, &e.failed)),
         effective_policy: Some(convert::effective_out(&w)),
         requests_gpu: e.requests_gpu,
-        explanations: convert::explanations_out(&s, &w, &e.explanations),
+        explanations: convert::explanations_out(s, &w, &e.explanations),
     })
 }
 
@@ -168,9 +181,9 @@ fn decide_allocate(
         restrict_to_node_names,
         node_refs,
     } = req;
-    let (mut s, w, explain) = inputs(state, nodes, node_refs, workload, options)?;
+    let (mut c, w, explain) = inputs(state, nodes, node_refs, workload, options)?;
     if !restrict_to_node_names.is_empty() {
-        let missing = s.retain_names(&restrict_to_node_names);
+        let missing = c.retain_names(&restrict_to_node_names);
         if !missing.is_empty() {
             return Err(ServiceError::InvalidArgument(vec![engine::Violation::new(
                 engine::ViolationKind::UnknownReference,
@@ -179,12 +192,18 @@ fn decide_allocate(
             )]));
         }
     }
-    describe(record, &w, &s);
-    let a = engine::allocate(&s, &w, explain);
-    record.add_rejections(a.failed.iter().map(|f| &f.failure));
+    describe(record, &w, &c);
+    let a = engine::allocate(&c.snapshot, &w, explain);
+    record.add_rejections(
+        a.failed
+            .iter()
+            .map(|f| &f.failure)
+            .chain(c.invalid_failures()),
+    );
     record.result = allocation_result(&a);
     record.decision = true;
-    let result = convert::allocation_out(&s, &w, &a, false);
+    let mut result = convert::allocation_out(&c.snapshot, &w, &a, false);
+    result.failed_nodes = c.failed_with_invalid(std::mem::take(&mut result.failed_nodes));
     record.chosen = (!result.node_name.is_empty()).then(|| result.node_name.clone());
     Ok(v1::AllocateResponse {
         result: Some(result),
@@ -243,17 +262,17 @@ fn decide_batch(
     if !violations.is_empty() {
         return Err(ServiceError::InvalidArgument(violations));
     }
-    let s = noderef::snapshot_in(state, nodes, node_refs)?;
+    let c = noderef::candidates_in(state, nodes, node_refs)?;
     record.workload = format!("{} workloads", parsed.len());
-    record.nodes = s.len();
-    record.cards = s.card_count();
+    record.nodes = c.len();
+    record.cards = c.snapshot.card_count();
     record.node_policy = parsed.first().map_or("", |w| w.node_policy.as_str());
     record.gpu_policy = parsed
         .first()
         .map(|w| w.gpu_policy.to_string())
         .unwrap_or_default();
     let out = engine::allocate_batch(
-        s,
+        c.snapshot.clone(),
         &parsed,
         if all_or_nothing {
             BatchMode::AllOrNothing
@@ -265,7 +284,8 @@ fn decide_batch(
     record.add_rejections(
         out.items
             .iter()
-            .flat_map(|i| i.allocation.failed.iter().map(|f| &f.failure)),
+            .flat_map(|i| i.allocation.failed.iter().map(|f| &f.failure))
+            .chain(out.items.iter().flat_map(|_| c.invalid_failures())),
     );
     record.result = if out.all_placed {
         "placed"
@@ -278,7 +298,10 @@ fn decide_batch(
         .iter()
         .zip(&parsed)
         .map(|(item, w)| {
-            convert::allocation_out(&out.snapshot, w, &item.allocation, item.rolled_back)
+            let mut r =
+                convert::allocation_out(&out.snapshot, w, &item.allocation, item.rolled_back);
+            r.failed_nodes = c.failed_with_invalid(std::mem::take(&mut r.failed_nodes));
+            r
         })
         .collect();
     Ok(v1::AllocateBatchResponse {

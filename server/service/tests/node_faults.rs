@@ -140,7 +140,11 @@ fn assert_invalid(failed: &[v1::FailedNode], bad: &Bad) {
         .find(|f| f.node_name == bad.node.name)
         .unwrap_or_else(|| panic!("{} not among the failed nodes: {failed:#?}", bad.node.name));
     assert_eq!(f.reasons.len(), 1, "{f:?}");
-    assert_eq!(reason_name(f.reasons[0].reason), "REASON_INVALID_NODE", "{f:?}");
+    assert_eq!(
+        reason_name(f.reasons[0].reason),
+        "REASON_INVALID_NODE",
+        "{f:?}"
+    );
     assert_eq!(f.reasons[0].name, "InvalidNode");
     assert_eq!(f.reasons[0].count, 1);
     assert!(f.unresolvable, "{f:?}");
@@ -213,7 +217,11 @@ async fn each_kind_of_invalid_node_fails_alone_in_every_rpc() {
                 .unwrap()
                 .into_inner();
             let scored: Vec<&str> = s.scores.iter().map(|s| s.node_name.as_str()).collect();
-            assert_eq!(scored, ["good-2", "good-1"], "binpack prefers the used node");
+            assert_eq!(
+                scored,
+                ["good-2", "good-1"],
+                "binpack prefers the used node"
+            );
             assert_eq!(names(&s.failed_nodes), want_failed);
             let a = c
                 .allocate(allocate_req(nodes.clone(), gpu_pod()))
@@ -252,7 +260,11 @@ async fn each_kind_of_invalid_node_fails_alone_in_every_rpc() {
                 .iter()
                 .map(|n| n.name.as_str())
                 .collect();
-            assert_eq!(updated, ["good-1", "good-2"], "invalid nodes are not echoed");
+            assert_eq!(
+                updated,
+                ["good-1", "good-2"],
+                "invalid nodes are not echoed"
+            );
         }
     }
 }
@@ -296,13 +308,17 @@ async fn a_workload_without_gpu_still_sees_invalid_nodes_failed() {
 
 #[tokio::test]
 async fn request_level_problems_stay_request_errors() {
-    let server = TestServer::start(&[("limits.max_nodes", "12"), ("limits.max_cards", "200")]).await;
+    let server =
+        TestServer::start(&[("limits.max_nodes", "12"), ("limits.max_cards", "200")]).await;
     let mut c = server.placement();
     let bad = all_bad();
     // 13 nodes: over max_nodes.
     let mut nodes = mixed(&bad);
     nodes.push(node("one-more", 1, 8000));
-    let err = c.allocate(allocate_req(nodes, gpu_pod())).await.unwrap_err();
+    let err = c
+        .allocate(allocate_req(nodes, gpu_pod()))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
     assert!(err.message().contains("limits.max_nodes"));
     // Cards of invalid nodes count towards max_cards (what was sent, not what was usable).
@@ -319,14 +335,20 @@ async fn request_level_problems_stay_request_errors() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
-    assert_eq!(reasons(&err), [("nodes[1].name".into(), "DUPLICATE_ID".into())]);
+    assert_eq!(
+        reasons(&err),
+        [("nodes[1].name".into(), "DUPLICATE_ID".into())]
+    );
     let mut unnamed = bad[0].node.clone();
     unnamed.name.clear();
     let err = c
         .allocate(allocate_req(vec![unnamed, node("g", 1, 8000)], gpu_pod()))
         .await
         .unwrap_err();
-    assert_eq!(reasons(&err), [("nodes[0].name".into(), "MISSING_FIELD".into())]);
+    assert_eq!(
+        reasons(&err),
+        [("nodes[0].name".into(), "MISSING_FIELD".into())]
+    );
 }
 
 #[tokio::test]
@@ -334,7 +356,10 @@ async fn zero_capacity_cards_are_refused_with_their_reason() {
     let server = TestServer::start(&[]).await;
     let mut c = server.placement();
     for (dimension, edit) in [
-        ("slots", (|k: &mut v1::Card| k.slots = 0) as fn(&mut v1::Card)),
+        (
+            "slots",
+            (|k: &mut v1::Card| k.slots = 0) as fn(&mut v1::Card),
+        ),
         ("memory", |k: &mut v1::Card| k.total_mem_mib = 0),
         ("cores", |k: &mut v1::Card| k.total_cores = 0),
     ] {
@@ -358,15 +383,21 @@ async fn zero_capacity_cards_are_refused_with_their_reason() {
                 .into_inner()
                 .result
                 .unwrap();
-            assert_eq!(a.containers[0].cards[0].card_id, "fine", "{dimension} {policy}");
+            assert_eq!(
+                a.containers[0].cards[0].card_id, "fine",
+                "{dimension} {policy}"
+            );
         }
         // A node of zero-capacity cards only fails, unresolvable, with the card reason.
-        let only_zero = node_with("only-zero", vec![zero.clone(), {
-            let mut z = zero.clone();
-            z.id = "zero-2".into();
-            z.index = 1;
-            z
-        }]);
+        let only_zero = node_with(
+            "only-zero",
+            vec![zero.clone(), {
+                let mut z = zero.clone();
+                z.id = "zero-2".into();
+                z.index = 1;
+                z
+            }],
+        );
         let mut req = allocate_req(
             vec![only_zero, node("good", 1, 16000)],
             pod(
@@ -387,7 +418,10 @@ async fn zero_capacity_cards_are_refused_with_their_reason() {
         let f = &a.failed_nodes[0];
         assert_eq!(f.node_name, "only-zero");
         assert!(f.unresolvable, "{dimension}: {f:?}");
-        assert_eq!(reason_name(f.reasons[0].reason), "REASON_CARD_ZERO_CAPACITY");
+        assert_eq!(
+            reason_name(f.reasons[0].reason),
+            "REASON_CARD_ZERO_CAPACITY"
+        );
         assert_eq!(f.message, "2/2 CardZeroCapacity", "{dimension}");
     }
 }
@@ -500,7 +534,8 @@ async fn by_reference_an_invalid_node_is_answered_as_sent_whole() {
     let f = &a.failed_nodes[0];
     assert_eq!(reason_name(f.reasons[0].reason), "REASON_INVALID_NODE");
     assert!(
-        f.message.contains("usage.cards[0].card_id UNKNOWN_REFERENCE"),
+        f.message
+            .contains("usage.cards[0].card_id UNKNOWN_REFERENCE"),
         "{f:?}"
     );
     // The good inventory is still good when sent with its own usage.

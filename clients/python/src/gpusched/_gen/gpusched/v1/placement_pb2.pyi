@@ -415,7 +415,7 @@ class AllocateBatchResponse(_message.Message):
     @_builtins.property
     def updated_nodes(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Node]:
         """The nodes with usage after the placements (empty unless asked; unchanged usage when
-        all_or_nothing rolled back).
+        all_or_nothing rolled back). Invalid nodes (REASON_INVALID_NODE) are not returned.
         """
 
     def __init__(

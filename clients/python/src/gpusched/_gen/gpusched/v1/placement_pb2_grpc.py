@@ -31,7 +31,10 @@ class PlacementServiceStub:
     INVALID_ARGUMENT with google.rpc.BadRequest field violations, each with its
     ViolationReason (without the prefix) in FieldViolation.reason, and a
     google.rpc.ErrorInfo (domain "gpusched.io"); a workload that fits nowhere is a
-    normal answer with per-node reasons.
+    normal answer with per-node reasons. An invalid node (duplicate or blank card ids,
+    more cards than limits.max_cards_per_node, capacities out of range, pair scores or
+    cordons naming unknown cards; see Node) is not a request error: it is a failed node
+    with REASON_INVALID_NODE in every answer, and the decision is made on the others.
     """
 
     def __init__(self, channel):
@@ -73,7 +76,10 @@ class PlacementServiceServicer:
     INVALID_ARGUMENT with google.rpc.BadRequest field violations, each with its
     ViolationReason (without the prefix) in FieldViolation.reason, and a
     google.rpc.ErrorInfo (domain "gpusched.io"); a workload that fits nowhere is a
-    normal answer with per-node reasons.
+    normal answer with per-node reasons. An invalid node (duplicate or blank card ids,
+    more cards than limits.max_cards_per_node, capacities out of range, pair scores or
+    cordons naming unknown cards; see Node) is not a request error: it is a failed node
+    with REASON_INVALID_NODE in every answer, and the decision is made on the others.
     """
 
     def Filter(self, request, context):
@@ -155,7 +161,10 @@ class PlacementService:
     INVALID_ARGUMENT with google.rpc.BadRequest field violations, each with its
     ViolationReason (without the prefix) in FieldViolation.reason, and a
     google.rpc.ErrorInfo (domain "gpusched.io"); a workload that fits nowhere is a
-    normal answer with per-node reasons.
+    normal answer with per-node reasons. An invalid node (duplicate or blank card ids,
+    more cards than limits.max_cards_per_node, capacities out of range, pair scores or
+    cordons naming unknown cards; see Node) is not a request error: it is a failed node
+    with REASON_INVALID_NODE in every answer, and the decision is made on the others.
     """
 
     @staticmethod

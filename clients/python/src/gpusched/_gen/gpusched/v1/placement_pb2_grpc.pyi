@@ -32,7 +32,10 @@ class PlacementServiceStub:
     INVALID_ARGUMENT with google.rpc.BadRequest field violations, each with its
     ViolationReason (without the prefix) in FieldViolation.reason, and a
     google.rpc.ErrorInfo (domain "gpusched.io"); a workload that fits nowhere is a
-    normal answer with per-node reasons.
+    normal answer with per-node reasons. An invalid node (duplicate or blank card ids,
+    more cards than limits.max_cards_per_node, capacities out of range, pair scores or
+    cordons naming unknown cards; see Node) is not a request error: it is a failed node
+    with REASON_INVALID_NODE in every answer, and the decision is made on the others.
     """
 
     @_typing.overload
@@ -61,7 +64,10 @@ class PlacementServiceAsyncStub(PlacementServiceStub):
     INVALID_ARGUMENT with google.rpc.BadRequest field violations, each with its
     ViolationReason (without the prefix) in FieldViolation.reason, and a
     google.rpc.ErrorInfo (domain "gpusched.io"); a workload that fits nowhere is a
-    normal answer with per-node reasons.
+    normal answer with per-node reasons. An invalid node (duplicate or blank card ids,
+    more cards than limits.max_cards_per_node, capacities out of range, pair scores or
+    cordons naming unknown cards; see Node) is not a request error: it is a failed node
+    with REASON_INVALID_NODE in every answer, and the decision is made on the others.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -86,7 +92,10 @@ class PlacementServiceServicer(metaclass=_abc_1.ABCMeta):
     INVALID_ARGUMENT with google.rpc.BadRequest field violations, each with its
     ViolationReason (without the prefix) in FieldViolation.reason, and a
     google.rpc.ErrorInfo (domain "gpusched.io"); a workload that fits nowhere is a
-    normal answer with per-node reasons.
+    normal answer with per-node reasons. An invalid node (duplicate or blank card ids,
+    more cards than limits.max_cards_per_node, capacities out of range, pair scores or
+    cordons naming unknown cards; see Node) is not a request error: it is a failed node
+    with REASON_INVALID_NODE in every answer, and the decision is made on the others.
     """
 
     @_abc_1.abstractmethod

@@ -166,24 +166,28 @@ class _ViolationReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Viola
     memory percentage or cores (resource quantities or typed fields).
     """
     VIOLATION_REASON_MISSING_FIELD: _ViolationReason.ValueType  # 6
-    """A required field is unset or empty (a node name, a card id, a card's health, the
-    workload, its spec, the workload list of a batch).
+    """A required field is unset or empty (a node name, a card's health, the workload, its spec,
+    the workload list of a batch; in a REASON_INVALID_NODE message, a card id empty or blank).
     """
     VIOLATION_REASON_DUPLICATE_ID: _ViolationReason.ValueType  # 7
-    """A name or id that must be unique is repeated (node name, card id, card uuid)."""
+    """A name or id that must be unique is repeated (node name, card uuid; in a
+    REASON_INVALID_NODE message, a card id).
+    """
     VIOLATION_REASON_UNKNOWN_REFERENCE: _ViolationReason.ValueType  # 8
-    """A name or id that refers to something the request does not contain (a pair
-    score's card, a name in restrict_to_node_names).
+    """A name or id that refers to something the request does not contain (a name in
+    restrict_to_node_names; in a REASON_INVALID_NODE message, a pair score's, a cordon's or a
+    usage part's card).
     """
     VIOLATION_REASON_UNKNOWN_ENUM_VALUE: _ViolationReason.ValueType  # 9
     """An enum number this server does not know (CardHealth, CardMode, LinkKind)."""
     VIOLATION_REASON_OUT_OF_RANGE: _ViolationReason.ValueType  # 10
     """A number outside its accepted range: options.default_cores_percent, normalisation
-    split counts and scaling factors.
+    split counts and scaling factors; in a REASON_INVALID_NODE message, a card's capacity.
     """
     VIOLATION_REASON_LIMIT_EXCEEDED: _ViolationReason.ValueType  # 11
     """The request is over a configured server limit (RESOURCE_EXHAUSTED with
-    google.rpc.QuotaFailure violations).
+    google.rpc.QuotaFailure violations); in a REASON_INVALID_NODE message, a node over
+    limits.max_cards_per_node.
     """
     VIOLATION_REASON_INVALID_NODE_REFERENCE: _ViolationReason.ValueType  # 12
     """A node sent by reference (NodeRef) is malformed: a digest of the wrong length or with an
@@ -222,24 +226,28 @@ VIOLATION_REASON_INVALID_RESOURCE_REQUEST: ViolationReason.ValueType  # 5
 memory percentage or cores (resource quantities or typed fields).
 """
 VIOLATION_REASON_MISSING_FIELD: ViolationReason.ValueType  # 6
-"""A required field is unset or empty (a node name, a card id, a card's health, the
-workload, its spec, the workload list of a batch).
+"""A required field is unset or empty (a node name, a card's health, the workload, its spec,
+the workload list of a batch; in a REASON_INVALID_NODE message, a card id empty or blank).
 """
 VIOLATION_REASON_DUPLICATE_ID: ViolationReason.ValueType  # 7
-"""A name or id that must be unique is repeated (node name, card id, card uuid)."""
+"""A name or id that must be unique is repeated (node name, card uuid; in a
+REASON_INVALID_NODE message, a card id).
+"""
 VIOLATION_REASON_UNKNOWN_REFERENCE: ViolationReason.ValueType  # 8
-"""A name or id that refers to something the request does not contain (a pair
-score's card, a name in restrict_to_node_names).
+"""A name or id that refers to something the request does not contain (a name in
+restrict_to_node_names; in a REASON_INVALID_NODE message, a pair score's, a cordon's or a
+usage part's card).
 """
 VIOLATION_REASON_UNKNOWN_ENUM_VALUE: ViolationReason.ValueType  # 9
 """An enum number this server does not know (CardHealth, CardMode, LinkKind)."""
 VIOLATION_REASON_OUT_OF_RANGE: ViolationReason.ValueType  # 10
 """A number outside its accepted range: options.default_cores_percent, normalisation
-split counts and scaling factors.
+split counts and scaling factors; in a REASON_INVALID_NODE message, a card's capacity.
 """
 VIOLATION_REASON_LIMIT_EXCEEDED: ViolationReason.ValueType  # 11
 """The request is over a configured server limit (RESOURCE_EXHAUSTED with
-google.rpc.QuotaFailure violations).
+google.rpc.QuotaFailure violations); in a REASON_INVALID_NODE message, a node over
+limits.max_cards_per_node.
 """
 VIOLATION_REASON_INVALID_NODE_REFERENCE: ViolationReason.ValueType  # 12
 """A node sent by reference (NodeRef) is malformed: a digest of the wrong length or with an
@@ -279,6 +287,18 @@ class _ReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Reason.ValueTy
     """All cores booked and the container asks for none."""
     REASON_ALLOCATED_CARDS_INSUFFICIENT_REQUEST: _Reason.ValueType  # 12
     """The container collected fewer cards than it asked for (count = cards collected)."""
+    REASON_CARD_ZERO_CAPACITY: _Reason.ValueType  # 13
+    """Check 0: the card has no capacity (0 slots, 0 MiB or 0 cores) and takes no work; the node's
+    other cards are used as usual. Not a HAMi reason (name "CardZeroCapacity").
+    """
+    REASON_INVALID_NODE: _Reason.ValueType  # 14
+    """The node itself is invalid (see Node): it is the FailedNode's only reason, with count 1,
+    unresolvable set, container_position 0 and container_name empty; message is
+    "InvalidNode: " then each problem as "<field> <VIOLATION_REASON without prefix>:
+    <description>", joined with "; " (fields relative to the node, e.g. "cards[1].id
+    DUPLICATE_ID: ..."; at most 8 problems, then "and N more"). Not a HAMi reason (name
+    "InvalidNode").
+    """
 
 class Reason(_Reason, metaclass=_ReasonEnumTypeWrapper):
     """Why a card or a node could not take a container."""
@@ -309,6 +329,18 @@ REASON_CARD_COMPUTE_UNITS_EXHAUSTED: Reason.ValueType  # 11
 """All cores booked and the container asks for none."""
 REASON_ALLOCATED_CARDS_INSUFFICIENT_REQUEST: Reason.ValueType  # 12
 """The container collected fewer cards than it asked for (count = cards collected)."""
+REASON_CARD_ZERO_CAPACITY: Reason.ValueType  # 13
+"""Check 0: the card has no capacity (0 slots, 0 MiB or 0 cores) and takes no work; the node's
+other cards are used as usual. Not a HAMi reason (name "CardZeroCapacity").
+"""
+REASON_INVALID_NODE: Reason.ValueType  # 14
+"""The node itself is invalid (see Node): it is the FailedNode's only reason, with count 1,
+unresolvable set, container_position 0 and container_name empty; message is
+"InvalidNode: " then each problem as "<field> <VIOLATION_REASON without prefix>:
+<description>", joined with "; " (fields relative to the node, e.g. "cards[1].id
+DUPLICATE_ID: ..."; at most 8 problems, then "and N more"). Not a HAMi reason (name
+"InvalidNode").
+"""
 Global___Reason: _TypeAlias = Reason  # noqa: Y015
 
 class _DigestFunction:
@@ -378,7 +410,13 @@ Global___CardUsage: _TypeAlias = CardUsage  # noqa: Y015
 
 @_typing.final
 class Card(_message.Message):
-    """One schedulable GPU card of a node, with its current usage."""
+    """One schedulable GPU card of a node, with its current usage.
+
+    A card whose id is empty or blank (only whitespace), repeated on its node, or whose slots,
+    total_mem_mib or total_cores is above its bound makes its node invalid (see Node). A card
+    with 0 slots, 0 MiB or 0 cores is valid but takes no work: it is refused with
+    REASON_CARD_ZERO_CAPACITY (check 0 of docs/placement-semantics.md section 5.4).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -393,17 +431,19 @@ class Card(_message.Message):
     MODE_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
-    """Card id (the GPU UUID, e.g. "GPU-0fc3..."); unique within its node; required."""
+    """Card id (the GPU UUID, e.g. "GPU-0fc3..."); unique within its node; required, not blank."""
     index: _builtins.int
     """Device index on the node (NVML index). Lower index wins the final tie-break."""
     type: _builtins.str
     """Model string as registered, e.g. "NVIDIA-A100-SXM4-40GB"."""
     slots: _builtins.int
-    """Virtual slots: how many containers may share the card (HAMi deviceSplitCount)."""
+    """Virtual slots: how many containers may share the card (HAMi deviceSplitCount); at most
+    10,000.
+    """
     total_mem_mib: _builtins.int
-    """Device memory after scaling, MiB."""
+    """Device memory after scaling, MiB; at most 16,777,216 (16 TiB)."""
     total_cores: _builtins.int
-    """Compute after scaling, percent (normally 100)."""
+    """Compute after scaling, percent (normally 100); at most 10,000."""
     numa: _builtins.int
     """NUMA node of the card."""
     health: Global___CardHealth.ValueType
@@ -412,7 +452,9 @@ class Card(_message.Message):
     """Sharing mode."""
     @_builtins.property
     def usage(self) -> Global___CardUsage:
-        """Usage by workloads already placed (unset = idle)."""
+        """Usage by workloads already placed (unset = idle). Usage above the capacity is accepted:
+        the card is full.
+        """
 
     def __init__(
         self,
@@ -468,7 +510,22 @@ Global___CardPairScore: _TypeAlias = CardPairScore  # noqa: Y015
 
 @_typing.final
 class Node(_message.Message):
-    """A candidate node with its cards and their current usage."""
+    """A candidate node with its cards and their current usage.
+
+    Node-level faults stay node-level: a node whose content is invalid is not a request error.
+    It is answered in failed_nodes as a FailedNode with the single reason REASON_INVALID_NODE,
+    unresolvable, its message naming each problem (field relative to the node, ViolationReason
+    name, description), and the decision is made on the other nodes exactly as without it; the
+    same whether it was sent whole or by reference (NodeRef). A node is invalid when it has more
+    cards than the server's limits.max_cards_per_node (LIMIT_EXCEEDED), a card id that is empty
+    or blank (MISSING_FIELD) or repeated (DUPLICATE_ID), a capacity above its bound
+    (OUT_OF_RANGE, see Card), a pair score or a cordon naming a card it does not have
+    (UNKNOWN_REFERENCE), or, by reference, a usage part naming a card it does not have
+    (UNKNOWN_REFERENCE). Request errors remain for what names no node or breaks the request
+    itself: an empty or repeated node name, a card's health unset or an enum number the server
+    does not know (INVALID_ARGUMENT), the request-wide limits.max_nodes, limits.max_cards and
+    message size (RESOURCE_EXHAUSTED; cards of invalid nodes count), and malformed references.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -501,15 +558,19 @@ class Node(_message.Message):
     """Node name; unique within a request; required."""
     @_builtins.property
     def cards(self) -> _containers.RepeatedCompositeFieldContainer[Global___Card]:
-        """The node's GPU cards."""
+        """The node's GPU cards; at most the server's limits.max_cards_per_node (64 by default)."""
 
     @_builtins.property
     def cordoned_card_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Card ids that take no new work (merged with the hami.io/device-cordon annotation)."""
+        """Card ids that take no new work (merged with the hami.io/device-cordon annotation); each
+        must be a card of the node (blank entries are ignored).
+        """
 
     @_builtins.property
     def pair_scores(self) -> _containers.RepeatedCompositeFieldContainer[Global___CardPairScore]:
-        """Pair scores between the node's cards (topology-aware placement). Missing pairs score 0."""
+        """Pair scores between the node's cards (topology-aware placement), each naming two cards of
+        the node. Missing pairs score 0.
+        """
 
     @_builtins.property
     def annotations(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
@@ -981,7 +1042,7 @@ Global___ReasonCount: _TypeAlias = ReasonCount  # noqa: Y015
 
 @_typing.final
 class FailedNode(_message.Message):
-    """A node that cannot host the workload."""
+    """A node that cannot host the workload (or that is invalid itself: REASON_INVALID_NODE)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -996,9 +1057,11 @@ class FailedNode(_message.Message):
     message: _builtins.str
     """HAMi's reason text: "<count>/<cards> <Reason>" items joined with ", "."""
     container_position: _builtins.int
-    """Index of the failing container in pod order (init containers first)."""
+    """Index of the failing container in pod order (init containers first); 0 for
+    REASON_INVALID_NODE.
+    """
     container_name: _builtins.str
-    """Name of the failing container."""
+    """Name of the failing container; empty for REASON_INVALID_NODE."""
     unresolvable: _builtins.bool
     """True when no change of usage can help: the node fails even with every card idle."""
     @_builtins.property
@@ -1288,7 +1351,10 @@ class CardUsageEntry(_message.Message):
     CARD_ID_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     card_id: _builtins.str
-    """Id of a card of the node's inventory; an id that is not there is INVALID_ARGUMENT."""
+    """Id of a card of the node's inventory; an id that is not there makes the node invalid
+    (REASON_INVALID_NODE, field "usage.cards[k].card_id"); an empty or repeated id is
+    INVALID_ARGUMENT.
+    """
     @_builtins.property
     def usage(self) -> Global___CardUsage:
         """The card's usage (unset = idle)."""

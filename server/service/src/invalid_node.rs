@@ -1,0 +1,255 @@
+//! Invalid nodes: candidate nodes whose own content cannot be decided on (more cards than
+//! `limits.max_cards_per_node`, or refused by [`gpusched_engine::Node::new`]: duplicate or
+//! blank card ids, capacities out of range, pair scores or cordons naming unknown cards; by
+//! reference, a usage part naming unknown cards). Node-level faults stay node-level: such a node
+//! is answered as a failed node with `REASON_INVALID_NODE` and the decision is made on the
+//! others. [`Candidates`] is what a request's nodes become: the snapshot of the valid ones and
+//! the invalid ones beside it.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use gpusched_api::v1;
+use gpusched_engine::{NodeFailure, Reason, Snapshot, Violation};
+
+use crate::error::ServiceError;
+
+/// Problems listed in a message; the others are counted (`and N more`).
+const LISTED_PROBLEMS: usize = 8;
+
+/// Characters of a problem's description kept in a message (it may echo a card id).
+const DESCRIPTION_CHARS: usize = 200;
+
+/// A node that is invalid itself: its name, the number of cards it was sent with, and its
+/// problems with fields relative to the node (`cards[1].id`, `cordoned_card_ids[0]`,
+/// `usage.cards[2].card_id`), so that the answer is the same whether the node was sent whole or
+/// by reference.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidNode {
+    name: String,
+    failure: NodeFailure,
+    problems: Vec<Violation>,
+}
+
+impl InvalidNode {
+    /// An invalid node; `problems` must not be empty (each is a reason the node is invalid).
+    pub fn new(name: String, cards: usize, problems: Vec<Violation>) -> Self {
+        InvalidNode {
+            name,
+            failure: NodeFailure::invalid_node(u32::try_from(cards).unwrap_or(u32::MAX)),
+            problems,
+        }
+    }
+
+    /// The node's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its problems (fields relative to the node).
+    pub fn problems(&self) -> &[Violation] {
+        &self.problems
+    }
+
+    /// The engine's failure of it (for metrics: one `InvalidNode` rejection).
+    pub fn failure(&self) -> &NodeFailure {
+        &self.failure
+    }
+
+    /// `InvalidNode: <field> <REASON>: <description>; ...` (at most [`LISTED_PROBLEMS`], then
+    /// `and N more`; descriptions cut at [`DESCRIPTION_CHARS`] characters).
+    pub fn message(&self) -> String {
+        let mut items: Vec<String> = self
+            .problems
+            .iter()
+            .take(LISTED_PROBLEMS)
+            .map(|p| {
+                let mut d: String = p.description.chars().take(DESCRIPTION_CHARS).collect();
+                if d.len() < p.description.len() {
+                    d.push('…');
+                }
+                format!("{} {}: {d}", p.field, p.kind.as_str())
+            })
+            .collect();
+        if self.problems.len() > LISTED_PROBLEMS {
+            items.push(format!(
+                "and {} more",
+                self.problems.len() - LISTED_PROBLEMS
+            ));
+        }
+        format!("{}: {}", Reason::InvalidNode.as_str(), items.join("; "))
+    }
+
+    /// The node as a failed node of an answer.
+    pub fn failed_out(&self) -> v1::FailedNode {
+        v1::FailedNode {
+            node_name: self.name.clone(),
+            reasons: vec![v1::ReasonCount {
+                reason: v1::Reason::InvalidNode as i32,
+                count: 1,
+                name: Reason::InvalidNode.as_str().to_owned(),
+            }],
+            message: self.message(),
+            container_position: 0,
+            container_name: String::new(),
+            unresolvable: true,
+        }
+    }
+
+    /// Estimated heap bytes (for the node cache's byte bound).
+    pub fn heap_bytes(&self) -> usize {
+        self.name.capacity()
+            + self.problems.capacity() * size_of::<Violation>()
+            + self
+                .problems
+                .iter()
+                .map(|p| p.field.capacity() + p.description.capacity())
+                .sum::<usize>()
+    }
+}
+
+/// The candidate nodes of a request: the valid ones as a snapshot, the invalid ones (sorted by
+/// name) beside it. Names are unique over both.
+#[derive(Clone, Debug, Default)]
+pub struct Candidates {
+    /// The valid nodes.
+    pub snapshot: Snapshot,
+    /// The invalid nodes, by name.
+    pub invalid: Vec<Arc<InvalidNode>>,
+}
+
+impl Candidates {
+    /// Valid nodes and invalid ones (sorted here).
+    pub fn new(snapshot: Snapshot, mut invalid: Vec<Arc<InvalidNode>>) -> Self {
+        invalid.sort_by(|a, b| a.name.cmp(&b.name));
+        Candidates { snapshot, invalid }
+    }
+
+    /// Number of candidate nodes, valid or not.
+    pub fn len(&self) -> usize {
+        self.snapshot.len() + self.invalid.len()
+    }
+
+    /// Whether there is no candidate.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Keeps only the named nodes (valid or not); returns the names that are not candidates.
+    pub fn retain_names(&mut self, names: &[String]) -> Vec<String> {
+        let wanted: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+        let invalid: BTreeSet<&str> = self.invalid.iter().map(|x| x.name()).collect();
+        let missing: Vec<String> = self
+            .snapshot
+            .retain_names(names)
+            .into_iter()
+            .filter(|n| !invalid.contains(n.as_str()))
+            .collect();
+        self.invalid.retain(|x| wanted.contains(x.name()));
+        missing
+    }
+
+    /// The engine's failures of the invalid nodes (for metrics).
+    pub fn invalid_failures(&self) -> impl Iterator<Item = &NodeFailure> {
+        self.invalid.iter().map(|x| x.failure())
+    }
+
+    /// The failed nodes of an answer: the engine's (sorted by name) and the invalid ones,
+    /// merged in name order.
+    pub fn failed_with_invalid(&self, failed: Vec<v1::FailedNode>) -> Vec<v1::FailedNode> {
+        if self.invalid.is_empty() {
+            return failed;
+        }
+        let mut out = Vec::with_capacity(failed.len() + self.invalid.len());
+        let mut invalid = self.invalid.iter().peekable();
+        for f in failed {
+            while let Some(x) = invalid.next_if(|x| x.name.as_str() < f.node_name.as_str()) {
+                out.push(x.failed_out());
+            }
+            out.push(f);
+        }
+        out.extend(invalid.map(|x| x.failed_out()));
+        out
+    }
+
+    /// The snapshot when every node is valid, else INVALID_ARGUMENT listing every problem
+    /// (named `<node name>: <field>`): for tools that build clusters that must all be usable.
+    pub fn all_valid(self) -> Result<Snapshot, ServiceError> {
+        if self.invalid.is_empty() {
+            return Ok(self.snapshot);
+        }
+        Err(ServiceError::InvalidArgument(
+            self.invalid
+                .iter()
+                .flat_map(|x| {
+                    x.problems.iter().map(|p| Violation {
+                        field: format!("{}: {}", x.name, p.field),
+                        ..p.clone()
+                    })
+                })
+                .collect(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpusched_engine::ViolationKind;
+
+    use super::*;
+
+    fn bad(name: &str, problems: usize) -> Arc<InvalidNode> {
+        Arc::new(InvalidNode::new(
+            name.to_owned(),
+            2,
+            (0..problems)
+                .map(|k| {
+                    Violation::new(
+                        ViolationKind::DuplicateId,
+                        format!("cards[{k}].id"),
+                        "x".repeat(300),
+                    )
+                })
+                .collect(),
+        ))
+    }
+
+    #[test]
+    fn messages_are_bounded() {
+        let m = bad("n", 20).message();
+        assert!(
+            m.starts_with("InvalidNode: cards[0].id DUPLICATE_ID: xxx"),
+            "{m}"
+        );
+        assert!(m.ends_with("; and 12 more"), "{m}");
+        assert_eq!(m.matches('…').count(), 8);
+        assert!(m.len() < 8 * 240 + 40, "{}", m.len());
+    }
+
+    #[test]
+    fn failed_nodes_merge_in_name_order() {
+        let c = Candidates::new(Snapshot::default(), vec![bad("d", 1), bad("a", 1)]);
+        let f = |n: &str| v1::FailedNode {
+            node_name: n.to_owned(),
+            ..Default::default()
+        };
+        let names: Vec<String> = c
+            .failed_with_invalid(vec![f("b"), f("c"), f("e")])
+            .into_iter()
+            .map(|f| f.node_name)
+            .collect();
+        assert_eq!(names, ["a", "b", "c", "d", "e"]);
+        let out = c.failed_with_invalid(vec![]);
+        assert_eq!(out[0].reasons[0].reason, v1::Reason::InvalidNode as i32);
+        assert!(out[0].unresolvable);
+    }
+
+    #[test]
+    fn restricting_keeps_named_invalid_nodes() {
+        let mut c = Candidates::new(Snapshot::default(), vec![bad("x", 1), bad("y", 1)]);
+        let missing = c.retain_names(&["y".to_owned(), "z".to_owned()]);
+        assert_eq!(missing, ["z"]);
+        assert_eq!(c.invalid.len(), 1);
+        assert_eq!(c.invalid[0].name(), "y");
+    }
+}
