@@ -82,17 +82,34 @@ pub fn candidates_in(
     let mut violations = Vec::new();
     let mut valid = Vec::with_capacity(nodes.len());
     let mut invalid = Vec::new();
-    let mut all_names: Vec<String> = Vec::with_capacity(nodes.len());
+    // The name of each node by position ("" for one with request errors), for duplicates.
+    let mut at: Vec<(bool, usize)> = Vec::with_capacity(nodes.len());
     for (i, n) in nodes.into_iter().enumerate() {
-        all_names.push(n.name.clone());
         match node_checked(n, NodeAt::Whole(i), names, limits, &mut violations) {
-            Some(Ok(node)) => valid.push(Arc::new(node)),
-            Some(Err(bad)) => invalid.push(Arc::new(bad)),
-            None => {}
+            Some(Ok(node)) => {
+                at.push((true, valid.len()));
+                valid.push(Arc::new(node));
+            }
+            Some(Err(bad)) => {
+                at.push((false, invalid.len()));
+                invalid.push(Arc::new(bad));
+            }
+            None => at.push((false, usize::MAX)),
         }
     }
-    let refs: Vec<&str> = all_names.iter().map(String::as_str).collect();
-    violations.extend(duplicate_names(&refs, |i| NodeAt::Whole(i).to_string()));
+    let node_names: Vec<&str> = at
+        .iter()
+        .map(|&(ok, k)| {
+            if ok {
+                valid.get(k).map_or("", |n: &Arc<Node>| n.name())
+            } else {
+                invalid.get(k).map_or("", |n: &Arc<InvalidNode>| n.name())
+            }
+        })
+        .collect();
+    violations.extend(duplicate_names(&node_names, |i| {
+        NodeAt::Whole(i).to_string()
+    }));
     if !violations.is_empty() {
         violations.sort_by_key(|v| node_position(&v.field));
         return Err(ServiceError::InvalidArgument(violations));

@@ -270,13 +270,12 @@ pub fn candidates_in(
     let mut tally: Tally = [(0, 0); 2];
     let mut shared: Vec<Arc<Node>> = Vec::with_capacity(whole + refs.len());
     let mut invalid: Vec<Arc<InvalidNode>> = Vec::new();
-    // Every node's name by its position in the combined list (whole nodes, then references),
-    // for duplicate names; empty for a reference not resolved (missing or malformed).
-    let mut names: Vec<String> = Vec::with_capacity(whole + refs.len());
+    // Where each node of the combined list (whole nodes, then references) went, for duplicate
+    // names (names are read from the nodes at the end: none is copied).
+    let mut at: Vec<Slot> = Vec::with_capacity(whole + refs.len());
     // Cards of every node, valid or not (limits.max_cards counts what was sent).
     let mut cards = 0usize;
     for (i, n) in nodes.into_iter().enumerate() {
-        names.push(n.name.clone());
         cards += n.cards.len();
         match convert::node_checked(
             n,
@@ -285,14 +284,13 @@ pub fn candidates_in(
             &settings.limits,
             &mut violations,
         ) {
-            Some(Ok(node)) => shared.push(Arc::new(node)),
-            Some(Err(bad)) => invalid.push(Arc::new(bad)),
-            None => {}
+            Some(Ok(node)) => at.push(Slot::push(&mut shared, Arc::new(node))),
+            Some(Err(bad)) => at.push(Slot::push_invalid(&mut invalid, Arc::new(bad))),
+            None => at.push(Slot::None),
         }
     }
     let limits = &settings.limits;
     for (i, r) in refs.into_iter().enumerate() {
-        names.push(String::new());
         let v1::NodeRef {
             inventory,
             inventory_digest,
@@ -307,12 +305,9 @@ pub fn candidates_in(
         {
             tally[0].0 += 1;
             tally[1].0 += 1;
-            if let Some(name) = names.last_mut() {
-                name.push_str(node.name());
-            }
             // Cached nodes were checked against limits.max_cards_per_node before caching.
             cards += node.cards().len();
-            shared.push(node);
+            at.push(Slot::push(&mut shared, node));
             continue;
         }
         let inv = part_in(
@@ -342,11 +337,8 @@ pub fn candidates_in(
             Found::Value(Value::Invalid(bad), _) => {
                 // Invalid itself: its usage part (resolved above, so that missing or malformed
                 // parts are still reported) does not matter.
-                if let Some(name) = names.last_mut() {
-                    name.push_str(bad.name());
-                }
                 cards += bad.failure().cards_on_node as usize;
-                invalid.push(bad);
+                at.push(Slot::push_invalid(&mut invalid, bad));
                 continue;
             }
             Found::Absent => {
@@ -355,21 +347,25 @@ pub fn candidates_in(
                     format!("node_refs[{i}]"),
                     "inventory or inventory_digest is required",
                 ));
+                at.push(Slot::None);
                 continue;
             }
-            _ => continue,
+            _ => {
+                at.push(Slot::None);
+                continue;
+            }
         };
-        if let Some(name) = names.last_mut() {
-            name.push_str(inv.name());
-        }
         cards += inv.cards().len();
         let usage = match use_ {
             Found::Value(Value::Usage(u), d) => Some((u, d)),
             Found::Absent => None,
-            _ => continue,
+            _ => {
+                at.push(Slot::None);
+                continue;
+            }
         };
         let Some((usage, use_d)) = usage else {
-            shared.push(inv);
+            at.push(Slot::push(&mut shared, inv));
             continue;
         };
         // Clients list usage in card order: look from the card after the last match first.
@@ -397,25 +393,25 @@ pub fn candidates_in(
         if !unknown.is_empty() {
             // The node's usage names cards it does not have: the node is invalid (as a node
             // sent whole cannot be: there, usage is written in its cards).
-            invalid.push(Arc::new(InvalidNode::new(
-                inv.name().to_owned(),
-                n,
-                unknown,
-            )));
+            let bad = InvalidNode::new(inv.name().to_owned(), n, unknown);
+            at.push(Slot::push_invalid(&mut invalid, Arc::new(bad)));
             continue;
         }
         // The positions are the node's cards: always `Some`.
-        if let Some(node) = inv.with_card_usage(updates) {
-            let node = Arc::new(node);
-            state.node_cache.insert_pair(inv_d, use_d, node.clone());
-            shared.push(node);
+        match inv.with_card_usage(updates) {
+            Some(node) => {
+                let node = Arc::new(node);
+                state.node_cache.insert_pair(inv_d, use_d, node.clone());
+                at.push(Slot::push(&mut shared, node));
+            }
+            None => at.push(Slot::None),
         }
     }
     for (part, (hits, misses)) in [Part::Inventory, Part::Usage].into_iter().zip(tally) {
         state.node_cache.count(part, hits, misses);
     }
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    violations.extend(convert::duplicate_names(&refs, |k| {
+    let names: Vec<&str> = at.iter().map(|a| a.name(&shared, &invalid)).collect();
+    violations.extend(convert::duplicate_names(&names, |k| {
         if k < whole {
             NodeAt::Whole(k).to_string()
         } else {
@@ -440,6 +436,36 @@ pub fn candidates_in(
     }
     let snapshot = Snapshot::from_nodes(shared)?;
     Ok(Candidates::new(snapshot, invalid))
+}
+
+/// Where a node of the request went: the valid nodes, the invalid ones, or neither (request
+/// errors, a missing reference).
+#[derive(Clone, Copy, Debug)]
+enum Slot {
+    Valid(usize),
+    Invalid(usize),
+    None,
+}
+
+impl Slot {
+    fn push(shared: &mut Vec<Arc<Node>>, node: Arc<Node>) -> Slot {
+        shared.push(node);
+        Slot::Valid(shared.len() - 1)
+    }
+
+    fn push_invalid(invalid: &mut Vec<Arc<InvalidNode>>, node: Arc<InvalidNode>) -> Slot {
+        invalid.push(node);
+        Slot::Invalid(invalid.len() - 1)
+    }
+
+    /// The node's name ("" for none).
+    fn name<'a>(self, shared: &'a [Arc<Node>], invalid: &'a [Arc<InvalidNode>]) -> &'a str {
+        match self {
+            Slot::Valid(k) => shared.get(k).map_or("", |n| n.name()),
+            Slot::Invalid(k) => invalid.get(k).map_or("", |n| n.name()),
+            Slot::None => "",
+        }
+    }
 }
 
 /// The combined node of two well-formed, non-empty digests, when cached (a malformed digest

@@ -470,7 +470,8 @@ fn api(settings: Settings) -> PlacementApi {
 
 #[tokio::test]
 async fn by_reference_an_invalid_node_is_answered_as_sent_whole() {
-    let api = api(settings(&[]));
+    let metrics = Arc::new(Metrics::new());
+    let api = PlacementApi::new(Arc::new(State::new(settings(&[]), metrics.clone())));
     let bad = all_bad();
     let nodes = mixed(&bad);
     let req = |nodes: Vec<v1::Node>, refs: Vec<v1::NodeRef>| {
@@ -547,6 +548,22 @@ async fn by_reference_an_invalid_node_is_answered_as_sent_whole() {
         .result
         .unwrap();
     assert!(a.placed && a.node_name == "good-1", "{a:?}");
+    // Verdicts are keyed by content, not by name: the fixed node of the same name is valid.
+    let fixed = node(&bad[0].node.name, 2, 16000);
+    let a = api
+        .allocate(req(vec![], vec![inline(&fixed)]))
+        .await
+        .unwrap()
+        .into_inner()
+        .result
+        .unwrap();
+    assert!(a.placed && a.node_name == fixed.name, "{a:?}");
+    // Each invalid node is counted once per call: 10 in each of 4 calls, then good-1 once.
+    let text = metrics.encode();
+    assert!(
+        text.contains("gpusched_node_rejections_total{reason=\"InvalidNode\"} 41"),
+        "{text}"
+    );
 }
 
 // --- property: bad nodes change nothing about the decision on the good ones ----------------
