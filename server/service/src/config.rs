@@ -87,7 +87,8 @@ pub struct LimitsConfig {
     pub max_message_bytes: NonZeroUsize,
     /// Most nodes in one request.
     pub max_nodes: NonZeroUsize,
-    /// Most cards on one node.
+    /// Most cards on one node (a node with more is invalid itself: a failed node with
+    /// `REASON_INVALID_NODE`, not a request error).
     pub max_cards_per_node: NonZeroUsize,
     /// Most cards over all nodes of one request.
     pub max_cards: NonZeroUsize,
