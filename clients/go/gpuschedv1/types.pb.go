@@ -405,8 +405,8 @@ const (
 	// unresolvable set, container_position 0 and container_name empty; message is
 	// "InvalidNode: " then each problem as "<field> <VIOLATION_REASON without prefix>:
 	// <description>", joined with "; " (fields relative to the node, e.g. "cards[1].id
-	// DUPLICATE_ID: ..."; at most 8 problems, then "and N more"). Not a HAMi reason (name
-	// "InvalidNode").
+	// DUPLICATE_ID: ..."; at most 8 problems, then "and N more"; each description cut at 200
+	// characters). Not a HAMi reason (name "InvalidNode").
 	Reason_REASON_INVALID_NODE Reason = 14
 )
 

@@ -296,8 +296,8 @@ class _ReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Reason.ValueTy
     unresolvable set, container_position 0 and container_name empty; message is
     "InvalidNode: " then each problem as "<field> <VIOLATION_REASON without prefix>:
     <description>", joined with "; " (fields relative to the node, e.g. "cards[1].id
-    DUPLICATE_ID: ..."; at most 8 problems, then "and N more"). Not a HAMi reason (name
-    "InvalidNode").
+    DUPLICATE_ID: ..."; at most 8 problems, then "and N more"; each description cut at 200
+    characters). Not a HAMi reason (name "InvalidNode").
     """
 
 class Reason(_Reason, metaclass=_ReasonEnumTypeWrapper):
@@ -338,8 +338,8 @@ REASON_INVALID_NODE: Reason.ValueType  # 14
 unresolvable set, container_position 0 and container_name empty; message is
 "InvalidNode: " then each problem as "<field> <VIOLATION_REASON without prefix>:
 <description>", joined with "; " (fields relative to the node, e.g. "cards[1].id
-DUPLICATE_ID: ..."; at most 8 problems, then "and N more"). Not a HAMi reason (name
-"InvalidNode").
+DUPLICATE_ID: ..."; at most 8 problems, then "and N more"; each description cut at 200
+characters). Not a HAMi reason (name "InvalidNode").
 """
 Global___Reason: _TypeAlias = Reason  # noqa: Y015
 
