@@ -106,12 +106,14 @@ pub struct Inventory {
     pub cordoned: Vec<String>,
     /// The raw cordon annotation, passed on to the service.
     pub cordon_annotation: Option<String>,
-    /// Why the node has no usable inventory (missing or unreadable register annotation).
+    /// Why the node has no usable inventory (missing or unreadable register annotation, or an
+    /// invalid one: [`crate::inventory_check`]); such a node is never sent to the service.
     pub problem: Option<String>,
 }
 
 /// Reads the card inventory (`hami.io/node-nvidia-register`, JSON or colon form), pair scores
-/// (`hami.io/node-nvidia-score`) and cordoned cards (`hami.io/device-cordon`) of a node.
+/// (`hami.io/node-nvidia-score`) and cordoned cards (`hami.io/device-cordon`) of a node, and
+/// checks them ([`crate::inventory_check`]).
 pub fn inventory(node: &Node, names: &Names) -> Inventory {
     let a = &names.annotations;
     let ann = node.metadata.annotations.as_ref();
@@ -145,6 +147,12 @@ pub fn inventory(node: &Node, names: &Names) -> Inventory {
             .map(str::to_owned)
             .collect();
         inv.cordon_annotation = Some(v.to_owned());
+    }
+    if inv.problem.is_none() {
+        let problems = crate::inventory_check::problems(&inv, names);
+        if !problems.is_empty() {
+            inv.problem = Some(crate::inventory_check::message(&problems));
+        }
     }
     inv
 }
