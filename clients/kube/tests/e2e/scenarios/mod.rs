@@ -1,6 +1,7 @@
 //! The stories, one module each; [`crate`] runs them in order (filtered by `E2E_FILTER`).
 
 pub mod admission;
+pub mod bad_nodes;
 pub mod burst;
 pub mod mutex;
 pub mod replicas;
