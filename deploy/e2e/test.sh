@@ -4,7 +4,7 @@
 # the extender pointed at the local gpusched-kube, the RBAC and webhook configurations of deploy/
 # are applied to the apiserver (and every manifest is validated server-side), gpusched-kube runs
 # with a ServiceAccount token bound only by that RBAC, then clients/kube/tests/e2e/ runs
-# the scenarios (seed stories, weights, admission, mutex, bursts, restart, two replicas).
+# the scenarios (seed stories, weights, admission, mutex, bad nodes, bursts, restart, two replicas).
 #
 #   deploy/e2e/test.sh                 # called by scripts/test.sh (stage e2e)
 #
