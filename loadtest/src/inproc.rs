@@ -128,6 +128,7 @@ pub fn pipeline_once(
         }
     };
     let v1::AllocateRequest {
+        node_set,
         nodes,
         workload,
         options,
@@ -136,8 +137,9 @@ pub fn pipeline_once(
     } = decoded.map_err(|e| format!("decode: {e}"))?;
     let t1 = Instant::now();
     // The service's own conversion of Filter/Score/Allocate inputs.
-    let (s, w, _) = gpusched_service::placement::inputs(state, nodes, node_refs, workload, options)
-        .map_err(|e| e.to_string())?;
+    let (s, w, _) =
+        gpusched_service::placement::inputs(state, nodes, node_refs, node_set, workload, options)
+            .map_err(|e| e.to_string())?;
     let t2 = Instant::now();
     let (bytes, t3, t4) = match rpc {
         Rpc::Allocate => {

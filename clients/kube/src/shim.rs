@@ -191,6 +191,7 @@ impl Shim {
         let t = Instant::now();
         let snap = self.snapshot(&args.candidates(), &uid).await;
         let req = v1::FilterRequest {
+            node_set: None,
             nodes: snap.nodes,
             workload: Some(translate::workload(pod, names)),
             options: None,
@@ -251,6 +252,7 @@ impl Shim {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let snap = self.snapshot(&candidates, &uid).await;
         let req = v1::ScoreRequest {
+            node_set: None,
             nodes: snap.nodes.clone(),
             workload: Some(translate::workload(pod, names)),
             options: None,
@@ -290,6 +292,7 @@ impl Shim {
             }
         };
         let req = v1::AllocateRequest {
+            node_set: None,
             nodes: vec![node_msg],
             workload: Some(translate::workload(pod, self.view.names())),
             options: None,
@@ -446,6 +449,7 @@ impl Shim {
             return BindOutcome::Failed(format!("node {node}: {why}"));
         }
         let req = v1::AllocateRequest {
+            node_set: None,
             nodes: snap.nodes,
             workload: Some(translate::workload(&pod, &names)),
             options: None,

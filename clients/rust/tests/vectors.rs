@@ -202,6 +202,7 @@ fn by_reference_requests() -> Vec<(&'static str, &'static str, v1::AllocateReque
         usage_digest: (!usage.is_empty()).then(|| digest(usage)),
     };
     let req = |nodes: Vec<v1::Node>, node_refs: Vec<v1::NodeRef>| v1::AllocateRequest {
+        node_set: None,
         nodes,
         workload: Some(v1::Workload {
             namespace: "default".into(),

@@ -49,7 +49,7 @@ pub fn check_limits(
 }
 
 /// The digest of a `Digest` field, checked; `None` (with a violation) when malformed.
-fn digest_in(
+pub fn digest_in(
     d: &v1::Digest,
     field: &dyn Fn() -> String,
     violations: &mut Vec<Violation>,

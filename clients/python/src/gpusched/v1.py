@@ -122,6 +122,7 @@ from gpusched._gen.gpusched.v1.types_pb2 import (
     CardUsageEntry as CardUsageEntry,
     NodeUsage as NodeUsage,
     NodeRef as NodeRef,
+    NodeSetRef as NodeSetRef,
 )
 
 __all__ = [
@@ -235,4 +236,5 @@ __all__ = [
     "CardUsageEntry",
     "NodeUsage",
     "NodeRef",
+    "NodeSetRef",
 ]
