@@ -323,10 +323,15 @@ func TestLiveNodeSetsOnlyForAServerThatSaysItReadsThem(t *testing.T) {
 func TestLiveNodeSetOfTheCallerGoesAsItIs(t *testing.T) {
 	client := dial(t, "")
 	ctx := context.Background()
-	nodes := cluster("go-own-set", 3)
-	// The headers seen: the Client could send nodes by reference from now on.
-	if _, err := client.Allocate(ctx, &v1.AllocateRequest{Nodes: nodes, Workload: smallPod()}); err != nil {
-		t.Fatal(err)
+	nodes := cluster("go-own-set", 20)
+	// The headers seen and a set of the Client's own kept: it would name that set.
+	for range 2 {
+		if _, err := client.Allocate(ctx, &v1.AllocateRequest{Nodes: nodes, Workload: smallPod()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if client.NodeSetBase() == "" {
+		t.Fatal("no set kept")
 	}
 	lost := &v1.Digest{Hash: make([]byte, 32), SizeBytes: 64}
 	_, err := client.Allocate(ctx, &v1.AllocateRequest{Nodes: nodes, Workload: smallPod(), NodeSet: &v1.NodeSetRef{Base: lost}})
