@@ -336,3 +336,31 @@ def test_the_callers_own_node_set_goes_as_it_is(address: str) -> None:
 
     err = asyncio.run(go())
     assert lost in err.missing_digests
+
+
+@pytest.mark.server
+def test_replicas_behind_one_address_answer_like_whole_nodes(tmp_path: Path) -> None:
+    """Two replicas behind one channel, round robin (gRPC Python has no random picker): a call
+    whose changes go to the replica without the client's set misses and is resent in full; the
+    answers stay those to whole nodes."""
+    r1 = start_server([], tmp_path / "r1.log")
+    r2 = start_server([], tmp_path / "r2.log")
+    try:
+        options = [("grpc.lb_policy_name", "round_robin"), ("grpc.default_authority", "replicas")]
+        nodes = _nodes("py-replicas", 20)
+        with gpusched.Client(
+            f"ipv4:{r1.address},{r2.address}", options=options, wait_for_ready=True
+        ) as client, gpusched.Client(r1.address, by_reference=False) as whole:
+            for _ in range(20):
+                _allocate_both(client, whole, nodes)
+        stats = [_scrape(r) for r in (r1, r2)]
+        for i, m in enumerate(stats, 1):
+            print(
+                f"replica {i}: sets kept {m[SET_INSERTS]}, hit {m[SET_HITS]}, missed "
+                f"{m[SET_MISSES]}; inventories converted {m[INV_INSERTS]}"
+            )
+        assert sum(m[SET_INSERTS] for m in stats) >= 1, "a set was kept"
+        assert sum(m[SET_MISSES] for m in stats) >= 1, "a replica without the set was asked"
+    finally:
+        r1.stop()
+        r2.stop()
