@@ -206,19 +206,39 @@ func TestLiveNodeSetsSendChangesOnlyAfterTheSecondCall(t *testing.T) {
 	if b := whole.NodeSetBase(); b != "" {
 		t.Errorf("WithByReference(false) has a base %q", b)
 	}
-	// A bad node among the changes is named as the caller's nodes[i].
+	// Filter, Score and AllocateBatch send changes to the same set, and answer as whole nodes.
 	ctx := context.Background()
+	f, err := client.Filter(ctx, &v1.FilterRequest{Nodes: nodes, Workload: smallPod()})
+	fw, errw := whole.Filter(ctx, &v1.FilterRequest{Nodes: nodes, Workload: smallPod()})
+	if err != nil || errw != nil || !proto.Equal(f, fw) {
+		t.Fatalf("Filter: %v %v", err, errw)
+	}
+	sc, err := client.Score(ctx, &v1.ScoreRequest{Nodes: nodes, Workload: smallPod()})
+	scw, errw := whole.Score(ctx, &v1.ScoreRequest{Nodes: nodes, Workload: smallPod()})
+	if err != nil || errw != nil || !proto.Equal(sc, scw) {
+		t.Fatalf("Score: %v %v", err, errw)
+	}
+	batch := &v1.AllocateBatchRequest{Nodes: nodes, Workloads: []*v1.Workload{smallPod(), smallPod()}, ReturnUpdatedNodes: true}
+	b, err := client.AllocateBatch(ctx, batch)
+	bw, errw := whole.AllocateBatch(ctx, batch)
+	if err != nil || errw != nil || !proto.Equal(b, bw) {
+		t.Fatalf("AllocateBatch: %v %v", err, errw)
+	}
+	if got := metric(t, scrape(t, srv), setHits); got != 11 {
+		t.Fatalf("set hits %v after Filter, Score, AllocateBatch, want 11", got)
+	}
+	// A bad node among the changes is named as the caller's nodes[i].
 	bad := slices.Clone(nodes)
 	bad[13] = proto.Clone(nodes[13]).(*v1.Node)
 	bad[13].Cards[2].Health = v1.CardHealth_CARD_HEALTH_UNSPECIFIED
-	_, err := client.Allocate(ctx, &v1.AllocateRequest{Nodes: bad, Workload: smallPod()})
+	_, err = client.Allocate(ctx, &v1.AllocateRequest{Nodes: bad, Workload: smallPod()})
 	if !gpusched.IsInvalidArgument(err) {
 		t.Fatalf("want INVALID_ARGUMENT, got %v", err)
 	}
 	if f := gpusched.FromError(err).Fields(); len(f) != 1 || f[0] != "nodes[13].cards[2].health" {
 		t.Fatalf("fields %q, want nodes[13].cards[2].health", f)
 	}
-	if got := metric(t, scrape(t, srv), setHits); got != 9 {
+	if got := metric(t, scrape(t, srv), setHits); got != 12 {
 		t.Fatalf("set hits %v: the bad node did not go as a change to the set", got)
 	}
 	// A name twice goes in full: the server's answer is the one to whole nodes.

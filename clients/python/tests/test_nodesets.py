@@ -174,6 +174,16 @@ def test_changes_only_after_the_second_call(tmp_path: Path) -> None:
             assert base is not None and base.startswith("sha256/") and base.endswith("/1280")
             assert whole.node_set_base is None, "by_reference=False: no node sets either"
 
+            # Filter, Score and AllocateBatch send changes to the same set, and answer as whole
+            # nodes.
+            f = v1.FilterRequest(nodes=nodes, workload=_pod())
+            assert client.filter(f) == whole.filter(f)
+            s = v1.ScoreRequest(nodes=nodes, workload=_pod())
+            assert client.score(s) == whole.score(s)
+            b = v1.AllocateBatchRequest(nodes=nodes, workloads=[_pod(), _pod()], return_updated_nodes=True)
+            assert client.allocate_batch(b) == whole.allocate_batch(b)
+            assert _scrape(srv)[SET_HITS] == 11
+
             # A bad node among the changes is named as the caller's nodes[i].
             bad = [v1.Node() for _ in nodes]
             for c, n in zip(bad, nodes):
@@ -182,7 +192,7 @@ def test_changes_only_after_the_second_call(tmp_path: Path) -> None:
             with pytest.raises(gpusched.InvalidArgumentError) as info:
                 client.allocate(v1.AllocateRequest(nodes=bad, workload=_pod()))
             assert info.value.violated_fields == ["nodes[13].cards[2].health"]
-            assert _scrape(srv)[SET_HITS] == 9, "the bad node went as a change to the set"
+            assert _scrape(srv)[SET_HITS] == 12, "the bad node went as a change to the set"
 
             # A name twice goes in full: the answer is the one to whole nodes.
             dup = [*nodes, nodes[4]]
