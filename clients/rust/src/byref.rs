@@ -228,13 +228,20 @@ impl Plan {
 
 /// The digest of a node set kept from references to `nodes` in this order: SHA-256 over each
 /// node's inventory hash and usage hash (32 zero bytes without usage); size 64 per node.
-pub fn set_key(nodes: &[Arc<PreparedNode>]) -> Key {
+pub fn set_key<'a>(nodes: impl IntoIterator<Item = &'a PreparedNode>) -> Key {
     let mut h = sha2::Sha256::new();
+    let mut n = 0u64;
     for p in nodes {
         h.update(p.inventory_key.0);
         h.update(p.usage_key.map_or([0u8; 32], |k| k.0));
+        n += 1;
     }
-    (h.finalize().into(), 64 * nodes.len() as u64)
+    (h.finalize().into(), 64 * n)
+}
+
+/// The `Digest` message of a key.
+pub fn digest_of(k: &Key) -> v1::Digest {
+    digest_msg(k)
 }
 
 /// `nodeset/sha256/<hex>/<size>`: the subject of a missing node set.
@@ -276,6 +283,12 @@ impl ByRef {
             return Plan::Full { keep: false };
         }
         let base = self.base.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        // A repeated name goes in full, so the server reports it (as a change it would
+        // silently collapse into one node).
+        let mut names: HashSet<&str> = HashSet::with_capacity(nodes.len());
+        if !nodes.iter().all(|p| names.insert(p.name.as_str())) {
+            return Plan::Full { keep: false };
+        }
         let Some(base) = base else {
             return Plan::Full { keep: true };
         };
@@ -299,7 +312,6 @@ impl ByRef {
         let removed: Vec<String> = if seen == base.nodes.len() {
             Vec::new()
         } else {
-            let names: HashSet<&str> = nodes.iter().map(|p| p.name.as_str()).collect();
             let mut r: Vec<String> = base
                 .nodes
                 .keys()
@@ -322,7 +334,7 @@ impl ByRef {
     /// After a successful call in full with `keep`: `nodes` are the server's kept set.
     pub(crate) fn kept(&self, nodes: &[Arc<PreparedNode>]) {
         let base = Base {
-            key: set_key(nodes),
+            key: set_key(nodes.iter().map(AsRef::as_ref)),
             nodes: nodes
                 .iter()
                 .map(|p| (p.name.clone(), (p.inventory_key, p.usage_key)))

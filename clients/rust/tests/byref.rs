@@ -268,3 +268,29 @@ async fn a_server_without_the_header_is_only_ever_sent_whole_nodes() {
     assert!(direct.server_reads_refs());
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_repeated_node_name_is_reported_even_against_a_kept_set() {
+    let (server, _) = start_at("127.0.0.1:0").await;
+    let addr = server.grpc_addr.to_string();
+    let client = ClientBuilder::new(&addr).connect().await.unwrap();
+    let reference = whole(&addr).await;
+    let mut nodes = cluster(20);
+    rounds(&client, &reference, &mut nodes, 3).await;
+    assert!(client.node_set_base().is_some());
+    // An unchanged node listed twice would be an empty change: it must go in full and fail.
+    let mut twice = nodes.clone();
+    twice.push(nodes[4].clone());
+    let want = reference.allocate(twice.clone(), pod()).await.unwrap_err();
+    let got = client.allocate(twice, pod()).await.unwrap_err();
+    let fields = |e: &gpusched_client::Error| match e {
+        gpusched_client::Error::Api(a) => a
+            .field_violations
+            .iter()
+            .map(|v| v.field.clone())
+            .collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(fields(&got), fields(&want));
+    assert_eq!(fields(&got), vec!["nodes[20].name".to_owned()]);
+}
