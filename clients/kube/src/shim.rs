@@ -218,7 +218,7 @@ impl Shim {
             Err(e) if e.api().is_some_and(|a| a.is_invalid_argument()) => invalid_pod(
                 args,
                 &format!(
-                    "gpusched: invalid pod, not retried until it changes: {}",
+                    "gpusched: invalid pod, unschedulable until it changes: {}",
                     service_error_text(&e)
                 ),
             ),
