@@ -10,7 +10,7 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{Api, Resource};
 
-use crate::answer::{filter_error, filter_result, pass_all, priorities};
+use crate::answer::{filter_error, filter_result, invalid_pod, pass_all, priorities};
 use crate::extender_v1::{ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority};
 use crate::leader::Leadership;
 use crate::metrics::{ExtenderCall, ExtenderOutcome, Metrics};
@@ -214,6 +214,15 @@ impl Shim {
                 }
                 out
             }
+            // An invalid request stays invalid until the pod changes: unschedulable with the
+            // reason, not an error kube-scheduler retries after every backoff.
+            Err(e) if e.api().is_some_and(|a| a.is_invalid_argument()) => invalid_pod(
+                args,
+                &format!(
+                    "gpusched: invalid pod, unschedulable until it changes: {}",
+                    service_error_text(&e)
+                ),
+            ),
             Err(e) => filter_error(service_error_text(&e)),
         }
     }

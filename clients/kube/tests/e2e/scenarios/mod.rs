@@ -2,6 +2,8 @@
 
 pub mod admission;
 pub mod burst;
+pub mod failclosed;
+pub mod forgery;
 pub mod mutex;
 pub mod replicas;
 pub mod restart;
