@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # End-to-end test of gpusched on a real control plane (etcd + kube-apiserver + kube-scheduler on
 # 127.0.0.1, no kubelet): the kube-scheduler runs deploy/manifests/kube-scheduler-config.yaml with
-# the extender pointed at the local gpusched-kube, the RBAC and webhook configurations of deploy/
-# are applied to the apiserver (and every manifest is validated server-side), gpusched-kube runs
-# with a ServiceAccount token bound only by that RBAC, then clients/kube/tests/e2e/ runs
-# the scenarios (seed stories, weights, admission, mutex, bad nodes, bursts, restart, two replicas).
+# the extender pointed at the local gpusched-kube, the RBAC, webhook configurations and admission
+# policies of deploy/ are applied to the apiserver (and every manifest is validated server-side),
+# gpusched-kube runs with a ServiceAccount token bound only by that RBAC, then
+# clients/kube/tests/e2e/ runs
+# the scenarios (admission, forged decisions, fail closed, seed stories, weights, mutex, bad nodes, bursts,
+# restart, two replicas).
 #
 #   deploy/e2e/test.sh                 # called by scripts/test.sh (stage e2e)
 #
@@ -154,6 +156,19 @@ sed -e "s#service: {name: gpusched-kube, namespace: gpusched-system, path: \(/[a
     -e "s|# caBundle: <base64 CA PEM>|caBundle: $CA_B64|" "$WEBHOOKS_SRC" >"$WORK/webhooks.yaml"
 kubectl apply -f "$WORK/webhooks.yaml" >/dev/null
 log "applied RBAC and webhook configurations from deploy/ (webhooks at https://127.0.0.1:$WH_PORT)"
+# The ValidatingAdmissionPolicies as deploy/ has them (decision annotations are the shim's
+# ServiceAccount's alone; GPU pods unbound, ours, no memory/cores without a card). The API
+# server loads them asynchronously: wait until a forged pod is denied (server-side dry run).
+kubectl apply -f deploy/manifests/admission-policies.yaml >/dev/null
+FORGED='{"apiVersion":"v1","kind":"Pod","metadata":{"name":"policy-probe","annotations":{"hami.io/vgpu-node":"x"}},"spec":{"containers":[{"name":"c","image":"x"}]}}'
+for i in $(seq 100); do
+  if ! out="$(kubectl -n gpusched-system create --dry-run=server -f - <<<"$FORGED" 2>&1)"; then
+    grep -q 'hami.io/vgpu-node' <<<"$out" && break
+  fi
+  (( i < 100 )) || die "the admission policies of deploy/manifests/admission-policies.yaml are not enforced: $out"
+  sleep 0.2
+done
+log "applied the admission policies from deploy/ (enforced)"
 
 # ---- the scenarios ---------------------------------------------------------------------------------
 export GPUSCHED_E2E=1

@@ -146,13 +146,33 @@ check "default: service, shim, scheduler, agent, PDB, NetworkPolicies, no CRD ki
   and get("PodDisruptionBudget","gpusched") and get("Service","gpusched") and get("Service","gpusched-kube")
   and {n["metadata"]["name"] for n in kinds("NetworkPolicy")} == {"gpusched","gpusched-kube"}
   and not [d for d in docs if d["apiVersion"].startswith(("cert-manager.io","monitoring.coreos.com"))]'
-check "default: webhooks have matchConditions on all 4 resources, timeout 5s, ignore-label selectors" py_docs "$D" '
-  all(w["timeoutSeconds"] == 5 and w["failurePolicy"] == "Ignore"
+check "default: webhooks fail closed (Fail, 3s) with matchConditions on all 4 resources, ignore-label selectors" py_docs "$D" '
+  all(w["timeoutSeconds"] == 3 and w["failurePolicy"] == "Fail"
       and all(r in w["matchConditions"][0]["expression"] for r in ("nvidia.com/gpu","nvidia.com/gpumem","nvidia.com/gpumem-percentage","nvidia.com/gpucores"))
       and "requests" in w["matchConditions"][0]["expression"] and "initContainers" in w["matchConditions"][0]["expression"]
       and w["namespaceSelector"]["matchExpressions"][0] == {"key":"hami.io/webhook","operator":"NotIn","values":["ignore"]}
       and w["objectSelector"]["matchExpressions"][0] == {"key":"hami.io/webhook","operator":"NotIn","values":["ignore"]}
       for k in ("ValidatingWebhookConfiguration","MutatingWebhookConfiguration") for w in get(k,"gpusched-kube")["webhooks"])'
+check "default: admission policies (decisions: shim SA + device plugin; Bindings; GPU pods outside ignored namespaces)" py_docs "$D" '
+  {p["metadata"]["name"] for p in kinds("ValidatingAdmissionPolicy")} >= {"gpusched-kube-decisions","gpusched-kube-decision-bindings","gpusched-kube-gpu-pods"}
+  and {b["spec"]["policyName"] for b in kinds("ValidatingAdmissionPolicyBinding")} >= {"gpusched-kube-decisions","gpusched-kube-decision-bindings","gpusched-kube-gpu-pods"}
+  and all(b["spec"]["validationActions"] == ["Deny"] for b in kinds("ValidatingAdmissionPolicyBinding"))
+  and "system:serviceaccount:gpusched-system:gpusched-kube" in [v for v in get("ValidatingAdmissionPolicy","gpusched-kube-decisions")["spec"]["variables"] if v["name"] == "forbidden"][0]["expression"]
+  and "system:serviceaccount:kube-system:hami-device-plugin" in [v for v in get("ValidatingAdmissionPolicy","gpusched-kube-decisions")["spec"]["variables"] if v["name"] == "forbidden"][0]["expression"]
+  and get("ValidatingAdmissionPolicy","gpusched-kube-decision-bindings")["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["pods/binding"]
+  and "[\"gpusched-scheduler\"]" in get("ValidatingAdmissionPolicy","gpusched-kube-gpu-pods")["spec"]["validations"][1]["expression"]
+  and get("ValidatingAdmissionPolicyBinding","gpusched-kube-gpu-pods")["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0] == {"key":"hami.io/webhook","operator":"NotIn","values":["ignore"]}'
+admission_policy_values() {
+  local out
+  out="$(tmpl --show-only templates/admission-policies.yaml --set admissionPolicies.gpuPods=false \
+    --set 'admissionPolicies.decisionWriters[0]=system:serviceaccount:kube-system:hami-scheduler' \
+    --set 'admissionPolicies.otherSchedulers[0]=volcano')" || return 1
+  grep -q 'hami-scheduler' <<<"$out" && ! grep -q 'gpusched-kube-gpu-pods' <<<"$out" || return 1
+  out="$(tmpl --show-only templates/admission-policies.yaml --set admissionPolicies.decisions=false \
+    --set 'admissionPolicies.otherSchedulers[0]=volcano')" || return 1
+  grep -q '\["gpusched-scheduler","volcano"\]' <<<"$out" && ! grep -q 'gpusched-kube-decisions' <<<"$out"
+}
+check "admission policies: values switch them off one by one, add writers and schedulers" admission_policy_values
 check "default: certificate hook Jobs (pre-install create, post-install patch) with least RBAC" py_docs "$D" '
   get("Job","gpusched-certgen-create")["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
   and get("Job","gpusched-certgen-patch")["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
@@ -308,7 +328,8 @@ CRD
         networkpolicy/gpusched networkpolicy/gpusched-kube role/gpusched-kube-leader-election &&
       K get validatingwebhookconfiguration/gpusched-kube mutatingwebhookconfiguration/gpusched-kube \
         clusterrole/gpusched-kube clusterrole/gpusched-agent clusterrolebinding/gpusched-scheduler \
-        validatingadmissionpolicy/gpusched-agent-own-node &&
+        validatingadmissionpolicy/gpusched-agent-own-node validatingadmissionpolicy/gpusched-kube-decisions \
+        validatingadmissionpolicy/gpusched-kube-decision-bindings validatingadmissionpolicy/gpusched-kube-gpu-pods &&
       K -n kube-system get rolebinding/gpusched-scheduler-auth-reader
     }
     check "installed objects exist (Deployments, DaemonSet, Services, PDB, RBAC, webhooks, policies)" objects_exist
@@ -375,38 +396,56 @@ KCFG
     }
     check "certificate hook: a rerun (pre-upgrade) keeps a valid certificate" rerun_keeps
 
-    # matchConditions for real: the shim does not run (no endpoints), so every webhook call
-    # fails open and counts in apiserver_admission_webhook_fail_open_count. Pods without GPU
-    # resources, or labelled hami.io/webhook=ignore, must not be sent at all.
-    fail_open_count() {
+    # matchConditions and fail-closed for real: the shim does not run (no endpoints), so every
+    # webhook call fails, and with failurePolicy Fail the pod is refused (counted in
+    # apiserver_admission_webhook_rejection_count, error_type calling_webhook_error). Pods without
+    # GPU resources, or labelled hami.io/webhook=ignore, must not be sent at all (and are created).
+    webhook_failures() {
       kubectl get --raw /metrics 2>/dev/null |
-        awk '/^apiserver_admission_webhook_fail_open_count\{.*name="(validate|mutate)\.pods\.gpusched\.io"/ { s += $NF } END { print s + 0 }'
+        awk '/^apiserver_admission_webhook_rejection_count\{.*error_type="calling_webhook_error".*name="(validate|mutate)\.pods\.gpusched\.io"/ { s += $NF } END { print s + 0 }'
     }
-    mkpod() { # name labels-json container-json [init-container-json]
-      local init=""
+    mkpod() { # name labels-json container-json [init-container-json] [scheduler]
+      local init="" sched=""
       [[ -n "${4:-}" ]] && init=",\"initContainers\":[$4]"
-      printf '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"%s","labels":%s},"spec":{"containers":[%s]%s}}' "$1" "$2" "$3" "$init" |
-        timeout 60 kubectl -n helm-test create -f - >/dev/null
+      [[ -n "${5:-}" ]] && sched=",\"schedulerName\":\"$5\""
+      printf '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"%s","labels":%s},"spec":{"containers":[%s]%s%s}}' "$1" "$2" "$3" "$init" "$sched" |
+        timeout 60 kubectl -n helm-test create -f - 2>&1
     }
     match_conditions() {
       K create namespace helm-test >/dev/null 2>&1 || true
-      local c0 c1 c2 c3
-      c0="$(fail_open_count)"
+      local c0 c1 c2 c3 out
+      c0="$(webhook_failures)"
       mkpod cpu-only '{}' '{"name":"c","image":"x","resources":{"limits":{"cpu":"1"}}}' || return 1
-      mkpod gpu-ignored '{"hami.io/webhook":"ignore"}' '{"name":"c","image":"x","resources":{"limits":{"nvidia.com/gpu":"1"}}}' || return 1
-      c1="$(fail_open_count)"
-      echo "fail-open calls: start $c0, after cpu-only and ignored GPU pods $c1"
+      # Skipping the webhooks by label: it names the scheduler itself (the gpu-pods policy).
+      mkpod gpu-ignored '{"hami.io/webhook":"ignore"}' '{"name":"c","image":"x","resources":{"limits":{"nvidia.com/gpu":"1"}}}' "" gpusched-scheduler || return 1
+      c1="$(webhook_failures)"
+      echo "failed webhook calls: start $c0, after cpu-only and ignored GPU pods $c1"
       [[ "$c1" == "$c0" ]] || { echo "a pod without GPU resources (or ignored) reached the webhooks"; return 1; }
-      mkpod gpu-limits '{}' '{"name":"c","image":"x","resources":{"limits":{"nvidia.com/gpu":"1"}}}' || return 1
-      c2="$(fail_open_count)"
+      if out="$(mkpod gpu-limits '{}' '{"name":"c","image":"x","resources":{"limits":{"nvidia.com/gpu":"1"}}}')"; then
+        echo "a GPU pod was admitted while the shim is unreachable: $out"; return 1
+      fi
+      echo "$out"
+      c2="$(webhook_failures)"
       echo "after a pod with limits nvidia.com/gpu: $c2"
-      (( c2 >= c0 + 2 )) || { echo "the GPU pod did not reach both webhooks"; return 1; }
-      mkpod gpu-init-requests '{}' '{"name":"c","image":"x"}' '{"name":"i","image":"x","resources":{"requests":{"nvidia.com/gpucores":"30"},"limits":{"nvidia.com/gpucores":"30"}}}' || return 1
-      c3="$(fail_open_count)"
+      (( c2 >= c0 + 1 )) || { echo "the GPU pod did not reach the webhooks"; return 1; }
+      if out="$(mkpod gpu-init-requests '{}' '{"name":"c","image":"x"}' '{"name":"i","image":"x","resources":{"requests":{"nvidia.com/gpucores":"30"},"limits":{"nvidia.com/gpucores":"30"}}}')"; then
+        echo "an init-container GPU pod was admitted while the shim is unreachable: $out"; return 1
+      fi
+      c3="$(webhook_failures)"
       echo "after a pod with gpucores in an init container's requests: $c3"
-      (( c3 >= c2 + 2 )) || { echo "the init-container GPU pod did not reach both webhooks"; return 1; }
+      (( c3 >= c2 + 1 )) || { echo "the init-container GPU pod did not reach the webhooks"; return 1; }
     }
-    check "matchConditions: only GPU pods reach the webhooks (apiserver fail-open count)" match_conditions
+    check "matchConditions + failurePolicy Fail: only GPU pods reach the webhooks, refused while the shim is unreachable" match_conditions
+    policies_enforced() {
+      local out _
+      for _ in $(seq 50); do
+        out="$(printf '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"forged","annotations":{"hami.io/vgpu-devices-allocated":"GPU-1,NVIDIA,1,0:;"}},"spec":{"containers":[{"name":"c","image":"x"}]}}' |
+          timeout 60 kubectl -n helm-test create --dry-run=server -f - 2>&1)" || { echo "$out"; grep -q 'hami.io/vgpu-devices-allocated' <<<"$out" && return 0; }
+        sleep 0.2
+      done
+      echo "a pod with a decision annotation was admitted: $out"; return 1
+    }
+    check "admission policies enforced: a pod created with a decision annotation is denied naming it" policies_enforced
 
     check "helm upgrade --no-hooks (server.replicas=3) keeps the hook's caBundle" bash -c "
       timeout 120 '$HELM' upgrade gpusched '$CHART' -n $NS --no-hooks --timeout 60s --set server.replicas=3 >/dev/null &&
@@ -417,7 +456,7 @@ KCFG
     gone() {
       local left
       left="$(K -n "$NS" get deploy,ds,svc,pdb,cm,sa,networkpolicy,role,rolebinding -l app.kubernetes.io/part-of=gpusched -o name 2>&1;
-              K get validatingwebhookconfiguration,mutatingwebhookconfiguration,clusterrole,clusterrolebinding,validatingadmissionpolicy -l app.kubernetes.io/part-of=gpusched -o name 2>&1)"
+              K get validatingwebhookconfiguration,mutatingwebhookconfiguration,clusterrole,clusterrolebinding,validatingadmissionpolicy,validatingadmissionpolicybinding -l app.kubernetes.io/part-of=gpusched -o name 2>&1)"
       # The hook's Secret and RBAC are not release objects (kept; see deploy/README.md).
       left="$(grep -v -E 'gpusched-certgen' <<<"$left" | grep . || true)"
       [[ -z "$left" ]] || { echo "left after uninstall:"; echo "$left"; return 1; }

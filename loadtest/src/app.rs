@@ -150,9 +150,10 @@ pub struct WorkloadArgs {
     /// The RPC.
     #[arg(long, value_enum, default_value_t = Rpc::Allocate)]
     pub rpc: Rpc,
-    /// Nodes by reference (gRPC and `--target pipeline` runs): `warm` = every node by digest except the one whose
-    /// usage changed since the last decision (cache primed first), `cold` = every part inline
-    /// every time. In `sweep`, warm or cold runs by reference beside the whole-node runs.
+    /// Nodes by reference (gRPC and `--target pipeline` runs): `warm` = every node by digest
+    /// except the one whose usage changed since the last decision (cache primed first), `sets`
+    /// = only that node, as a change to a kept node set (what the clients send), `cold` = every
+    /// part inline every time. In `sweep`, runs by reference beside the whole-node runs.
     #[arg(long, value_enum, default_value_t = crate::byref::ByRefMode::Off)]
     pub by_reference: crate::byref::ByRefMode,
 }

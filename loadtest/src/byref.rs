@@ -5,6 +5,10 @@
 //! - `warm`: the server holds every node's parts (a prime request sent them inline before the
 //!   load). Request `i` sends every node by digest except one: node `i mod N` changed its usage
 //!   (as after a bind), so its usage goes inline, as a scheduler shim's would.
+//! - `sets`: as a shim with the Rust client does: the prime request sends every node by
+//!   reference and asks the server to keep them as a node set (`NodeSetRef.keep`); request `i`
+//!   names that set as its base and sends only node `i mod N`, whose usage changed, by
+//!   reference (its usage inline).
 //! - `cold`: every part inline in every request (a replica whose cache never helps: it decodes,
 //!   hashes, converts and caches every node every time).
 
@@ -24,14 +28,17 @@ pub enum ByRefMode {
     Off,
     /// By digest, one node's usage changed per request; the cache primed first.
     Warm,
+    /// Changes against a kept node set: one node per request.
+    Sets,
     /// Every part inline every time.
     Cold,
 }
 
-fn refs_bytes(refs: Vec<v1::NodeRef>) -> Bytes {
+fn refs_bytes(refs: Vec<v1::NodeRef>, set: Option<v1::NodeSetRef>) -> Bytes {
     Bytes::from(
         v1::AllocateRequest {
             node_refs: refs,
+            node_set: set,
             ..v1::AllocateRequest::default()
         }
         .encode_to_vec(),
@@ -58,7 +65,15 @@ pub fn apply(pool: &mut Pool, mode: ByRefMode) -> Option<Encoded> {
         return None;
     }
     let prepared: Vec<PreparedNode> = pool.nodes.iter().map(PreparedNode::new).collect();
-    let inline = refs_bytes(prepared.iter().map(|p| p.node_ref(|_| false)).collect());
+    let keep = (mode == ByRefMode::Sets).then(|| v1::NodeSetRef {
+        keep: true,
+        ..Default::default()
+    });
+    let inline = refs_bytes(
+        prepared.iter().map(|p| p.node_ref(|_| false)).collect(),
+        keep,
+    );
+    let base = gpusched_client::byref::digest_of(&gpusched_client::byref::set_key(&prepared));
     let first = pool.encoded.first().cloned()?;
     let prime = Encoded {
         nodes: inline.clone(),
@@ -68,6 +83,18 @@ pub fn apply(pool: &mut Pool, mode: ByRefMode) -> Option<Encoded> {
     for (i, e) in pool.encoded.iter_mut().enumerate() {
         e.nodes = match mode {
             ByRefMode::Cold => inline.clone(),
+            ByRefMode::Sets => {
+                let k = i % n;
+                let changed = PreparedNode::new(&touched(&pool.nodes[k], i / n));
+                let inv = changed.inventory_key();
+                refs_bytes(
+                    vec![changed.node_ref(|key| *key == inv)],
+                    Some(v1::NodeSetRef {
+                        base: Some(base.clone()),
+                        ..Default::default()
+                    }),
+                )
+            }
             ByRefMode::Warm | ByRefMode::Off => {
                 let k = i % n;
                 let changed = PreparedNode::new(&touched(&pool.nodes[k], i / n));
@@ -83,7 +110,7 @@ pub fn apply(pool: &mut Pool, mode: ByRefMode) -> Option<Encoded> {
                         }
                     })
                     .collect();
-                refs_bytes(refs)
+                refs_bytes(refs, None)
             }
         };
     }
@@ -119,5 +146,23 @@ mod tests {
         assert!(req.node_refs.iter().all(|r| r.inventory.is_empty()));
         let p = v1::AllocateRequest::decode(prime.to_vec().as_slice()).unwrap();
         assert!(p.node_refs.iter().all(|r| !r.inventory.is_empty()));
+    }
+
+    #[test]
+    fn set_requests_send_one_node_against_the_kept_set() {
+        let spec = ClusterSpec::new(100, 8);
+        let mut pool = Pool::build(&spec, &Mix::default(), Form::Kubernetes, 4, 42);
+        let prime = apply(&mut pool, ByRefMode::Sets).unwrap();
+        let p = v1::AllocateRequest::decode(prime.to_vec().as_slice()).unwrap();
+        assert!(p.node_set.as_ref().unwrap().keep);
+        assert_eq!(p.node_refs.len(), 100);
+        let prepared: Vec<PreparedNode> = pool.nodes.iter().map(PreparedNode::new).collect();
+        let want = gpusched_client::byref::digest_of(&gpusched_client::byref::set_key(&prepared));
+        for e in &pool.encoded {
+            let req = v1::AllocateRequest::decode(e.to_vec().as_slice()).unwrap();
+            assert_eq!(req.node_refs.len(), 1);
+            assert!(!req.node_refs[0].usage.is_empty());
+            assert_eq!(req.node_set.as_ref().unwrap().base.as_ref(), Some(&want));
+        }
     }
 }

@@ -129,6 +129,7 @@ pub fn pipeline_once(
         }
     };
     let v1::AllocateRequest {
+        node_set,
         nodes,
         workload,
         options,
@@ -137,8 +138,9 @@ pub fn pipeline_once(
     } = decoded.map_err(|e| format!("decode: {e}"))?;
     let t1 = Instant::now();
     // The service's own conversion of Filter/Score/Allocate inputs.
-    let (c, w, _) = gpusched_service::placement::inputs(state, nodes, node_refs, workload, options)
-        .map_err(|e| e.to_string())?;
+    let (c, w, _) =
+        gpusched_service::placement::inputs(state, nodes, node_refs, node_set, workload, options)
+            .map_err(|e| e.to_string())?;
     // Synthetic clusters have no invalid node: the snapshot is every candidate.
     let s = c.snapshot;
     let t2 = Instant::now();

@@ -23,8 +23,9 @@ import (
 // SHA-256 digest. A part the server acknowledged (a successful call carried it inline) goes as
 // its digest alone; a part the server reports missing (FAILED_PRECONDITION with a
 // google.rpc.PreconditionFailure of type MISSING) is resent inline, once per missing digest.
-// The server never needs to remember anything for a correct answer. WithByReference(false)
-// turns it off.
+// The server never needs to remember anything for a correct answer. On top of it, long
+// candidate lists go as changes to a node set (nodeset.go). WithByReference(false) turns both
+// off.
 
 const (
 	maxKnown = 1 << 20
@@ -126,6 +127,10 @@ type byRef struct {
 	// readsRefs: a PlacementService answer on this Client carried NodeRefsHeader; until then
 	// nodes go whole (a server that predates node_refs would ignore them).
 	readsRefs atomic.Bool
+	// readsSets: an answer carried NodeSetsHeader; until then no node set is named.
+	readsSets atomic.Bool
+	// base is the last candidate list sent in full and kept by the server as a node set.
+	base *nodeBase
 }
 
 // NodeRefsHeader is the response metadata a server that reads node_refs sets on every
@@ -137,15 +142,18 @@ const NodeRefsHeader = "gpusched-node-refs"
 func (b *byRef) serverReadsRefs() bool { return b != nil && b.readsRefs.Load() }
 
 // noteHeader is a unary interceptor: a PlacementService answer (or error) carrying
-// NodeRefsHeader switches references on.
+// NodeRefsHeader switches references on, one carrying NodeSetsHeader node sets.
 func (b *byRef) noteHeader(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if b == nil || b.readsRefs.Load() || !strings.HasPrefix(method, "/gpusched.v1.PlacementService/") {
+	if b == nil || (b.readsRefs.Load() && b.readsSets.Load()) || !strings.HasPrefix(method, "/gpusched.v1.PlacementService/") {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	var header, trailer metadata.MD
 	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&header), grpc.Trailer(&trailer))...)
 	if len(header.Get(NodeRefsHeader)) > 0 || len(trailer.Get(NodeRefsHeader)) > 0 {
 		b.readsRefs.Store(true)
+	}
+	if len(header.Get(NodeSetsHeader)) > 0 || len(trailer.Get(NodeSetsHeader)) > 0 {
+		b.readsSets.Store(true)
 	}
 	return err
 }
@@ -228,8 +236,9 @@ func (c *Client) AcknowledgedParts() int {
 	return len(c.byref.known)
 }
 
-// fieldBack names node_refs[i].inventory... fields after nodes[i] (node i went as reference i).
-func fieldBack(f string) string {
+// fieldBack names node_refs[j].inventory... fields after nodes[i], where reference j was the
+// caller's node i = position(j).
+func fieldBack(f string, position func(int) int) string {
 	rest, ok := strings.CutPrefix(f, "node_refs[")
 	if !ok {
 		return f
@@ -244,34 +253,62 @@ func fieldBack(f string) string {
 	case strings.HasPrefix(tail, ".inventory"):
 		tail = strings.TrimPrefix(tail, ".inventory")
 	}
-	return "nodes[" + num + "]" + tail
+	j, err := strconv.Atoi(num)
+	if err != nil {
+		return f
+	}
+	return "nodes[" + strconv.Itoa(position(j)) + "]" + tail
 }
 
-// withNodes sends nodes by reference: call is invoked with the references to send.
-func withNodes[R any](ctx context.Context, b *byRef, nodes []*v1.Node, call func(context.Context, []*v1.NodeRef) (R, error)) (R, error) {
+// withNodes sends nodes by reference, as changes to a kept node set when that pays: call is
+// invoked with the node_set field and the references to send. Parts reported missing are resent
+// inline once each; a base reported missing is dropped and the candidates go in full (kept) once.
+// Field violations are named after the caller's nodes[i].
+func withNodes[R any](ctx context.Context, b *byRef, nodes []*v1.Node, call func(context.Context, *v1.NodeSetRef, []*v1.NodeRef) (R, error)) (R, error) {
 	var zero R
 	prepared, err := b.prepare(nodes)
 	if err != nil {
 		return zero, err
 	}
 	force := map[partKey]bool{}
+	p := b.plan(prepared)
 	for {
-		resp, err := call(ctx, b.refs(prepared, force))
+		set, refs := p.request(b, prepared, force)
+		resp, err := call(ctx, set, refs)
 		if err == nil {
-			b.acknowledge(prepared)
+			b.acknowledge(p.sent(prepared))
+			if p.keep {
+				b.kept(prepared)
+			}
 			return resp, nil
 		}
 		e := FromError(err)
 		if e.Code == codes.FailedPrecondition {
 			var missing []partKey
+			baseMissing := false
 			again := false
 			for _, s := range e.MissingDigests {
+				if rest, ok := strings.CutPrefix(s, setSubjectPrefix); ok {
+					if k, ok := parseSubject(rest); ok && p.base != nil && k == p.base.key {
+						baseMissing = true
+					}
+					continue
+				}
 				if k, ok := parseSubject(s); ok {
 					missing = append(missing, k)
 					again = again || force[k]
 				}
 			}
 			b.forget(missing)
+			if baseMissing {
+				// The replica does not hold the set: everything in full, kept again (once: a
+				// full plan names no base).
+				b.dropBase(p.base.key)
+				p = plan{keep: true}
+				continue
+			}
+			// Resend each missing part inline once; a part missing again after it went inline
+			// (impossible with a conforming server) ends the call.
 			if len(missing) == 0 || again {
 				return zero, e
 			}
@@ -280,15 +317,16 @@ func withNodes[R any](ctx context.Context, b *byRef, nodes []*v1.Node, call func
 			}
 			continue
 		}
+		back := func(f string) string { return fieldBack(f, p.position) }
 		for i := range e.FieldViolations {
-			e.FieldViolations[i].Field = fieldBack(e.FieldViolations[i].Field)
+			e.FieldViolations[i].Field = back(e.FieldViolations[i].Field)
 		}
 		for i := range e.QuotaViolations {
-			e.QuotaViolations[i].Subject = fieldBack(e.QuotaViolations[i].Subject)
+			e.QuotaViolations[i].Subject = back(e.QuotaViolations[i].Subject)
 		}
 		if e.ErrorInfo != nil {
 			if f, ok := e.ErrorInfo.Metadata["field"]; ok {
-				e.ErrorInfo.Metadata["field"] = fieldBack(f)
+				e.ErrorInfo.Metadata["field"] = back(f)
 			}
 		}
 		return zero, e

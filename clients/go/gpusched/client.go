@@ -113,9 +113,9 @@ func (c *Client) InventoryService() v1.InventoryServiceClient { return c.invento
 
 // Filter returns which candidate nodes can host the workload, and why the others cannot.
 func (c *Client) Filter(ctx context.Context, req *v1.FilterRequest, opts ...grpc.CallOption) (*v1.FilterResponse, error) {
-	if c.byref.serverReadsRefs() && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 {
-		return withNodes(ctx, c.byref, req.GetNodes(), func(ctx context.Context, refs []*v1.NodeRef) (*v1.FilterResponse, error) {
-			r := &v1.FilterRequest{Workload: req.GetWorkload(), Options: req.GetOptions(), NodeRefs: refs}
+	if c.byref.serverReadsRefs() && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 && req.GetNodeSet() == nil {
+		return withNodes(ctx, c.byref, req.GetNodes(), func(ctx context.Context, set *v1.NodeSetRef, refs []*v1.NodeRef) (*v1.FilterResponse, error) {
+			r := &v1.FilterRequest{Workload: req.GetWorkload(), Options: req.GetOptions(), NodeRefs: refs, NodeSet: set}
 			return c.placement.Filter(ctx, r, opts...)
 		})
 	}
@@ -125,9 +125,9 @@ func (c *Client) Filter(ctx context.Context, req *v1.FilterRequest, opts ...grpc
 
 // Score returns the node scores of the nodes that can host the workload, most preferred first.
 func (c *Client) Score(ctx context.Context, req *v1.ScoreRequest, opts ...grpc.CallOption) (*v1.ScoreResponse, error) {
-	if c.byref.serverReadsRefs() && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 {
-		return withNodes(ctx, c.byref, req.GetNodes(), func(ctx context.Context, refs []*v1.NodeRef) (*v1.ScoreResponse, error) {
-			r := &v1.ScoreRequest{Workload: req.GetWorkload(), Options: req.GetOptions(), NodeRefs: refs}
+	if c.byref.serverReadsRefs() && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 && req.GetNodeSet() == nil {
+		return withNodes(ctx, c.byref, req.GetNodes(), func(ctx context.Context, set *v1.NodeSetRef, refs []*v1.NodeRef) (*v1.ScoreResponse, error) {
+			r := &v1.ScoreRequest{Workload: req.GetWorkload(), Options: req.GetOptions(), NodeRefs: refs, NodeSet: set}
 			return c.placement.Score(ctx, r, opts...)
 		})
 	}
@@ -138,9 +138,9 @@ func (c *Client) Score(ctx context.Context, req *v1.ScoreRequest, opts ...grpc.C
 // Allocate chooses the node and the cards for one workload. A workload that fits nowhere is an
 // answer (Result.Placed false, with per-node reasons), not an error.
 func (c *Client) Allocate(ctx context.Context, req *v1.AllocateRequest, opts ...grpc.CallOption) (*v1.AllocateResponse, error) {
-	if c.byref.serverReadsRefs() && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 {
-		return withNodes(ctx, c.byref, req.GetNodes(), func(ctx context.Context, refs []*v1.NodeRef) (*v1.AllocateResponse, error) {
-			r := &v1.AllocateRequest{Workload: req.GetWorkload(), Options: req.GetOptions(), RestrictToNodeNames: req.GetRestrictToNodeNames(), NodeRefs: refs}
+	if c.byref.serverReadsRefs() && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 && req.GetNodeSet() == nil {
+		return withNodes(ctx, c.byref, req.GetNodes(), func(ctx context.Context, set *v1.NodeSetRef, refs []*v1.NodeRef) (*v1.AllocateResponse, error) {
+			r := &v1.AllocateRequest{Workload: req.GetWorkload(), Options: req.GetOptions(), RestrictToNodeNames: req.GetRestrictToNodeNames(), NodeRefs: refs, NodeSet: set}
 			return c.placement.Allocate(ctx, r, opts...)
 		})
 	}
@@ -150,9 +150,9 @@ func (c *Client) Allocate(ctx context.Context, req *v1.AllocateRequest, opts ...
 
 // AllocateBatch places workloads one after another on the same snapshot.
 func (c *Client) AllocateBatch(ctx context.Context, req *v1.AllocateBatchRequest, opts ...grpc.CallOption) (*v1.AllocateBatchResponse, error) {
-	if c.byref.serverReadsRefs() && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 {
-		return withNodes(ctx, c.byref, req.GetNodes(), func(ctx context.Context, refs []*v1.NodeRef) (*v1.AllocateBatchResponse, error) {
-			r := &v1.AllocateBatchRequest{Workloads: req.GetWorkloads(), Options: req.GetOptions(), AllOrNothing: req.GetAllOrNothing(), ReturnUpdatedNodes: req.GetReturnUpdatedNodes(), NodeRefs: refs}
+	if c.byref.serverReadsRefs() && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 && req.GetNodeSet() == nil {
+		return withNodes(ctx, c.byref, req.GetNodes(), func(ctx context.Context, set *v1.NodeSetRef, refs []*v1.NodeRef) (*v1.AllocateBatchResponse, error) {
+			r := &v1.AllocateBatchRequest{Workloads: req.GetWorkloads(), Options: req.GetOptions(), AllOrNothing: req.GetAllOrNothing(), ReturnUpdatedNodes: req.GetReturnUpdatedNodes(), NodeRefs: refs, NodeSet: set}
 			return c.placement.AllocateBatch(ctx, r, opts...)
 		})
 	}

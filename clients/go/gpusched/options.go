@@ -174,10 +174,12 @@ func (c *config) buildTLS() (*tls.Config, error) {
 // WithByReference turns sending nodes by reference on (the default) or off. On, Filter, Score,
 // Allocate and AllocateBatch send each node's inventory and usage as SHA-256 digests once the
 // server acknowledged them on this Client, inline otherwise, and resend them inline when the
-// server reports them missing (restart, another replica, eviction); requests that already carry
-// NodeRefs are sent as they are. Off: nodes always go whole. On, nodes still go whole until a
-// PlacementService answer on this Client carried NodeRefsHeader (a server that reads
-// node_refs), so a server that predates them is never sent references.
+// server reports them missing (restart, another replica, eviction), and a list of at least 16
+// nodes is kept by the server as a node set so that later calls send only the nodes that changed
+// (see NodeSetBase); requests that already carry NodeRefs or a NodeSet are sent as they are.
+// Off: nodes always go whole, no node sets. On, nodes still go whole until a PlacementService
+// answer on this Client carried NodeRefsHeader (a server that reads node_refs), and no node set
+// is named before one carried NodeSetsHeader, so an older server is never sent fields it ignores.
 func WithByReference(on bool) Option {
 	return func(c *config) error {
 		c.byReference = on

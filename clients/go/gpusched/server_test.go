@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -128,11 +129,12 @@ func findServer() (bin, missing string) {
 
 // server is one running gpusched-server process.
 type server struct {
-	addr   string
-	cmd    *exec.Cmd
-	stderr *lockedBuffer
-	done   chan struct{}
-	once   sync.Once
+	addr    string
+	metrics string // host:port of the metrics listener
+	cmd     *exec.Cmd
+	stderr  *lockedBuffer
+	done    chan struct{}
+	once    sync.Once
 }
 
 type lockedBuffer struct {
@@ -152,16 +154,24 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-var grpcAddrRE = regexp.MustCompile(`grpc=(\S+)`)
+var (
+	grpcAddrRE    = regexp.MustCompile(`grpc=(\S+)`)
+	metricsAddrRE = regexp.MustCompile(`metrics=(\S+)`)
+)
 
 // startServer starts the binary on 127.0.0.1:0 with extra flags and environment variables
 // (e.g. GPUSCHED_LIMITS__REQUEST_TIMEOUT=1ns). GPUSCHED_* variables of the test's own
-// environment are not passed on, so the server runs its embedded default configuration.
+// environment are not passed on, so the server runs its embedded default configuration. A
+// "--listen" in args replaces the default 127.0.0.1:0 (e.g. to restart a server at its address).
 func startServer(args, env []string) (*server, error) {
 	if serverMissing != "" && serverBin == "" {
 		return nil, errors.New(serverMissing)
 	}
-	argv := append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--log-level", "warn"}, args...)
+	argv := []string{"--metrics-listen", "127.0.0.1:0", "--log-level", "warn"}
+	if !slices.Contains(args, "--listen") {
+		argv = append([]string{"--listen", "127.0.0.1:0"}, argv...)
+	}
+	argv = append(argv, args...)
 	cmd := exec.Command(serverBin, argv...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "GPUSCHED_") {
@@ -198,6 +208,9 @@ func startServer(args, env []string) (*server, error) {
 			return nil, fmt.Errorf("%s %s: no grpc= in first stdout line %q; stderr:\n%s", serverBin, strings.Join(argv, " "), line, s.stderr.String())
 		}
 		s.addr = m[1]
+		if m := metricsAddrRE.FindStringSubmatch(line); m != nil {
+			s.metrics = m[1]
+		}
 		return s, nil
 	case <-time.After(60 * time.Second):
 		s.stop()

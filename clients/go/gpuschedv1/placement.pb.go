@@ -33,7 +33,11 @@ type FilterRequest struct {
 	// Candidate nodes by reference (inventory and usage as bytes or digests), beside `nodes`;
 	// see NodeRef. A digest the server does not hold: FAILED_PRECONDITION listing all of them.
 	// Field 5, as in AllocateRequest, so one encoded node list serves Filter, Score and Allocate.
-	NodeRefs      []*NodeRef `protobuf:"bytes,5,rep,name=node_refs,json=nodeRefs,proto3" json:"node_refs,omitempty"`
+	NodeRefs []*NodeRef `protobuf:"bytes,5,rep,name=node_refs,json=nodeRefs,proto3" json:"node_refs,omitempty"`
+	// The candidate nodes as changes to a node set registered before (see NodeSetRef): `nodes`
+	// and `node_refs` then add or replace nodes of the set by name. Unset: the candidates are
+	// exactly `nodes` and `node_refs`.
+	NodeSet       *NodeSetRef `protobuf:"bytes,6,opt,name=node_set,json=nodeSet,proto3" json:"node_set,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -92,6 +96,13 @@ func (x *FilterRequest) GetOptions() *PlacementOptions {
 func (x *FilterRequest) GetNodeRefs() []*NodeRef {
 	if x != nil {
 		return x.NodeRefs
+	}
+	return nil
+}
+
+func (x *FilterRequest) GetNodeSet() *NodeSetRef {
+	if x != nil {
+		return x.NodeSet
 	}
 	return nil
 }
@@ -190,7 +201,11 @@ type ScoreRequest struct {
 	// Candidate nodes by reference (inventory and usage as bytes or digests), beside `nodes`;
 	// see NodeRef. A digest the server does not hold: FAILED_PRECONDITION listing all of them.
 	// Field 5, as in AllocateRequest, so one encoded node list serves Filter, Score and Allocate.
-	NodeRefs      []*NodeRef `protobuf:"bytes,5,rep,name=node_refs,json=nodeRefs,proto3" json:"node_refs,omitempty"`
+	NodeRefs []*NodeRef `protobuf:"bytes,5,rep,name=node_refs,json=nodeRefs,proto3" json:"node_refs,omitempty"`
+	// The candidate nodes as changes to a node set registered before (see NodeSetRef): `nodes`
+	// and `node_refs` then add or replace nodes of the set by name. Unset: the candidates are
+	// exactly `nodes` and `node_refs`.
+	NodeSet       *NodeSetRef `protobuf:"bytes,6,opt,name=node_set,json=nodeSet,proto3" json:"node_set,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -249,6 +264,13 @@ func (x *ScoreRequest) GetOptions() *PlacementOptions {
 func (x *ScoreRequest) GetNodeRefs() []*NodeRef {
 	if x != nil {
 		return x.NodeRefs
+	}
+	return nil
+}
+
+func (x *ScoreRequest) GetNodeSet() *NodeSetRef {
+	if x != nil {
+		return x.NodeSet
 	}
 	return nil
 }
@@ -348,7 +370,11 @@ type AllocateRequest struct {
 	RestrictToNodeNames []string `protobuf:"bytes,4,rep,name=restrict_to_node_names,json=restrictToNodeNames,proto3" json:"restrict_to_node_names,omitempty"`
 	// Candidate nodes by reference (inventory and usage as bytes or digests), beside `nodes`;
 	// see NodeRef. A digest the server does not hold: FAILED_PRECONDITION listing all of them.
-	NodeRefs      []*NodeRef `protobuf:"bytes,5,rep,name=node_refs,json=nodeRefs,proto3" json:"node_refs,omitempty"`
+	NodeRefs []*NodeRef `protobuf:"bytes,5,rep,name=node_refs,json=nodeRefs,proto3" json:"node_refs,omitempty"`
+	// The candidate nodes as changes to a node set registered before (see NodeSetRef): `nodes`
+	// and `node_refs` then add or replace nodes of the set by name. Unset: the candidates are
+	// exactly `nodes` and `node_refs`.
+	NodeSet       *NodeSetRef `protobuf:"bytes,6,opt,name=node_set,json=nodeSet,proto3" json:"node_set,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -414,6 +440,13 @@ func (x *AllocateRequest) GetRestrictToNodeNames() []string {
 func (x *AllocateRequest) GetNodeRefs() []*NodeRef {
 	if x != nil {
 		return x.NodeRefs
+	}
+	return nil
+}
+
+func (x *AllocateRequest) GetNodeSet() *NodeSetRef {
+	if x != nil {
+		return x.NodeSet
 	}
 	return nil
 }
@@ -607,7 +640,11 @@ type AllocateBatchRequest struct {
 	ReturnUpdatedNodes bool `protobuf:"varint,5,opt,name=return_updated_nodes,json=returnUpdatedNodes,proto3" json:"return_updated_nodes,omitempty"`
 	// Candidate nodes by reference (inventory and usage as bytes or digests), beside `nodes`;
 	// see NodeRef. A digest the server does not hold: FAILED_PRECONDITION listing all of them.
-	NodeRefs      []*NodeRef `protobuf:"bytes,6,rep,name=node_refs,json=nodeRefs,proto3" json:"node_refs,omitempty"`
+	NodeRefs []*NodeRef `protobuf:"bytes,6,rep,name=node_refs,json=nodeRefs,proto3" json:"node_refs,omitempty"`
+	// The candidate nodes as changes to a node set registered before (see NodeSetRef): `nodes`
+	// and `node_refs` then add or replace nodes of the set by name. Unset: the candidates are
+	// exactly `nodes` and `node_refs`.
+	NodeSet       *NodeSetRef `protobuf:"bytes,7,opt,name=node_set,json=nodeSet,proto3" json:"node_set,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -680,6 +717,13 @@ func (x *AllocateBatchRequest) GetReturnUpdatedNodes() bool {
 func (x *AllocateBatchRequest) GetNodeRefs() []*NodeRef {
 	if x != nil {
 		return x.NodeRefs
+	}
+	return nil
+}
+
+func (x *AllocateBatchRequest) GetNodeSet() *NodeSetRef {
+	if x != nil {
+		return x.NodeSet
 	}
 	return nil
 }
@@ -1047,35 +1091,38 @@ var File_gpusched_v1_placement_proto protoreflect.FileDescriptor
 
 const file_gpusched_v1_placement_proto_rawDesc = "" +
 	"\n" +
-	"\x1bgpusched/v1/placement.proto\x12\vgpusched.v1\x1a\x17gpusched/v1/types.proto\"\xd7\x01\n" +
+	"\x1bgpusched/v1/placement.proto\x12\vgpusched.v1\x1a\x17gpusched/v1/types.proto\"\x8b\x02\n" +
 	"\rFilterRequest\x12'\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x11.gpusched.v1.NodeR\x05nodes\x121\n" +
 	"\bworkload\x18\x02 \x01(\v2\x15.gpusched.v1.WorkloadR\bworkload\x127\n" +
 	"\aoptions\x18\x03 \x01(\v2\x1d.gpusched.v1.PlacementOptionsR\aoptions\x121\n" +
-	"\tnode_refs\x18\x05 \x03(\v2\x14.gpusched.v1.NodeRefR\bnodeRefs\"\xaa\x02\n" +
+	"\tnode_refs\x18\x05 \x03(\v2\x14.gpusched.v1.NodeRefR\bnodeRefs\x122\n" +
+	"\bnode_set\x18\x06 \x01(\v2\x17.gpusched.v1.NodeSetRefR\anodeSet\"\xaa\x02\n" +
 	"\x0eFilterResponse\x12.\n" +
 	"\x13feasible_node_names\x18\x01 \x03(\tR\x11feasibleNodeNames\x12:\n" +
 	"\ffailed_nodes\x18\x02 \x03(\v2\x17.gpusched.v1.FailedNodeR\vfailedNodes\x12G\n" +
 	"\x10effective_policy\x18\x03 \x01(\v2\x1c.gpusched.v1.EffectivePolicyR\x0feffectivePolicy\x12!\n" +
 	"\frequests_gpu\x18\x04 \x01(\bR\vrequestsGpu\x12@\n" +
-	"\fexplanations\x18\x05 \x03(\v2\x1c.gpusched.v1.NodeExplanationR\fexplanations\"\xd6\x01\n" +
+	"\fexplanations\x18\x05 \x03(\v2\x1c.gpusched.v1.NodeExplanationR\fexplanations\"\x8a\x02\n" +
 	"\fScoreRequest\x12'\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x11.gpusched.v1.NodeR\x05nodes\x121\n" +
 	"\bworkload\x18\x02 \x01(\v2\x15.gpusched.v1.WorkloadR\bworkload\x127\n" +
 	"\aoptions\x18\x03 \x01(\v2\x1d.gpusched.v1.PlacementOptionsR\aoptions\x121\n" +
-	"\tnode_refs\x18\x05 \x03(\v2\x14.gpusched.v1.NodeRefR\bnodeRefs\"\xa9\x02\n" +
+	"\tnode_refs\x18\x05 \x03(\v2\x14.gpusched.v1.NodeRefR\bnodeRefs\x122\n" +
+	"\bnode_set\x18\x06 \x01(\v2\x17.gpusched.v1.NodeSetRefR\anodeSet\"\xa9\x02\n" +
 	"\rScoreResponse\x12.\n" +
 	"\x06scores\x18\x01 \x03(\v2\x16.gpusched.v1.NodeScoreR\x06scores\x12:\n" +
 	"\ffailed_nodes\x18\x02 \x03(\v2\x17.gpusched.v1.FailedNodeR\vfailedNodes\x12G\n" +
 	"\x10effective_policy\x18\x03 \x01(\v2\x1c.gpusched.v1.EffectivePolicyR\x0feffectivePolicy\x12!\n" +
 	"\frequests_gpu\x18\x04 \x01(\bR\vrequestsGpu\x12@\n" +
-	"\fexplanations\x18\x05 \x03(\v2\x1c.gpusched.v1.NodeExplanationR\fexplanations\"\x8e\x02\n" +
+	"\fexplanations\x18\x05 \x03(\v2\x1c.gpusched.v1.NodeExplanationR\fexplanations\"\xc2\x02\n" +
 	"\x0fAllocateRequest\x12'\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x11.gpusched.v1.NodeR\x05nodes\x121\n" +
 	"\bworkload\x18\x02 \x01(\v2\x15.gpusched.v1.WorkloadR\bworkload\x127\n" +
 	"\aoptions\x18\x03 \x01(\v2\x1d.gpusched.v1.PlacementOptionsR\aoptions\x123\n" +
 	"\x16restrict_to_node_names\x18\x04 \x03(\tR\x13restrictToNodeNames\x121\n" +
-	"\tnode_refs\x18\x05 \x03(\v2\x14.gpusched.v1.NodeRefR\bnodeRefs\"\xfb\x03\n" +
+	"\tnode_refs\x18\x05 \x03(\v2\x14.gpusched.v1.NodeRefR\bnodeRefs\x122\n" +
+	"\bnode_set\x18\x06 \x01(\v2\x17.gpusched.v1.NodeSetRefR\anodeSet\"\xfb\x03\n" +
 	"\x10AllocationResult\x12\x16\n" +
 	"\x06placed\x18\x01 \x01(\bR\x06placed\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12@\n" +
@@ -1093,14 +1140,15 @@ const file_gpusched_v1_placement_proto_rawDesc = "" +
 	" \x01(\bR\n" +
 	"rolledBack\"I\n" +
 	"\x10AllocateResponse\x125\n" +
-	"\x06result\x18\x01 \x01(\v2\x1d.gpusched.v1.AllocationResultR\x06result\"\xb8\x02\n" +
+	"\x06result\x18\x01 \x01(\v2\x1d.gpusched.v1.AllocationResultR\x06result\"\xec\x02\n" +
 	"\x14AllocateBatchRequest\x12'\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x11.gpusched.v1.NodeR\x05nodes\x123\n" +
 	"\tworkloads\x18\x02 \x03(\v2\x15.gpusched.v1.WorkloadR\tworkloads\x127\n" +
 	"\aoptions\x18\x03 \x01(\v2\x1d.gpusched.v1.PlacementOptionsR\aoptions\x12$\n" +
 	"\x0eall_or_nothing\x18\x04 \x01(\bR\fallOrNothing\x120\n" +
 	"\x14return_updated_nodes\x18\x05 \x01(\bR\x12returnUpdatedNodes\x121\n" +
-	"\tnode_refs\x18\x06 \x03(\v2\x14.gpusched.v1.NodeRefR\bnodeRefs\"\xa7\x01\n" +
+	"\tnode_refs\x18\x06 \x03(\v2\x14.gpusched.v1.NodeRefR\bnodeRefs\x122\n" +
+	"\bnode_set\x18\a \x01(\v2\x17.gpusched.v1.NodeSetRefR\anodeSet\"\xa7\x01\n" +
 	"\x15AllocateBatchResponse\x127\n" +
 	"\aresults\x18\x01 \x03(\v2\x1d.gpusched.v1.AllocationResultR\aresults\x12\x1d\n" +
 	"\n" +
@@ -1172,66 +1220,71 @@ var file_gpusched_v1_placement_proto_goTypes = []any{
 	(*Workload)(nil),                 // 14: gpusched.v1.Workload
 	(*PlacementOptions)(nil),         // 15: gpusched.v1.PlacementOptions
 	(*NodeRef)(nil),                  // 16: gpusched.v1.NodeRef
-	(*FailedNode)(nil),               // 17: gpusched.v1.FailedNode
-	(*EffectivePolicy)(nil),          // 18: gpusched.v1.EffectivePolicy
-	(*NodeExplanation)(nil),          // 19: gpusched.v1.NodeExplanation
-	(*NodeScore)(nil),                // 20: gpusched.v1.NodeScore
-	(*ContainerAssignment)(nil),      // 21: gpusched.v1.ContainerAssignment
-	(ViolationReason)(0),             // 22: gpusched.v1.ViolationReason
+	(*NodeSetRef)(nil),               // 17: gpusched.v1.NodeSetRef
+	(*FailedNode)(nil),               // 18: gpusched.v1.FailedNode
+	(*EffectivePolicy)(nil),          // 19: gpusched.v1.EffectivePolicy
+	(*NodeExplanation)(nil),          // 20: gpusched.v1.NodeExplanation
+	(*NodeScore)(nil),                // 21: gpusched.v1.NodeScore
+	(*ContainerAssignment)(nil),      // 22: gpusched.v1.ContainerAssignment
+	(ViolationReason)(0),             // 23: gpusched.v1.ViolationReason
 }
 var file_gpusched_v1_placement_proto_depIdxs = []int32{
 	13, // 0: gpusched.v1.FilterRequest.nodes:type_name -> gpusched.v1.Node
 	14, // 1: gpusched.v1.FilterRequest.workload:type_name -> gpusched.v1.Workload
 	15, // 2: gpusched.v1.FilterRequest.options:type_name -> gpusched.v1.PlacementOptions
 	16, // 3: gpusched.v1.FilterRequest.node_refs:type_name -> gpusched.v1.NodeRef
-	17, // 4: gpusched.v1.FilterResponse.failed_nodes:type_name -> gpusched.v1.FailedNode
-	18, // 5: gpusched.v1.FilterResponse.effective_policy:type_name -> gpusched.v1.EffectivePolicy
-	19, // 6: gpusched.v1.FilterResponse.explanations:type_name -> gpusched.v1.NodeExplanation
-	13, // 7: gpusched.v1.ScoreRequest.nodes:type_name -> gpusched.v1.Node
-	14, // 8: gpusched.v1.ScoreRequest.workload:type_name -> gpusched.v1.Workload
-	15, // 9: gpusched.v1.ScoreRequest.options:type_name -> gpusched.v1.PlacementOptions
-	16, // 10: gpusched.v1.ScoreRequest.node_refs:type_name -> gpusched.v1.NodeRef
-	20, // 11: gpusched.v1.ScoreResponse.scores:type_name -> gpusched.v1.NodeScore
-	17, // 12: gpusched.v1.ScoreResponse.failed_nodes:type_name -> gpusched.v1.FailedNode
-	18, // 13: gpusched.v1.ScoreResponse.effective_policy:type_name -> gpusched.v1.EffectivePolicy
-	19, // 14: gpusched.v1.ScoreResponse.explanations:type_name -> gpusched.v1.NodeExplanation
-	13, // 15: gpusched.v1.AllocateRequest.nodes:type_name -> gpusched.v1.Node
-	14, // 16: gpusched.v1.AllocateRequest.workload:type_name -> gpusched.v1.Workload
-	15, // 17: gpusched.v1.AllocateRequest.options:type_name -> gpusched.v1.PlacementOptions
-	16, // 18: gpusched.v1.AllocateRequest.node_refs:type_name -> gpusched.v1.NodeRef
-	21, // 19: gpusched.v1.AllocationResult.containers:type_name -> gpusched.v1.ContainerAssignment
-	20, // 20: gpusched.v1.AllocationResult.node_score:type_name -> gpusched.v1.NodeScore
-	17, // 21: gpusched.v1.AllocationResult.failed_nodes:type_name -> gpusched.v1.FailedNode
-	18, // 22: gpusched.v1.AllocationResult.effective_policy:type_name -> gpusched.v1.EffectivePolicy
-	19, // 23: gpusched.v1.AllocationResult.explanations:type_name -> gpusched.v1.NodeExplanation
-	5,  // 24: gpusched.v1.AllocateResponse.result:type_name -> gpusched.v1.AllocationResult
-	13, // 25: gpusched.v1.AllocateBatchRequest.nodes:type_name -> gpusched.v1.Node
-	14, // 26: gpusched.v1.AllocateBatchRequest.workloads:type_name -> gpusched.v1.Workload
-	15, // 27: gpusched.v1.AllocateBatchRequest.options:type_name -> gpusched.v1.PlacementOptions
-	16, // 28: gpusched.v1.AllocateBatchRequest.node_refs:type_name -> gpusched.v1.NodeRef
-	5,  // 29: gpusched.v1.AllocateBatchResponse.results:type_name -> gpusched.v1.AllocationResult
-	13, // 30: gpusched.v1.AllocateBatchResponse.updated_nodes:type_name -> gpusched.v1.Node
-	14, // 31: gpusched.v1.ValidateWorkloadRequest.workload:type_name -> gpusched.v1.Workload
-	15, // 32: gpusched.v1.ValidateWorkloadRequest.options:type_name -> gpusched.v1.PlacementOptions
-	22, // 33: gpusched.v1.Violation.reason:type_name -> gpusched.v1.ViolationReason
-	10, // 34: gpusched.v1.ValidateWorkloadResponse.violations:type_name -> gpusched.v1.Violation
-	18, // 35: gpusched.v1.ValidateWorkloadResponse.effective_policy:type_name -> gpusched.v1.EffectivePolicy
-	11, // 36: gpusched.v1.ValidateWorkloadResponse.containers:type_name -> gpusched.v1.ResolvedContainer
-	0,  // 37: gpusched.v1.PlacementService.Filter:input_type -> gpusched.v1.FilterRequest
-	2,  // 38: gpusched.v1.PlacementService.Score:input_type -> gpusched.v1.ScoreRequest
-	4,  // 39: gpusched.v1.PlacementService.Allocate:input_type -> gpusched.v1.AllocateRequest
-	7,  // 40: gpusched.v1.PlacementService.AllocateBatch:input_type -> gpusched.v1.AllocateBatchRequest
-	9,  // 41: gpusched.v1.PlacementService.ValidateWorkload:input_type -> gpusched.v1.ValidateWorkloadRequest
-	1,  // 42: gpusched.v1.PlacementService.Filter:output_type -> gpusched.v1.FilterResponse
-	3,  // 43: gpusched.v1.PlacementService.Score:output_type -> gpusched.v1.ScoreResponse
-	6,  // 44: gpusched.v1.PlacementService.Allocate:output_type -> gpusched.v1.AllocateResponse
-	8,  // 45: gpusched.v1.PlacementService.AllocateBatch:output_type -> gpusched.v1.AllocateBatchResponse
-	12, // 46: gpusched.v1.PlacementService.ValidateWorkload:output_type -> gpusched.v1.ValidateWorkloadResponse
-	42, // [42:47] is the sub-list for method output_type
-	37, // [37:42] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	17, // 4: gpusched.v1.FilterRequest.node_set:type_name -> gpusched.v1.NodeSetRef
+	18, // 5: gpusched.v1.FilterResponse.failed_nodes:type_name -> gpusched.v1.FailedNode
+	19, // 6: gpusched.v1.FilterResponse.effective_policy:type_name -> gpusched.v1.EffectivePolicy
+	20, // 7: gpusched.v1.FilterResponse.explanations:type_name -> gpusched.v1.NodeExplanation
+	13, // 8: gpusched.v1.ScoreRequest.nodes:type_name -> gpusched.v1.Node
+	14, // 9: gpusched.v1.ScoreRequest.workload:type_name -> gpusched.v1.Workload
+	15, // 10: gpusched.v1.ScoreRequest.options:type_name -> gpusched.v1.PlacementOptions
+	16, // 11: gpusched.v1.ScoreRequest.node_refs:type_name -> gpusched.v1.NodeRef
+	17, // 12: gpusched.v1.ScoreRequest.node_set:type_name -> gpusched.v1.NodeSetRef
+	21, // 13: gpusched.v1.ScoreResponse.scores:type_name -> gpusched.v1.NodeScore
+	18, // 14: gpusched.v1.ScoreResponse.failed_nodes:type_name -> gpusched.v1.FailedNode
+	19, // 15: gpusched.v1.ScoreResponse.effective_policy:type_name -> gpusched.v1.EffectivePolicy
+	20, // 16: gpusched.v1.ScoreResponse.explanations:type_name -> gpusched.v1.NodeExplanation
+	13, // 17: gpusched.v1.AllocateRequest.nodes:type_name -> gpusched.v1.Node
+	14, // 18: gpusched.v1.AllocateRequest.workload:type_name -> gpusched.v1.Workload
+	15, // 19: gpusched.v1.AllocateRequest.options:type_name -> gpusched.v1.PlacementOptions
+	16, // 20: gpusched.v1.AllocateRequest.node_refs:type_name -> gpusched.v1.NodeRef
+	17, // 21: gpusched.v1.AllocateRequest.node_set:type_name -> gpusched.v1.NodeSetRef
+	22, // 22: gpusched.v1.AllocationResult.containers:type_name -> gpusched.v1.ContainerAssignment
+	21, // 23: gpusched.v1.AllocationResult.node_score:type_name -> gpusched.v1.NodeScore
+	18, // 24: gpusched.v1.AllocationResult.failed_nodes:type_name -> gpusched.v1.FailedNode
+	19, // 25: gpusched.v1.AllocationResult.effective_policy:type_name -> gpusched.v1.EffectivePolicy
+	20, // 26: gpusched.v1.AllocationResult.explanations:type_name -> gpusched.v1.NodeExplanation
+	5,  // 27: gpusched.v1.AllocateResponse.result:type_name -> gpusched.v1.AllocationResult
+	13, // 28: gpusched.v1.AllocateBatchRequest.nodes:type_name -> gpusched.v1.Node
+	14, // 29: gpusched.v1.AllocateBatchRequest.workloads:type_name -> gpusched.v1.Workload
+	15, // 30: gpusched.v1.AllocateBatchRequest.options:type_name -> gpusched.v1.PlacementOptions
+	16, // 31: gpusched.v1.AllocateBatchRequest.node_refs:type_name -> gpusched.v1.NodeRef
+	17, // 32: gpusched.v1.AllocateBatchRequest.node_set:type_name -> gpusched.v1.NodeSetRef
+	5,  // 33: gpusched.v1.AllocateBatchResponse.results:type_name -> gpusched.v1.AllocationResult
+	13, // 34: gpusched.v1.AllocateBatchResponse.updated_nodes:type_name -> gpusched.v1.Node
+	14, // 35: gpusched.v1.ValidateWorkloadRequest.workload:type_name -> gpusched.v1.Workload
+	15, // 36: gpusched.v1.ValidateWorkloadRequest.options:type_name -> gpusched.v1.PlacementOptions
+	23, // 37: gpusched.v1.Violation.reason:type_name -> gpusched.v1.ViolationReason
+	10, // 38: gpusched.v1.ValidateWorkloadResponse.violations:type_name -> gpusched.v1.Violation
+	19, // 39: gpusched.v1.ValidateWorkloadResponse.effective_policy:type_name -> gpusched.v1.EffectivePolicy
+	11, // 40: gpusched.v1.ValidateWorkloadResponse.containers:type_name -> gpusched.v1.ResolvedContainer
+	0,  // 41: gpusched.v1.PlacementService.Filter:input_type -> gpusched.v1.FilterRequest
+	2,  // 42: gpusched.v1.PlacementService.Score:input_type -> gpusched.v1.ScoreRequest
+	4,  // 43: gpusched.v1.PlacementService.Allocate:input_type -> gpusched.v1.AllocateRequest
+	7,  // 44: gpusched.v1.PlacementService.AllocateBatch:input_type -> gpusched.v1.AllocateBatchRequest
+	9,  // 45: gpusched.v1.PlacementService.ValidateWorkload:input_type -> gpusched.v1.ValidateWorkloadRequest
+	1,  // 46: gpusched.v1.PlacementService.Filter:output_type -> gpusched.v1.FilterResponse
+	3,  // 47: gpusched.v1.PlacementService.Score:output_type -> gpusched.v1.ScoreResponse
+	6,  // 48: gpusched.v1.PlacementService.Allocate:output_type -> gpusched.v1.AllocateResponse
+	8,  // 49: gpusched.v1.PlacementService.AllocateBatch:output_type -> gpusched.v1.AllocateBatchResponse
+	12, // 50: gpusched.v1.PlacementService.ValidateWorkload:output_type -> gpusched.v1.ValidateWorkloadResponse
+	46, // [46:51] is the sub-list for method output_type
+	41, // [41:46] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_gpusched_v1_placement_proto_init() }

@@ -2447,6 +2447,90 @@ func (x *NodeRef) GetUsageDigest() *Digest {
 	return nil
 }
 
+// A node set: the candidate nodes of an earlier request, named by one digest, so that a request
+// whose candidates barely changed sends only the change (as incremental xDS sends deltas).
+//
+// Registering: a request whose node_set has `keep` set (and no `base`), whose candidates are all
+// in `node_refs` (no whole `nodes`), and whose references all resolve, is kept by the answering
+// replica under the digest of its references: SHA-256 over, for each entry of `node_refs` in
+// request order, the 32-byte inventory hash followed by the 32-byte usage hash (the hash of the
+// inline bytes or the digest's hash; 32 zero bytes when the entry has neither usage bytes nor a
+// usage_digest); size_bytes = 64 x the number of entries. The client computes the same digest
+// from what it sent. The answer is the answer to the request as it stands.
+//
+// Using: a request with `base` set has as candidates the base set's nodes, minus
+// `removed_node_names`, with each node of `nodes` and `node_refs` replacing the base node of the
+// same name or added when the base has none. The decision is bit for bit the one for that node
+// list sent in full (decisions never depend on node order). A base the replica does not hold is
+// FAILED_PRECONDITION with a google.rpc.PreconditionFailure violation of type "MISSING" and
+// subject "nodeset/sha256/<64 lowercase hex>/<size_bytes>" (beside any missing node parts); the
+// client then sends its candidates in full (with `keep`) and uses the new digest as its base.
+// Like node parts, sets are a bounded cache (LRU, node_cache.max_sets / max_set_bytes): never
+// needed for correctness, so any replica answers any call.
+type NodeSetRef struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The set the candidates change; unset: no base (the request's nodes are all the candidates).
+	Base *Digest `protobuf:"bytes,1,opt,name=base,proto3" json:"base,omitempty"`
+	// Names of base nodes that are not candidates of this request. A name that is not in the base,
+	// or that is also sent in `nodes`/`node_refs`, is INVALID_ARGUMENT.
+	RemovedNodeNames []string `protobuf:"bytes,2,rep,name=removed_node_names,json=removedNodeNames,proto3" json:"removed_node_names,omitempty"`
+	// Keep this request's `node_refs` as a set (requires no base and no whole `nodes`).
+	Keep          bool `protobuf:"varint,3,opt,name=keep,proto3" json:"keep,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeSetRef) Reset() {
+	*x = NodeSetRef{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeSetRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeSetRef) ProtoMessage() {}
+
+func (x *NodeSetRef) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeSetRef.ProtoReflect.Descriptor instead.
+func (*NodeSetRef) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *NodeSetRef) GetBase() *Digest {
+	if x != nil {
+		return x.Base
+	}
+	return nil
+}
+
+func (x *NodeSetRef) GetRemovedNodeNames() []string {
+	if x != nil {
+		return x.RemovedNodeNames
+	}
+	return nil
+}
+
+func (x *NodeSetRef) GetKeep() bool {
+	if x != nil {
+		return x.Keep
+	}
+	return false
+}
+
 var File_gpusched_v1_types_proto protoreflect.FileDescriptor
 
 const file_gpusched_v1_types_proto_rawDesc = "" +
@@ -2627,7 +2711,12 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"\tinventory\x18\x01 \x01(\fR\tinventory\x12>\n" +
 	"\x10inventory_digest\x18\x02 \x01(\v2\x13.gpusched.v1.DigestR\x0finventoryDigest\x12\x14\n" +
 	"\x05usage\x18\x03 \x01(\fR\x05usage\x126\n" +
-	"\fusage_digest\x18\x04 \x01(\v2\x13.gpusched.v1.DigestR\vusageDigest*Z\n" +
+	"\fusage_digest\x18\x04 \x01(\v2\x13.gpusched.v1.DigestR\vusageDigest\"w\n" +
+	"\n" +
+	"NodeSetRef\x12'\n" +
+	"\x04base\x18\x01 \x01(\v2\x13.gpusched.v1.DigestR\x04base\x12,\n" +
+	"\x12removed_node_names\x18\x02 \x03(\tR\x10removedNodeNames\x12\x12\n" +
+	"\x04keep\x18\x03 \x01(\bR\x04keep*Z\n" +
 	"\n" +
 	"NodePolicy\x12\x1b\n" +
 	"\x17NODE_POLICY_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -2699,7 +2788,7 @@ func file_gpusched_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_gpusched_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_gpusched_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_gpusched_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_gpusched_v1_types_proto_goTypes = []any{
 	(NodePolicy)(0),                // 0: gpusched.v1.NodePolicy
 	(GpuPolicy)(0),                 // 1: gpusched.v1.GpuPolicy
@@ -2732,10 +2821,11 @@ var file_gpusched_v1_types_proto_goTypes = []any{
 	(*CardUsageEntry)(nil),         // 28: gpusched.v1.CardUsageEntry
 	(*NodeUsage)(nil),              // 29: gpusched.v1.NodeUsage
 	(*NodeRef)(nil),                // 30: gpusched.v1.NodeRef
-	nil,                            // 31: gpusched.v1.Node.AnnotationsEntry
-	nil,                            // 32: gpusched.v1.KubernetesContainer.LimitsEntry
-	nil,                            // 33: gpusched.v1.KubernetesContainer.RequestsEntry
-	nil,                            // 34: gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
+	(*NodeSetRef)(nil),             // 31: gpusched.v1.NodeSetRef
+	nil,                            // 32: gpusched.v1.Node.AnnotationsEntry
+	nil,                            // 33: gpusched.v1.KubernetesContainer.LimitsEntry
+	nil,                            // 34: gpusched.v1.KubernetesContainer.RequestsEntry
+	nil,                            // 35: gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
 }
 var file_gpusched_v1_types_proto_depIdxs = []int32{
 	3,  // 0: gpusched.v1.Card.health:type_name -> gpusched.v1.CardHealth
@@ -2743,15 +2833,15 @@ var file_gpusched_v1_types_proto_depIdxs = []int32{
 	7,  // 2: gpusched.v1.Card.usage:type_name -> gpusched.v1.CardUsage
 	8,  // 3: gpusched.v1.Node.cards:type_name -> gpusched.v1.Card
 	9,  // 4: gpusched.v1.Node.pair_scores:type_name -> gpusched.v1.CardPairScore
-	31, // 5: gpusched.v1.Node.annotations:type_name -> gpusched.v1.Node.AnnotationsEntry
+	32, // 5: gpusched.v1.Node.annotations:type_name -> gpusched.v1.Node.AnnotationsEntry
 	0,  // 6: gpusched.v1.TypedWorkloadSpec.node_policy:type_name -> gpusched.v1.NodePolicy
 	1,  // 7: gpusched.v1.TypedWorkloadSpec.gpu_policy:type_name -> gpusched.v1.GpuPolicy
 	11, // 8: gpusched.v1.TypedWorkloadSpec.scoring_weights:type_name -> gpusched.v1.ScoringWeights
 	12, // 9: gpusched.v1.TypedWorkloadSpec.init_containers:type_name -> gpusched.v1.ContainerRequest
 	12, // 10: gpusched.v1.TypedWorkloadSpec.containers:type_name -> gpusched.v1.ContainerRequest
-	32, // 11: gpusched.v1.KubernetesContainer.limits:type_name -> gpusched.v1.KubernetesContainer.LimitsEntry
-	33, // 12: gpusched.v1.KubernetesContainer.requests:type_name -> gpusched.v1.KubernetesContainer.RequestsEntry
-	34, // 13: gpusched.v1.KubernetesWorkloadSpec.annotations:type_name -> gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
+	33, // 11: gpusched.v1.KubernetesContainer.limits:type_name -> gpusched.v1.KubernetesContainer.LimitsEntry
+	34, // 12: gpusched.v1.KubernetesContainer.requests:type_name -> gpusched.v1.KubernetesContainer.RequestsEntry
+	35, // 13: gpusched.v1.KubernetesWorkloadSpec.annotations:type_name -> gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
 	14, // 14: gpusched.v1.KubernetesWorkloadSpec.init_containers:type_name -> gpusched.v1.KubernetesContainer
 	14, // 15: gpusched.v1.KubernetesWorkloadSpec.containers:type_name -> gpusched.v1.KubernetesContainer
 	13, // 16: gpusched.v1.Workload.typed:type_name -> gpusched.v1.TypedWorkloadSpec
@@ -2772,11 +2862,12 @@ var file_gpusched_v1_types_proto_depIdxs = []int32{
 	28, // 31: gpusched.v1.NodeUsage.cards:type_name -> gpusched.v1.CardUsageEntry
 	27, // 32: gpusched.v1.NodeRef.inventory_digest:type_name -> gpusched.v1.Digest
 	27, // 33: gpusched.v1.NodeRef.usage_digest:type_name -> gpusched.v1.Digest
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	27, // 34: gpusched.v1.NodeSetRef.base:type_name -> gpusched.v1.Digest
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_gpusched_v1_types_proto_init() }
@@ -2797,7 +2888,7 @@ func file_gpusched_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpusched_v1_types_proto_rawDesc), len(file_gpusched_v1_types_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,8 +1,11 @@
-//! The admission decisions, on kube's `admission.k8s.io` types: validation denies GPU pods the
-//! service's `ValidateWorkload` rejects (the message names the key), mutation sets
+//! The admission decisions, on kube's `admission.k8s.io` types: validation denies GPU pods
+//! created with a decision of their own (decision annotations, or already bound) and those the
+//! service's `ValidateWorkload` rejects (the message names the key); mutation sets
 //! `spec.schedulerName` on GPU pods (a JSON patch). Objects labelled `hami.io/webhook=ignore`
 //! are skipped (namespaces with that label are excluded by the webhook configurations'
-//! namespaceSelector). The HTTPS side is [`crate::webhook`].
+//! namespaceSelector). The HTTPS side is [`crate::webhook`]. What the webhooks cannot see
+//! (pods without GPU resources, updates, Bindings) the chart's ValidatingAdmissionPolicies
+//! guard (`deploy/helm/gpusched/templates/admission-policies.yaml`).
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
@@ -46,6 +49,60 @@ fn pod_of(req: &AdmissionRequest<Pod>) -> Option<&Pod> {
         return None;
     }
     req.object.as_ref()
+}
+
+/// Prefixes of HAMi's decision annotations (`hami.io/vgpu-devices-to-allocate`, `-allocated`;
+/// `hami.io/bind-phase`, `-time`), whatever else HAMi may add under them.
+const DECISION_PREFIXES: [&str; 2] = ["hami.io/vgpu-devices-", "hami.io/bind-"];
+
+/// Whether an annotation key carries (part of) a placement decision: only gpusched-kube writes
+/// these, in the pod's Binding (HAMi's device plugin later updates `-to-allocate` and
+/// `bind-phase`).
+pub fn is_decision_key(key: &str, names: &Names) -> bool {
+    let a = &names.annotations;
+    [
+        &a.devices_to_allocate,
+        &a.devices_allocated,
+        &a.vgpu_node,
+        &a.vgpu_time,
+        &a.bind_phase,
+        &a.bind_time,
+    ]
+    .iter()
+    .any(|k| k.as_str() == key)
+        || DECISION_PREFIXES.iter().any(|p| key.starts_with(p))
+}
+
+/// Why a GPU pod may not be created as it is, before any policy is looked at: it brings a
+/// decision of its own, as decision annotations (usage would count a decision nobody made) or
+/// as `spec.nodeName` (it would hold cards no decision booked). Each problem names its key.
+pub fn self_decided(pod: &Pod, names: &Names) -> Option<String> {
+    let mut problems: Vec<String> = pod
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| is_decision_key(k, names))
+        .map(|(k, _)| {
+            format!(
+                "metadata.annotations[{k:?}]: written by gpusched-kube when it binds the pod; \
+                 a pod may not be created with it"
+            )
+        })
+        .collect();
+    if let Some(node) = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+    {
+        problems.push(format!(
+            "spec.nodeName: a pod that asks for GPU resources may not be created bound to a \
+             node ({node:?}); {} binds it with its decision",
+            names.scheduler_name
+        ));
+    }
+    (!problems.is_empty()).then(|| problems.join("; "))
 }
 
 fn add(path: PointerBuf, value: serde_json::Value) -> PatchOperation {
@@ -122,6 +179,11 @@ pub async fn validate(
     let names = shim.view.names();
     if ignored(pod, &opts.ignore_label) || !translate::requests_gpu(pod, names) {
         return AdmissionResponse::from(req);
+    }
+    if req.operation == Operation::Create
+        && let Some(why) = self_decided(pod, names)
+    {
+        return deny(req, why);
     }
     let mut w = translate::workload(pod, names);
     // At CREATE the name may be generated later.
@@ -264,6 +326,39 @@ mod tests {
         );
         let off = WebhookOptions { mutate: false, ..o };
         assert!(mutation(&pod(None, true, json!({})), &n, &off).is_none());
+    }
+
+    #[test]
+    fn pods_may_not_bring_their_own_decision() {
+        let n = names();
+        let mut p = pod(None, true, json!({}));
+        assert_eq!(self_decided(&p, &n), None);
+        p.metadata.annotations = Some(
+            [
+                ("hami.io/vgpu-devices-allocated", "GPU-1,NVIDIA,1000,0:;"),
+                ("hami.io/vgpu-node", "n1"),
+                ("hami.io/bind-phase", "success"),
+                ("hami.io/vgpu-devices-something-new", "x"),
+                ("hami.io/device-scoring-weights", "slot=1,core=1,memory=1"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        );
+        p.spec.as_mut().unwrap().node_name = Some("n1".into());
+        let why = self_decided(&p, &n).unwrap();
+        for key in [
+            "hami.io/vgpu-devices-allocated",
+            "hami.io/vgpu-node",
+            "hami.io/bind-phase",
+            "hami.io/vgpu-devices-something-new",
+            "spec.nodeName",
+        ] {
+            assert!(why.contains(key), "{key} not in {why}");
+        }
+        assert!(!why.contains("device-scoring-weights"), "{why}");
+        assert!(is_decision_key("hami.io/vgpu-time", &n));
+        assert!(!is_decision_key("hami.io/gpu-scheduler-policy", &n));
     }
 
     #[test]

@@ -28,6 +28,34 @@ pub fn filter_error(message: impl Into<String>) -> ExtenderFilterResult {
     }
 }
 
+/// The filter answer for a pod that no node can ever take as it is (the service rejected its
+/// request as invalid, e.g. a bad annotation): every candidate fails unresolvable with `reason`,
+/// which names the key. kube-scheduler then marks the pod unschedulable with the reason
+/// (PodScheduled=False, reason Unschedulable, and a FailedScheduling event) and parks it until
+/// something changes, instead of the error path's retry after every backoff (~10 s, forever).
+pub fn invalid_pod(args: &ExtenderArgs, reason: &str) -> ExtenderFilterResult {
+    let mut out = ExtenderFilterResult {
+        failed_and_unresolvable_nodes: args
+            .candidates()
+            .into_iter()
+            .map(|n| (n, reason.to_owned()))
+            .collect(),
+        ..ExtenderFilterResult::default()
+    };
+    if let Some(list) = &args.nodes
+        && args.node_names.is_none()
+    {
+        let mut list = list.clone();
+        if let Some(items) = list.get_mut("items").and_then(|i| i.as_array_mut()) {
+            items.clear();
+        }
+        out.nodes = Some(list);
+    } else {
+        out.node_names = Some(Vec::new());
+    }
+    out
+}
+
 /// Builds the filter answer from the service's Filter answer and the nodes the shim left out
 /// (no readable inventory, not in the cache yet).
 pub fn filter_result(
@@ -112,6 +140,34 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_invalid_pod_fails_every_candidate_unresolvable() {
+        let args = ExtenderArgs {
+            node_names: Some(vec!["n1".into(), "n2".into()]),
+            ..ExtenderArgs::default()
+        };
+        let r = invalid_pod(
+            &args,
+            "annotations[\"hami.io/device-scoring-weights\"]: bad",
+        );
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["NodeNames"], json!([]));
+        assert_eq!(
+            v["FailedAndUnresolvableNodes"]["n2"],
+            "annotations[\"hami.io/device-scoring-weights\"]: bad"
+        );
+        assert_eq!(v["Error"], "");
+        assert!(r.failed_nodes.is_empty());
+        // Node-list mode: the list comes back empty.
+        let listed = ExtenderArgs {
+            nodes: Some(json!({"items": [{"metadata": {"name": "n1"}}]})),
+            ..ExtenderArgs::default()
+        };
+        let r = invalid_pod(&listed, "bad");
+        assert_eq!(r.nodes.unwrap()["items"], json!([]));
+        assert_eq!(r.failed_and_unresolvable_nodes["n1"], "bad");
+    }
 
     #[test]
     fn filter_result_uses_go_field_names_and_splits_unresolvable() {

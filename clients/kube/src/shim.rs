@@ -10,7 +10,7 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{Api, Resource};
 
-use crate::answer::{filter_error, filter_result, pass_all, priorities};
+use crate::answer::{filter_error, filter_result, invalid_pod, pass_all, priorities};
 use crate::extender_v1::{ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority};
 use crate::leader::Leadership;
 use crate::metrics::{ExtenderCall, ExtenderOutcome, Metrics};
@@ -191,6 +191,7 @@ impl Shim {
         let t = Instant::now();
         let snap = self.snapshot(&args.candidates(), &uid).await;
         let req = v1::FilterRequest {
+            node_set: None,
             nodes: snap.nodes,
             workload: Some(translate::workload(pod, names)),
             options: None,
@@ -213,6 +214,15 @@ impl Shim {
                 }
                 out
             }
+            // An invalid request stays invalid until the pod changes: unschedulable with the
+            // reason, not an error kube-scheduler retries after every backoff.
+            Err(e) if e.api().is_some_and(|a| a.is_invalid_argument()) => invalid_pod(
+                args,
+                &format!(
+                    "gpusched: invalid pod, unschedulable until it changes: {}",
+                    service_error_text(&e)
+                ),
+            ),
             Err(e) => filter_error(service_error_text(&e)),
         }
     }
@@ -251,6 +261,7 @@ impl Shim {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let snap = self.snapshot(&candidates, &uid).await;
         let req = v1::ScoreRequest {
+            node_set: None,
             nodes: snap.nodes.clone(),
             workload: Some(translate::workload(pod, names)),
             options: None,
@@ -290,6 +301,7 @@ impl Shim {
             }
         };
         let req = v1::AllocateRequest {
+            node_set: None,
             nodes: vec![node_msg],
             workload: Some(translate::workload(pod, self.view.names())),
             options: None,
@@ -446,6 +458,7 @@ impl Shim {
             return BindOutcome::Failed(format!("node {node}: {why}"));
         }
         let req = v1::AllocateRequest {
+            node_set: None,
             nodes: snap.nodes,
             workload: Some(translate::workload(&pod, &names)),
             options: None,

@@ -196,36 +196,46 @@ pub fn init_done(pod: &Pod) -> bool {
     })
 }
 
-/// The node a pod is bound to: `spec.nodeName`, else the `hami.io/vgpu-node` annotation.
-pub fn bound_node(pod: &Pod, names: &Names) -> Option<String> {
-    pod.spec
+/// The node a pod is bound to by our decision: `spec.nodeName`, and only when the pod's
+/// `hami.io/vgpu-node` annotation names the same node. gpusched-kube writes both in one
+/// Binding (the annotation travels in the Binding's metadata), and admission lets nobody else
+/// set that annotation (denied at CREATE, immutable at UPDATE except for gpusched-kube's
+/// ServiceAccount) nor create a GPU pod already bound: a pod that shows both carries a decision
+/// the shim wrote (see docs/ARCHITECTURE.md, "Who may write a decision"). A never-bound pod
+/// (`vgpu-node` alone) or a pod bound some other way (`spec.nodeName` alone, or a different
+/// `vgpu-node`) holds nothing.
+pub fn decided_node(pod: &Pod, names: &Names) -> Option<String> {
+    let node = pod
+        .spec
         .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .filter(|n| !n.is_empty())
-        .or_else(|| {
-            pod.metadata
-                .annotations
-                .as_ref()
-                .and_then(|m| m.get(&names.annotations.vgpu_node))
-                .filter(|n| !n.is_empty())
-                .cloned()
-        })
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())?;
+    let written = pod
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(&names.annotations.vgpu_node)?;
+    (written == node).then(|| node.to_owned())
 }
 
-/// The GPU usage a pod counts for, per HAMi's rule: only pods whose `spec.schedulerName` is ours
-/// (a pod scheduled by anyone else cannot forge usage), bound to a node (`spec.nodeName` or
-/// `hami.io/vgpu-node`), not finished (Succeeded/Failed), with a readable
-/// `hami.io/vgpu-devices-allocated`; init containers' bookings (the first N segments, N = number
-/// of init containers) are released once all of them have succeeded.
+/// The GPU usage a pod counts for: only a pod whose `spec.schedulerName` is ours (a pod
+/// scheduled by anyone else cannot forge usage), that asks for a GPU resource, is bound by our
+/// decision ([`decided_node`]: `spec.nodeName` with the same `hami.io/vgpu-node`), is not
+/// finished (Succeeded/Failed) and has a readable `hami.io/vgpu-devices-allocated`; init
+/// containers' bookings (the first N segments, N = number of init containers) are released once
+/// all of them have succeeded.
 pub fn pod_usage(pod: &Pod, names: &Names) -> Option<PodUsage> {
     let spec = pod.spec.as_ref()?;
     if spec.scheduler_name.as_deref() != Some(names.scheduler_name.as_str()) {
         return None;
     }
+    if !requests_gpu(pod, names) {
+        return None;
+    }
     if finished(pod) {
         return None;
     }
-    let node = bound_node(pod, names)?;
+    let node = decided_node(pod, names)?;
     let annotation = pod
         .metadata
         .annotations
@@ -450,14 +460,15 @@ mod tests {
     }
 
     fn bound(scheduler: &str, phase: &str, init_exit: Option<i32>) -> Pod {
+        let gpu = json!({"limits": {"nvidia.com/gpu": "1"}});
         let mut p = json!({
             "metadata": {"name": "b", "namespace": "ns", "uid": "u2", "annotations": {
                 "hami.io/vgpu-devices-allocated": "GPU-a,NVIDIA,1000,10:;GPU-b,NVIDIA,2000,20:GPU-c,NVIDIA,2000,20:;",
                 "hami.io/vgpu-node": "n1"
             }},
-            "spec": {"schedulerName": scheduler,
-                "initContainers": [{"name": "i"}],
-                "containers": [{"name": "c"}]},
+            "spec": {"schedulerName": scheduler, "nodeName": "n1",
+                "initContainers": [{"name": "i", "resources": gpu}],
+                "containers": [{"name": "c", "resources": gpu}]},
             "status": {"phase": phase}
         });
         if let Some(code) = init_exit {
@@ -486,17 +497,6 @@ mod tests {
         assert_eq!(done.bookings[0][0].uuid, "GPU-b");
         let failed_init = pod_usage(&bound("gpusched-scheduler", "Pending", Some(1)), &n).unwrap();
         assert_eq!(failed_init.bookings.len(), 2);
-        // spec.nodeName wins over the annotation; no node at all means not bound.
-        let mut p = bound("gpusched-scheduler", "Running", None);
-        p.spec.as_mut().unwrap().node_name = Some("n2".into());
-        assert_eq!(pod_usage(&p, &n).unwrap().node, "n2");
-        p.spec.as_mut().unwrap().node_name = None;
-        p.metadata
-            .annotations
-            .as_mut()
-            .unwrap()
-            .remove("hami.io/vgpu-node");
-        assert!(pod_usage(&p, &n).is_none());
         // Unreadable annotation: ignored.
         let mut bad = bound("gpusched-scheduler", "Running", None);
         bad.metadata.annotations.as_mut().unwrap().insert(
@@ -504,6 +504,38 @@ mod tests {
             "GPU-a,NVIDIA,x,1:;".into(),
         );
         assert!(pod_usage(&bad, &n).is_none());
+    }
+
+    #[test]
+    fn usage_counts_only_decisions_written_with_the_bind() {
+        let n = names();
+        let set_ann = |p: &mut Pod, k: &str, v: Option<&str>| {
+            let m = p.metadata.annotations.as_mut().unwrap();
+            match v {
+                Some(v) => m.insert(k.into(), v.into()),
+                None => m.remove(k),
+            };
+        };
+        // Never bound, with a forged hami.io/vgpu-node: holds nothing (no vgpu-node fallback).
+        let mut never_bound = bound("gpusched-scheduler", "Pending", None);
+        never_bound.spec.as_mut().unwrap().node_name = None;
+        assert!(pod_usage(&never_bound, &n).is_none());
+        // Bound without the decision's hami.io/vgpu-node (created bound, or bound by someone
+        // else): holds nothing, whatever -allocated says.
+        let mut created_bound = bound("gpusched-scheduler", "Running", None);
+        set_ann(&mut created_bound, "hami.io/vgpu-node", None);
+        assert!(pod_usage(&created_bound, &n).is_none());
+        // vgpu-node naming another node than spec.nodeName: not our decision.
+        let mut elsewhere = bound("gpusched-scheduler", "Running", None);
+        set_ann(&mut elsewhere, "hami.io/vgpu-node", Some("n2"));
+        assert!(pod_usage(&elsewhere, &n).is_none());
+        assert_eq!(decided_node(&elsewhere, &n), None);
+        // A pod without GPU resources never got a decision from the shim.
+        let mut no_gpu = bound("gpusched-scheduler", "Running", None);
+        let spec = no_gpu.spec.as_mut().unwrap();
+        spec.init_containers = None;
+        spec.containers[0].resources = None;
+        assert!(pod_usage(&no_gpu, &n).is_none());
     }
 
     #[test]

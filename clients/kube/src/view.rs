@@ -390,14 +390,20 @@ mod tests {
         .unwrap()
     }
 
+    /// A GPU pod; bound to `node` with `devices` as the shim writes a decision (the Binding
+    /// sets spec.nodeName and hami.io/vgpu-node together).
     fn pod(name: &str, uid: &str, scheduler: &str, node: Option<&str>, devices: &str) -> Pod {
         let mut ann = serde_json::Map::new();
         if !devices.is_empty() {
             ann.insert("hami.io/vgpu-devices-allocated".into(), json!(devices));
+            if let Some(n) = node {
+                ann.insert("hami.io/vgpu-node".into(), json!(n));
+            }
         }
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "ns", "uid": uid, "annotations": ann},
-            "spec": {"schedulerName": scheduler, "nodeName": node, "containers": [{"name": "c"}]},
+            "spec": {"schedulerName": scheduler, "nodeName": node, "containers": [{"name": "c",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
             "status": {"phase": "Pending"}
         }))
         .unwrap()
@@ -491,6 +497,42 @@ mod tests {
         assert_eq!(used(&s, "n1", 0), (1, 2000, 20));
     }
 
+    #[test]
+    fn forged_decisions_hold_nothing() {
+        // Created bound with a forged -allocated (no vgpu-node: the shim's Binding did not
+        // write it), and never bound with a forged vgpu-node + -allocated.
+        let mut created_bound = pod(
+            "created-bound",
+            "u1",
+            "gpusched-scheduler",
+            Some("n1"),
+            "n1-gpu0,NVIDIA,10000,100:;",
+        );
+        created_bound
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .remove("hami.io/vgpu-node");
+        let mut never_bound = pod(
+            "never-bound",
+            "u2",
+            "gpusched-scheduler",
+            None,
+            "n1-gpu1,NVIDIA,10000,100:;",
+        );
+        never_bound
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("hami.io/vgpu-node".into(), "n1".into());
+        let (v, _w) = view(vec![gpu_node("n1", 2)], vec![created_bound, never_bound]);
+        let s = v.snapshot(&["n1".into()], "");
+        assert_eq!(used(&s, "n1", 0), (0, 0, 0));
+        assert_eq!(used(&s, "n1", 1), (0, 0, 0));
+    }
+
     fn assumed(uid: &str, name: &str, node: &str, annotation: &str) -> Assumed {
         Assumed {
             namespace: "ns".into(),
@@ -534,7 +576,8 @@ mod tests {
     fn assumed_decision_replaces_a_stale_annotation_and_expires_when_pod_is_gone() {
         let old = "n1-gpu0,NVIDIA,1000,0:;";
         let new = "n1-gpu1,NVIDIA,2000,0:;";
-        // A pod carrying an older decision (an interrupted bind) is re-bound: only the new one counts.
+        // A pod carrying an older, unbound decision (never counted: no spec.nodeName) is
+        // re-bound: only the new one counts.
         let mut stale = pod("p", "up", "gpusched-scheduler", None, old);
         stale
             .metadata

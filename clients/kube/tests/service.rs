@@ -47,11 +47,14 @@ fn pod(name: &str, ann: serde_json::Value, limits: serde_json::Value) -> Pod {
     .unwrap()
 }
 
+/// A pod holding `devices` on `node`, as the shim's Binding leaves it (spec.nodeName and
+/// hami.io/vgpu-node written together).
 fn holder(name: &str, node: &str, devices: &str) -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "resourceVersion": "1",
-                     "annotations": {"hami.io/vgpu-devices-allocated": devices}},
-        "spec": {"schedulerName": "gpusched-scheduler", "nodeName": node, "containers": [{"name": "c"}]},
+                     "annotations": {"hami.io/vgpu-devices-allocated": devices, "hami.io/vgpu-node": node}},
+        "spec": {"schedulerName": "gpusched-scheduler", "nodeName": node,
+                 "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
         "status": {"phase": "Running"}
     }))
     .unwrap()
@@ -144,7 +147,7 @@ async fn filter_returns_every_feasible_node_and_the_services_reasons() {
 }
 
 #[tokio::test]
-async fn invalid_annotation_is_an_error_naming_the_key() {
+async fn invalid_annotation_fails_every_node_unresolvable_naming_the_key() {
     let f = fixture(
         vec![gpu_node("n1", 2)],
         vec![],
@@ -156,13 +159,29 @@ async fn invalid_annotation_is_an_error_naming_the_key() {
         json!({"hami.io/device-scoring-weights": "slot=1,core=1"}),
         json!({"nvidia.com/gpu": "1"}),
     );
-    let r = f.shim.filter(&args(p.clone(), &["n1"])).await;
-    assert!(
-        r.error.contains("hami.io/device-scoring-weights"),
-        "{}",
-        r.error
+    // Not an Error (kube-scheduler would retry it after every backoff, forever) but every
+    // candidate unresolvable with the reason: the pod is marked unschedulable and parked.
+    let r = f.shim.filter(&args(p.clone(), &["n1", "n2"])).await;
+    assert_eq!(r.error, "");
+    assert_eq!(r.node_names, Some(vec![]));
+    for n in ["n1", "n2"] {
+        let why = &r.failed_and_unresolvable_nodes[n];
+        assert!(
+            why.contains("hami.io/device-scoring-weights") && why.contains("invalid pod"),
+            "{why}"
+        );
+    }
+    // A contradictory request (a card count of 0 with GPU memory) too.
+    let zero = pod(
+        "zero",
+        json!({}),
+        json!({"nvidia.com/gpu": "0", "nvidia.com/gpumem": "4096"}),
     );
-    assert!(r.node_names.is_none());
+    let r = f.shim.filter(&args(zero, &["n1"])).await;
+    assert!(
+        r.failed_and_unresolvable_nodes["n1"].contains("nvidia.com/gpumem"),
+        "{r:?}"
+    );
     let e = f.shim.prioritize(&args(p, &["n1"])).await.unwrap_err();
     assert!(e.contains("hami.io/device-scoring-weights"), "{e}");
 }
@@ -327,6 +346,31 @@ async fn validating_webhook_uses_validate_workload() {
             .await
             .allowed,
         "non-GPU pods are not validated"
+    );
+    // A GPU pod that brings its own decision (annotations, or already bound) is denied at
+    // CREATE, naming the key, before the service is asked.
+    let mut forged = pod(
+        "forged",
+        json!({"hami.io/vgpu-devices-allocated": "GPU-1,NVIDIA,16384,100:;"}),
+        json!({"nvidia.com/gpu": "1"}),
+    );
+    let r = admission::validate(&f.shim, &opts, &review(&forged)).await;
+    assert!(!r.allowed && r.result.message.contains("hami.io/vgpu-devices-allocated"));
+    forged.metadata.annotations = None;
+    forged.spec.as_mut().unwrap().node_name = Some("n1".into());
+    let r = admission::validate(&f.shim, &opts, &review(&forged)).await;
+    assert!(!r.allowed && r.result.message.contains("spec.nodeName"));
+    // A card count of 0 with GPU memory contradicts itself: denied naming the memory key.
+    let zero = pod(
+        "zero",
+        json!({}),
+        json!({"nvidia.com/gpu": "0", "nvidia.com/gpumem": "4096"}),
+    );
+    let r = admission::validate(&f.shim, &opts, &review(&zero)).await;
+    assert!(
+        !r.allowed && r.result.message.contains("nvidia.com/gpumem"),
+        "{:?}",
+        r.result.message
     );
     let mut ignored = bad.clone();
     ignored.metadata.labels = Some([("hami.io/webhook".to_owned(), "ignore".to_owned())].into());

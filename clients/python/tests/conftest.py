@@ -52,6 +52,13 @@ class RunningServer:
     proc: subprocess.Popen[str]
     log_path: Path
 
+    @property
+    def metrics_address(self) -> str:
+        """host:port of the metrics listener."""
+        m = re.search(r"metrics=(\S+)", self.first_line)
+        assert m, self.first_line
+        return m.group(1)
+
     def log(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")
@@ -78,7 +85,9 @@ def start_server(extra_args: list[str], log_path: Path) -> RunningServer:
         if os.environ.get("GPUSCHED_ALLOW_SKIP") == "1":
             pytest.skip(msg)
         pytest.fail(msg, pytrace=False)
-    args = [str(binary), "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", *extra_args]
+    # A "--listen" in extra_args replaces 127.0.0.1:0 (e.g. to restart a server at its address).
+    listen = [] if "--listen" in extra_args else ["--listen", "127.0.0.1:0"]
+    args = [str(binary), *listen, "--metrics-listen", "127.0.0.1:0", *extra_args]
     log = open(log_path, "w")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True, cwd=REPO

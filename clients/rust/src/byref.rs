@@ -153,10 +153,105 @@ pub(crate) struct ByRef {
     /// Whether a PlacementService answer on this client carried [`NODE_REFS_HEADER`]: until
     /// then nodes go whole (a server that predates `node_refs` would ignore them).
     server_reads_refs: std::sync::atomic::AtomicBool,
+    /// Whether an answer carried [`NODE_SETS_HEADER`]: until then no node set is named.
+    server_reads_sets: std::sync::atomic::AtomicBool,
+    /// The last candidate list sent in full and kept by the server as a node set.
+    base: Mutex<Option<Arc<Base>>>,
 }
+
+/// A node set the client kept (`NodeSetRef.keep`): its digest and each node's part digests.
+#[derive(Debug)]
+pub(crate) struct Base {
+    pub(crate) key: Key,
+    nodes: HashMap<String, (Key, Option<Key>)>,
+}
+
+/// Smallest candidate list sent as a node set (smaller lists gain nothing).
+pub const MIN_SET_NODES: usize = 16;
+
+/// How the candidates of one call go.
+#[derive(Debug)]
+pub(crate) enum Plan {
+    /// Every node by reference; `keep`: ask the server to keep them as a set.
+    Full { keep: bool },
+    /// Changes against a kept set: the nodes at these positions, and removed names.
+    Delta {
+        base: Arc<Base>,
+        changed: Vec<usize>,
+        removed: Vec<String>,
+    },
+}
+
+impl Plan {
+    /// The `node_set` field and the references of this plan.
+    pub(crate) fn request(
+        &self,
+        byref: &ByRef,
+        nodes: &[Arc<PreparedNode>],
+        force_inline: &HashSet<Key>,
+    ) -> (Option<v1::NodeSetRef>, Vec<v1::NodeRef>) {
+        match self {
+            Plan::Full { keep } => (
+                keep.then(|| v1::NodeSetRef {
+                    keep: true,
+                    ..Default::default()
+                }),
+                byref.refs(nodes, force_inline),
+            ),
+            Plan::Delta {
+                base,
+                changed,
+                removed,
+            } => {
+                let sent: Vec<Arc<PreparedNode>> =
+                    changed.iter().map(|&i| Arc::clone(&nodes[i])).collect();
+                (
+                    Some(v1::NodeSetRef {
+                        base: Some(digest_msg(&base.key)),
+                        removed_node_names: removed.clone(),
+                        keep: false,
+                    }),
+                    byref.refs(&sent, force_inline),
+                )
+            }
+        }
+    }
+
+    /// Position in the caller's node list of reference `j` of this plan's request.
+    pub(crate) fn position(&self, j: usize) -> usize {
+        match self {
+            Plan::Full { .. } => j,
+            Plan::Delta { changed, .. } => changed.get(j).copied().unwrap_or(j),
+        }
+    }
+}
+
+/// The digest of a node set kept from references to `nodes` in this order: SHA-256 over each
+/// node's inventory hash and usage hash (32 zero bytes without usage); size 64 per node.
+pub fn set_key<'a>(nodes: impl IntoIterator<Item = &'a PreparedNode>) -> Key {
+    let mut h = sha2::Sha256::new();
+    let mut n = 0u64;
+    for p in nodes {
+        h.update(p.inventory_key.0);
+        h.update(p.usage_key.map_or([0u8; 32], |k| k.0));
+        n += 1;
+    }
+    (h.finalize().into(), 64 * n)
+}
+
+/// The `Digest` message of a key.
+pub fn digest_of(k: &Key) -> v1::Digest {
+    digest_msg(k)
+}
+
+/// `nodeset/sha256/<hex>/<size>`: the subject of a missing node set.
+pub const SET_SUBJECT_PREFIX: &str = "nodeset/";
 
 /// The response metadata a server that reads `node_refs` sets on every PlacementService answer.
 pub const NODE_REFS_HEADER: &str = "gpusched-node-refs";
+
+/// The response metadata a server that reads `node_set` (NodeSetRef) sets on every answer.
+pub const NODE_SETS_HEADER: &str = "gpusched-node-sets";
 
 impl ByRef {
     /// Whether the server has shown it reads `node_refs` (see [`NODE_REFS_HEADER`]).
@@ -165,12 +260,104 @@ impl ByRef {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Notes the metadata of an answer: [`NODE_REFS_HEADER`] switches references on.
+    /// Notes the metadata of an answer: [`NODE_REFS_HEADER`] switches references on,
+    /// [`NODE_SETS_HEADER`] node sets.
     pub(crate) fn note(&self, metadata: &tonic::metadata::MetadataMap) {
+        use std::sync::atomic::Ordering::Relaxed;
         if !self.server_reads_refs() && metadata.contains_key(NODE_REFS_HEADER) {
-            self.server_reads_refs
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+            self.server_reads_refs.store(true, Relaxed);
         }
+        if !self.server_reads_sets.load(Relaxed) && metadata.contains_key(NODE_SETS_HEADER) {
+            self.server_reads_sets.store(true, Relaxed);
+        }
+    }
+
+    /// How to send `nodes`: as changes to the kept set when few changed, else in full (kept
+    /// as a set when the server reads sets and the list is long enough).
+    pub(crate) fn plan(&self, nodes: &[Arc<PreparedNode>]) -> Plan {
+        if !self
+            .server_reads_sets
+            .load(std::sync::atomic::Ordering::Relaxed)
+            || nodes.len() < MIN_SET_NODES
+        {
+            return Plan::Full { keep: false };
+        }
+        let base = self.base.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        // A repeated name goes in full, so the server reports it (as a change it would
+        // silently collapse into one node).
+        let mut names: HashSet<&str> = HashSet::with_capacity(nodes.len());
+        if !nodes.iter().all(|p| names.insert(p.name.as_str())) {
+            return Plan::Full { keep: false };
+        }
+        let Some(base) = base else {
+            return Plan::Full { keep: true };
+        };
+        // Few enough changes: at most one in eight of the base (at least 8).
+        let budget = (base.nodes.len() / 8).max(8);
+        let mut changed = Vec::new();
+        let mut seen = 0usize;
+        for (i, p) in nodes.iter().enumerate() {
+            match base.nodes.get(&p.name) {
+                Some(keys) if *keys == (p.inventory_key, p.usage_key) => seen += 1,
+                Some(_) => {
+                    seen += 1;
+                    changed.push(i);
+                }
+                None => changed.push(i),
+            }
+            if changed.len() > budget {
+                return Plan::Full { keep: true };
+            }
+        }
+        let removed: Vec<String> = if seen == base.nodes.len() {
+            Vec::new()
+        } else {
+            let mut r: Vec<String> = base
+                .nodes
+                .keys()
+                .filter(|n| !names.contains(n.as_str()))
+                .cloned()
+                .collect();
+            r.sort();
+            r
+        };
+        if changed.len() + removed.len() > budget {
+            return Plan::Full { keep: true };
+        }
+        Plan::Delta {
+            base,
+            changed,
+            removed,
+        }
+    }
+
+    /// After a successful call in full with `keep`: `nodes` are the server's kept set.
+    pub(crate) fn kept(&self, nodes: &[Arc<PreparedNode>]) {
+        let base = Base {
+            key: set_key(nodes.iter().map(AsRef::as_ref)),
+            nodes: nodes
+                .iter()
+                .map(|p| (p.name.clone(), (p.inventory_key, p.usage_key)))
+                .collect(),
+        };
+        *self.base.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(base));
+    }
+
+    /// After FAILED_PRECONDITION naming the kept set: it is not held (by that replica).
+    pub(crate) fn drop_base(&self, key: &Key) {
+        let mut base = self.base.lock().unwrap_or_else(|e| e.into_inner());
+        if base.as_ref().is_some_and(|b| b.key == *key) {
+            *base = None;
+        }
+    }
+
+    /// The kept set's digest, if any (tests, diagnostics).
+    pub(crate) fn base_key(&self) -> Option<Key> {
+        self.base
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|b| b.key)
     }
 
     /// Prepared forms of `nodes`, reusing the last one for a node that did not change.
@@ -239,19 +426,20 @@ impl ByRef {
 pub(crate) trait NodesRequest: Clone {
     /// Takes the whole nodes out, when the request has no references of its own.
     fn take_nodes(&mut self) -> Option<Vec<v1::Node>>;
-    /// Sets the references.
-    fn set_refs(&mut self, refs: Vec<v1::NodeRef>);
+    /// Sets the references and the node set.
+    fn set_refs(&mut self, refs: Vec<v1::NodeRef>, set: Option<v1::NodeSetRef>);
 }
 
 macro_rules! nodes_request {
     ($($t:ty),*) => {$(
         impl NodesRequest for $t {
             fn take_nodes(&mut self) -> Option<Vec<v1::Node>> {
-                (self.node_refs.is_empty() && !self.nodes.is_empty())
+                (self.node_refs.is_empty() && !self.nodes.is_empty() && self.node_set.is_none())
                     .then(|| std::mem::take(&mut self.nodes))
             }
-            fn set_refs(&mut self, refs: Vec<v1::NodeRef>) {
+            fn set_refs(&mut self, refs: Vec<v1::NodeRef>, set: Option<v1::NodeSetRef>) {
                 self.node_refs = refs;
+                self.node_set = set;
             }
         }
     )*};
@@ -264,9 +452,9 @@ nodes_request!(
     v1::AllocateBatchRequest
 );
 
-/// `node_refs[i].inventory...` / `node_refs[i]...` back to `nodes[i]...` (the client sent node
-/// `i` as reference `i`).
-pub(crate) fn field_back(field: &str) -> String {
+/// `node_refs[j].inventory...` / `node_refs[j]...` back to `nodes[i]...`, where reference `j`
+/// was the caller's node `i = position(j)`.
+pub(crate) fn field_back(field: &str, position: impl Fn(usize) -> usize) -> String {
     let Some(rest) = field.strip_prefix("node_refs[") else {
         return field.to_owned();
     };
@@ -276,7 +464,10 @@ pub(crate) fn field_back(field: &str) -> String {
     let tail = tail
         .strip_prefix(".inventory_digest")
         .map_or_else(|| tail.strip_prefix(".inventory").unwrap_or(tail), |_| "");
-    format!("nodes[{num}]{tail}")
+    match num.parse::<usize>() {
+        Ok(j) => format!("nodes[{}]{tail}", position(j)),
+        Err(_) => field.to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -293,12 +484,17 @@ mod tests {
 
     #[test]
     fn fields_map_back() {
+        let same = |j| j;
         assert_eq!(
-            field_back("node_refs[2].inventory.cards[0].health"),
+            field_back("node_refs[2].inventory.cards[0].health", same),
             "nodes[2].cards[0].health"
         );
-        assert_eq!(field_back("node_refs[2].inventory"), "nodes[2]");
-        assert_eq!(field_back("workload.x"), "workload.x");
+        assert_eq!(field_back("node_refs[2].inventory", same), "nodes[2]");
+        assert_eq!(field_back("workload.x", same), "workload.x");
+        assert_eq!(
+            field_back("node_refs[1].usage", |j| j + 5),
+            "nodes[6].usage"
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::builder::RetryPolicy;
-use crate::byref::{ByRef, NodesRequest, field_back, parse_subject};
+use crate::byref::{ByRef, NodesRequest, Plan, SET_SUBJECT_PREFIX, field_back, parse_subject};
 use crate::error::{ApiError, Error};
 
 /// A connected client (cheap to clone; calls may run concurrently).
@@ -71,6 +71,14 @@ impl Client {
         self.byref.is_some()
     }
 
+    /// The digest (`sha256/<hex>/<size>`) of the node set this client names as its base, if any.
+    pub fn node_set_base(&self) -> Option<String> {
+        self.byref
+            .as_ref()
+            .and_then(|b| b.base_key())
+            .map(|k| crate::byref::subject(&k))
+    }
+
     /// Number of node parts (inventories, usages) the server acknowledged on this client.
     pub fn acknowledged_parts(&self) -> usize {
         self.byref.as_ref().map_or(0, |b| b.known_len())
@@ -97,21 +105,49 @@ impl Client {
         };
         let prepared = byref.prepare(nodes);
         let mut force_inline: HashSet<crate::byref::Key> = HashSet::new();
+        let mut plan = byref.plan(&prepared);
         loop {
             let mut m = msg.clone();
-            m.set_refs(byref.refs(&prepared, &force_inline));
+            let (set, refs) = plan.request(byref, &prepared, &force_inline);
+            m.set_refs(refs, set);
             match self.with_retry(m, call.clone()).await {
                 Ok(r) => {
-                    byref.acknowledge(&prepared);
+                    match &plan {
+                        Plan::Full { keep: true } => {
+                            byref.acknowledge(&prepared);
+                            byref.kept(&prepared);
+                        }
+                        Plan::Full { keep: false } => byref.acknowledge(&prepared),
+                        Plan::Delta { changed, .. } => {
+                            let sent: Vec<_> =
+                                changed.iter().map(|&i| Arc::clone(&prepared[i])).collect();
+                            byref.acknowledge(&sent);
+                        }
+                    }
                     return Ok(r);
                 }
                 Err(Error::Api(e)) if e.code == Code::FailedPrecondition => {
+                    let set_missing: Vec<_> = e
+                        .missing_digests
+                        .iter()
+                        .filter_map(|s| s.strip_prefix(SET_SUBJECT_PREFIX))
+                        .filter_map(parse_subject)
+                        .collect();
                     let missing: HashSet<_> = e
                         .missing_digests
                         .iter()
                         .filter_map(|s| parse_subject(s))
                         .collect();
                     byref.forget(&missing);
+                    if let Plan::Delta { base, .. } = &plan
+                        && set_missing.contains(&base.key)
+                    {
+                        // The replica does not hold the set: send everything, kept again (once:
+                        // a full plan never names a base).
+                        byref.drop_base(&base.key);
+                        plan = Plan::Full { keep: true };
+                        continue;
+                    }
                     // Resend each missing part inline once; a part missing again after it was
                     // sent inline (impossible with a conforming server) ends the call.
                     if missing.is_empty() || !missing.is_disjoint(&force_inline) {
@@ -120,15 +156,16 @@ impl Client {
                     force_inline.extend(missing);
                 }
                 Err(Error::Api(mut e)) => {
+                    let back = |f: &str| field_back(f, |j| plan.position(j));
                     for v in e.field_violations.iter_mut().chain(&mut e.quota_violations) {
-                        v.field = field_back(&v.field);
+                        v.field = back(&v.field);
                     }
                     if let Some(field) = e
                         .error_info
                         .as_mut()
                         .and_then(|i| i.metadata.get_mut("field"))
                     {
-                        *field = field_back(field);
+                        *field = back(field);
                     }
                     return Err(Error::Api(e));
                 }
@@ -268,6 +305,7 @@ impl Client {
             workload: Some(workload),
             options: None,
             node_refs: Vec::new(),
+            node_set: None,
         })
         .await
     }
@@ -279,6 +317,7 @@ impl Client {
         workload: v1::Workload,
     ) -> Result<v1::AllocationResult, Error> {
         self.allocate_request(v1::AllocateRequest {
+            node_set: None,
             nodes,
             workload: Some(workload),
             options: None,

@@ -75,16 +75,21 @@ async fn sends_references_after_the_first_call_and_answers_the_same() {
     let mut nodes = cluster(20);
     rounds(&client, &reference, &mut nodes, 10).await;
     let m = &metrics.node_cache;
-    // First call whole (the server's `gpusched-node-refs` header not yet seen), the second
-    // inline (20 inventories), then one usage part per placement: by reference.
+    // First call whole (the server's headers not yet seen), the second inline (20
+    // inventories) and kept as a node set, then each call names that set and sends only the
+    // node whose usage changed: one inventory hit and one new usage part per call.
     assert_eq!(m.inserts[0].get(), 20, "inventories converted once");
-    assert!(
-        m.hits[0].get() >= 8 * 20,
-        "{} inventory hits",
-        m.hits[0].get()
-    );
     assert_eq!(m.misses[0].get(), 0);
+    let sets = &metrics.node_sets;
+    assert_eq!(sets.inserts.get(), 1, "one set kept");
+    assert_eq!(
+        sets.hits.get(),
+        8,
+        "the eight later calls sent changes only"
+    );
+    assert_eq!(m.hits[0].get(), 8, "one changed node per call");
     assert!(client.acknowledged_parts() >= 20);
+    assert!(client.node_set_base().unwrap().starts_with("sha256/"));
     // Off: whole nodes, nothing cached.
     assert!(!reference.by_reference());
     assert_eq!(reference.acknowledged_parts(), 0);
@@ -114,25 +119,41 @@ async fn a_server_restart_between_calls_is_transparent() {
         .connect()
         .await
         .unwrap();
-    let mut nodes = cluster(8);
-    // The first call goes whole (the header not yet seen), the second inline by reference.
-    for _ in 0..2 {
+    let mut nodes = cluster(20);
+    // The first call goes whole (the header not yet seen), the second inline by reference
+    // (kept as a set), the third as a change to that set.
+    for _ in 0..3 {
         let r = client.allocate(nodes.to_vec(), pod()).await.unwrap();
         book(&mut nodes, &r);
     }
-    assert!(client.acknowledged_parts() >= 8);
+    assert!(client.acknowledged_parts() >= 20);
+    assert!(client.node_set_base().is_some());
     server.shutdown().await.unwrap();
     let (server, metrics) = start_at(&addr.to_string()).await;
-    // The client still believes the server holds its parts: the new one answers
-    // FAILED_PRECONDITION, the client resends inline, the caller sees an answer.
+    // The client still believes the server holds its set and parts: the new one answers
+    // FAILED_PRECONDITION naming the set, the client sends everything by reference (missing
+    // again), then inline; the caller sees an answer.
     let reference = whole(&addr.to_string()).await;
     let want = reference.allocate(nodes.to_vec(), pod()).await.unwrap();
     let got = client.allocate(nodes.to_vec(), pod()).await.unwrap();
     assert_eq!(got, want);
-    assert!(
-        metrics.node_cache.misses[0].get() >= 8,
-        "the restart was noticed"
+    assert_eq!(
+        metrics.node_sets.misses.get(),
+        1,
+        "the lost set was noticed"
     );
+    assert!(
+        metrics.node_cache.misses[0].get() >= 20,
+        "the lost parts were noticed"
+    );
+    assert_eq!(metrics.node_sets.inserts.get(), 1, "the set was kept again");
+    book(&mut nodes, &got);
+    let again = client.allocate(nodes.to_vec(), pod()).await.unwrap();
+    assert_eq!(
+        again,
+        reference.allocate(nodes.to_vec(), pod()).await.unwrap()
+    );
+    assert_eq!(metrics.node_sets.hits.get(), 1, "changes only again");
     server.shutdown().await.unwrap();
 }
 
@@ -145,11 +166,13 @@ async fn replicas_behind_one_channel_each_warm_on_their_own() {
     let channel = tonic::transport::Channel::balance_list(endpoints.into_iter());
     let client = ClientBuilder::new("unused").with_channel(channel);
     let reference = whole(&r1.grpc_addr.to_string()).await;
-    let mut nodes = cluster(12);
+    let mut nodes = cluster(20);
     rounds(&client, &reference, &mut nodes, 30).await;
-    // Both replicas were asked and each converted the inventories itself.
+    // Both replicas were asked and each converted the inventories and kept the set itself.
     for m in [&m1, &m2] {
-        assert!(m.node_cache.inserts[0].get() >= 12, "every replica warmed");
+        assert!(m.node_cache.inserts[0].get() >= 20, "every replica warmed");
+        assert!(m.node_sets.inserts.get() >= 1, "every replica kept the set");
+        assert!(m.node_sets.hits.get() >= 1, "and then answered changes");
     }
 }
 
@@ -244,4 +267,30 @@ async fn a_server_without_the_header_is_only_ever_sent_whole_nodes() {
     direct.allocate(nodes.to_vec(), pod()).await.unwrap();
     assert!(direct.server_reads_refs());
     server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_repeated_node_name_is_reported_even_against_a_kept_set() {
+    let (server, _) = start_at("127.0.0.1:0").await;
+    let addr = server.grpc_addr.to_string();
+    let client = ClientBuilder::new(&addr).connect().await.unwrap();
+    let reference = whole(&addr).await;
+    let mut nodes = cluster(20);
+    rounds(&client, &reference, &mut nodes, 3).await;
+    assert!(client.node_set_base().is_some());
+    // An unchanged node listed twice would be an empty change: it must go in full and fail.
+    let mut twice = nodes.clone();
+    twice.push(nodes[4].clone());
+    let want = reference.allocate(twice.clone(), pod()).await.unwrap_err();
+    let got = client.allocate(twice, pod()).await.unwrap_err();
+    let fields = |e: &gpusched_client::Error| match e {
+        gpusched_client::Error::Api(a) => a
+            .field_violations
+            .iter()
+            .map(|v| v.field.clone())
+            .collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(fields(&got), fields(&want));
+    assert_eq!(fields(&got), vec!["nodes[20].name".to_owned()]);
 }

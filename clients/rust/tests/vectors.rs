@@ -202,6 +202,7 @@ fn by_reference_requests() -> Vec<(&'static str, &'static str, v1::AllocateReque
         usage_digest: (!usage.is_empty()).then(|| digest(usage)),
     };
     let req = |nodes: Vec<v1::Node>, node_refs: Vec<v1::NodeRef>| v1::AllocateRequest {
+        node_set: None,
         nodes,
         workload: Some(v1::Workload {
             namespace: "default".into(),
@@ -229,6 +230,32 @@ fn by_reference_requests() -> Vec<(&'static str, &'static str, v1::AllocateReque
     };
     let mut bad = r(&ia, &[], true, false);
     bad.inventory_digest = Some(digest(&ib));
+    // The node set of [a, b with ub2] (types.proto, NodeSetRef): each reference's inventory
+    // hash and usage hash (zeros without usage).
+    let set = {
+        let mut h = sha2::Sha256::new();
+        h.update(sha2::Sha256::digest(&ia));
+        h.update([0u8; 32]);
+        h.update(sha2::Sha256::digest(&ib));
+        h.update(sha2::Sha256::digest(&ub2));
+        v1::Digest {
+            hash: h.finalize().to_vec(),
+            size_bytes: 128,
+            function: 0,
+        }
+    };
+    let mut lost = set.clone();
+    lost.hash[0] ^= 0xff;
+    let with_set = |mut r: v1::AllocateRequest, s: v1::NodeSetRef| {
+        r.node_set = Some(s);
+        r
+    };
+    let base = |d: &v1::Digest, removed: &[&str]| v1::NodeSetRef {
+        base: Some(d.clone()),
+        removed_node_names: removed.iter().map(|s| (*s).to_owned()).collect(),
+        keep: false,
+    };
+    let ub3 = usage("exchange-b", 40000);
     vec![
         (
             "by digest before the server holds the parts: FAILED_PRECONDITION listing every missing digest",
@@ -267,6 +294,38 @@ fn by_reference_requests() -> Vec<(&'static str, &'static str, v1::AllocateReque
             "/gpusched.v1.PlacementService/Allocate",
             req(vec![], vec![bad]),
         ),
+        (
+            "the references by digest, kept as a node set (NodeSetRef.keep)",
+            "/gpusched.v1.PlacementService/Allocate",
+            with_set(
+                req(
+                    vec![],
+                    vec![r(&ia, &[], false, false), r(&ib, &ub2, false, false)],
+                ),
+                v1::NodeSetRef {
+                    keep: true,
+                    ..Default::default()
+                },
+            ),
+        ),
+        (
+            "a change to the kept set: only the node whose usage changed is sent",
+            "/gpusched.v1.PlacementService/Allocate",
+            with_set(
+                req(vec![], vec![r(&ib, &ub3, false, true)]),
+                base(&set, &[]),
+            ),
+        ),
+        (
+            "a change removing a node of the kept set",
+            "/gpusched.v1.PlacementService/Allocate",
+            with_set(req(vec![], vec![]), base(&set, &["exchange-a"])),
+        ),
+        (
+            "a base the server does not hold: FAILED_PRECONDITION naming the set",
+            "/gpusched.v1.PlacementService/Allocate",
+            with_set(req(vec![], vec![]), base(&lost, &[])),
+        ),
     ]
 }
 
@@ -297,7 +356,7 @@ async fn shared_exchanges() {
             steps.push(step);
         }
         let file = serde_json::json!({
-            "description": "Nodes by reference (NodeRef): a miss, the parts inline, then by digest, then one usage change; replayed in order on one server",
+            "description": "Nodes by reference (NodeRef): a miss, the parts inline, then by digest, then one usage change; then node sets (NodeSetRef): kept, changed, a lost base; replayed in order on one server",
             "steps": steps,
         });
         std::fs::create_dir_all(exchanges()).unwrap();

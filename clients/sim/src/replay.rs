@@ -236,6 +236,7 @@ impl Run<'_> {
             let r = self
                 .client
                 .allocate_request(v1::AllocateRequest {
+                    node_set: None,
                     nodes,
                     workload: Some(self.workloads[jobs[0]].clone()),
                     options: Some(self.options.clone()),
@@ -249,6 +250,7 @@ impl Run<'_> {
             let r = self
                 .client
                 .allocate_batch(v1::AllocateBatchRequest {
+                    node_set: None,
                     nodes,
                     workloads: jobs.iter().map(|&j| self.workloads[j].clone()).collect(),
                     options: Some(self.options.clone()),

@@ -189,6 +189,7 @@ async fn step_by_step(
         }
         let r = client
             .allocate_request(v1::AllocateRequest {
+                node_set: None,
                 nodes: nodes.clone(),
                 workload: Some(s.workload(&t.jobs[j].workload)),
                 options: Some(options.clone()),
@@ -308,6 +309,7 @@ async fn departures_release_exactly_what_was_booked() {
     let mut cluster = Cluster::new(idle.clone()).unwrap();
     let resp = client
         .allocate_batch(v1::AllocateBatchRequest {
+            node_set: None,
             nodes: idle.clone(),
             workloads: t.jobs.iter().take(40).map(|j| j.workload.clone()).collect(),
             options: None,

@@ -285,6 +285,7 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
             booked.values(),
         );
         let result = call(v1::AllocateRequest {
+            node_set: None,
             nodes: nodes.clone(),
             workload: Some(workload.clone()),
             options: None,
@@ -381,6 +382,7 @@ where
     let nodes = candidate_nodes(inventories, &slurm_nodes, &args.partitions, earlier);
     let pinned = args.request.pinned_to(&decision.uuids());
     let result = call(v1::AllocateRequest {
+        node_set: None,
         nodes,
         workload: Some(pinned.workload(&args.job_name)),
         options: None,

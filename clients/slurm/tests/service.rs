@@ -59,6 +59,7 @@ async fn two_jobs(policy: &str) -> Vec<Vec<u32>> {
         let nodes = candidate_nodes(&invs, &slurm, &[], booked.values());
         let r = client
             .allocate_request(v1::AllocateRequest {
+                node_set: None,
                 nodes,
                 workload: Some(req.workload("j")),
                 options: None,
@@ -102,6 +103,7 @@ async fn refusal(key_value: &str) -> String {
     req.add_option(key_value).unwrap();
     let e = client
         .allocate_request(v1::AllocateRequest {
+            node_set: None,
             nodes: vec![invs["node1"].to_node()],
             workload: Some(req.workload("j")),
             options: None,

@@ -65,6 +65,7 @@
 //! assert!(release(&mut snapshot, &placement).is_err()); // never applied twice over
 //! ```
 
+mod changes;
 mod decide;
 mod error;
 mod evaluate;
@@ -80,6 +81,7 @@ mod score;
 mod weights;
 mod workload;
 
+pub use changes::ChangeError;
 pub use decide::{
     Allocation, AssignedCard, BatchItem, BatchMode, BatchOutcome, BookingError,
     ContainerAssignment, DecideOptions, Evaluation, FailedNode, FeasibleNode, NodeVerdict,

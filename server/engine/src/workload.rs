@@ -493,6 +493,7 @@ fn parse_kube(
                 }
             };
             let (gpus, gpus_field) = quantity(&resources.count, &mut violations);
+            let count_given_as_zero = gpus == Some(0);
             let gpus = match gpus.map(u32::try_from) {
                 None => 0,
                 Some(Ok(n)) => n,
@@ -506,6 +507,30 @@ fn parse_kube(
                 }
             };
             if gpus == 0 {
+                // An explicit count of 0 next to GPU memory or cores contradicts itself (HAMi
+                // silently drops the memory and cores and the pod runs without a decision):
+                // rejected, naming the key (placement-semantics section 2).
+                if count_given_as_zero {
+                    for name in [
+                        &resources.memory,
+                        &resources.memory_percentage,
+                        &resources.cores,
+                    ] {
+                        let Some((f, v)) = lookup(name) else { continue };
+                        if quantity::parse_whole(v).map_or(true, |n| n > 0) {
+                            violations.push(Violation::new(
+                                ViolationKind::InvalidResourceRequest,
+                                f,
+                                format!(
+                                    "{name}: {v} with {count}: 0 is contradictory (GPU memory or \
+                                     cores without a card); ask for at least one card or remove \
+                                     {name}",
+                                    count = resources.count
+                                ),
+                            ));
+                        }
+                    }
+                }
                 containers.push(resolve(
                     RawContainer {
                         name: &c.name,

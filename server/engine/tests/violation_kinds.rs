@@ -78,6 +78,13 @@ fn resource_kinds() {
             ("nvidia.com/gpumem-percentage", "101"),
         ],
         vec![("nvidia.com/gpu", "1"), ("nvidia.com/gpucores", "101")],
+        // A count of 0 with GPU memory or cores contradicts itself.
+        vec![("nvidia.com/gpu", "0"), ("nvidia.com/gpumem", "4096")],
+        vec![("nvidia.com/gpu", "0"), ("nvidia.com/gpucores", "30")],
+        vec![
+            ("nvidia.com/gpu", "0"),
+            ("nvidia.com/gpumem-percentage", "50"),
+        ],
     ] {
         let e = kube(&[], &limits).unwrap_err();
         assert_eq!(
@@ -236,4 +243,30 @@ fn inventory_kinds() {
         vec![ViolationKind::OutOfRange, ViolationKind::OutOfRange]
     );
     assert_eq!(e.violations[0].field, "config.split_count");
+}
+
+#[test]
+fn a_zero_count_with_memory_or_cores_names_the_memory_or_cores_key() {
+    let e = kube(
+        &[],
+        &[("nvidia.com/gpu", "0"), ("nvidia.com/gpumem", "4096")],
+    )
+    .unwrap_err();
+    assert_eq!(e.violations.len(), 1);
+    let v = &e.violations[0];
+    assert!(v.field.contains("nvidia.com/gpumem"), "{}", v.field);
+    assert!(
+        v.description.contains("nvidia.com/gpumem") && v.description.contains("nvidia.com/gpu: 0"),
+        "{}",
+        v.description
+    );
+    // Zero memory and cores with a zero count, or no count at all, ask for nothing: no GPU.
+    for limits in [
+        vec![("nvidia.com/gpu", "0"), ("nvidia.com/gpumem", "0")],
+        vec![("nvidia.com/gpu", "0")],
+        vec![("nvidia.com/gpumem", "4096")],
+    ] {
+        let w = kube(&[], &limits).unwrap();
+        assert!(!w.requests_gpu(), "{limits:?}");
+    }
 }

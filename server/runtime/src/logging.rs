@@ -30,6 +30,8 @@ pub enum TelemetryError {
 #[derive(Debug)]
 pub struct TelemetryGuard {
     provider: Option<SdkTracerProvider>,
+    /// Flushes the log writer thread when dropped.
+    _logs: Option<tracing_appender::non_blocking::WorkerGuard>,
 }
 
 impl Drop for TelemetryGuard {
@@ -80,15 +82,22 @@ pub fn resource(t: &Telemetry) -> Resource {
 pub fn init(t: &Telemetry, span_target: &'static str) -> Result<TelemetryGuard, TelemetryError> {
     let log_filter =
         EnvFilter::try_new(&t.log_level).map_err(|e| TelemetryError::Subscriber(e.to_string()))?;
+    // Lines are written to stderr by a writer thread, not by the thread that logs (a decision's
+    // log line cost a write(2) on the request path); never lossy: a full queue (128k lines)
+    // makes loggers wait instead of dropping lines.
+    let (writer, logs) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("gpusched-log")
+        .finish(std::io::stderr());
     let fmt = match t.log_format {
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
-            .with_writer(std::io::stderr)
+            .with_writer(writer)
             .with_filter(log_filter)
             .boxed(),
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .with_writer(std::io::stderr)
+            .with_writer(writer)
             .with_filter(log_filter)
             .boxed(),
     };
@@ -132,5 +141,8 @@ pub fn init(t: &Telemetry, span_target: &'static str) -> Result<TelemetryGuard, 
         .with(otel)
         .try_init()
         .map_err(|e| TelemetryError::Subscriber(e.to_string()))?;
-    Ok(TelemetryGuard { provider })
+    Ok(TelemetryGuard {
+        provider,
+        _logs: Some(logs),
+    })
 }

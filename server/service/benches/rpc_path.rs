@@ -53,6 +53,7 @@ fn request(nodes: usize) -> v1::AllocateRequest {
     ]
     .into();
     v1::AllocateRequest {
+        node_set: None,
         nodes,
         workload: Some(v1::Workload {
             namespace: "default".into(),

@@ -25,6 +25,8 @@ pub struct State {
     pub metrics: Arc<Metrics>,
     /// Converted node parts sent by reference (an optimisation; see `node_cache`).
     pub node_cache: crate::node_cache::NodeCache,
+    /// Candidate sets kept by digest (an optimisation; see `set_cache`).
+    pub node_sets: crate::set_cache::SetCache,
     permits: Semaphore,
 }
 
@@ -34,8 +36,11 @@ impl State {
         let permits = Semaphore::new(settings.limits.max_concurrent_requests);
         let node_cache =
             crate::node_cache::NodeCache::new(&settings.node_cache, metrics.node_cache.clone());
+        let node_sets =
+            crate::set_cache::SetCache::new(settings.node_sets.clone(), metrics.node_sets.clone());
         State {
             node_cache,
+            node_sets,
             settings,
             metrics,
             permits,

@@ -213,10 +213,16 @@ pub struct NodeCacheConfig {
     pub max_bytes: usize,
     /// Most entries held (inventories and usage parts), at least 16.
     pub max_entries: usize,
+    /// Most node sets held (`NodeSetRef.keep`); 0 keeps none (every base is a miss).
+    pub max_sets: usize,
+    /// Most estimated bytes held by node sets, counting each node a set holds at its full size.
+    pub max_set_bytes: usize,
 }
 
 impl NodeCacheConfig {
-    fn validate(&self) -> Result<crate::node_cache::CacheLimits, ConfigError> {
+    fn validate(
+        &self,
+    ) -> Result<(crate::node_cache::CacheLimits, crate::set_cache::SetLimits), ConfigError> {
         if self.max_bytes < 1 << 20 {
             return Err(err(
                 "node_cache.max_bytes",
@@ -226,11 +232,24 @@ impl NodeCacheConfig {
         if self.max_entries < 16 {
             return Err(err("node_cache.max_entries", "must be at least 16"));
         }
-        Ok(crate::node_cache::CacheLimits {
-            enabled: self.enabled,
-            max_bytes: self.max_bytes,
-            max_entries: self.max_entries,
-        })
+        if self.max_sets > 0 && self.max_set_bytes < 1 << 20 {
+            return Err(err(
+                "node_cache.max_set_bytes",
+                "must be at least 1048576 (1 MiB) when node_cache.max_sets > 0",
+            ));
+        }
+        Ok((
+            crate::node_cache::CacheLimits {
+                enabled: self.enabled,
+                max_bytes: self.max_bytes,
+                max_entries: self.max_entries,
+            },
+            crate::set_cache::SetLimits {
+                // Off with the node cache: sets are made of its nodes.
+                max_sets: if self.enabled { self.max_sets } else { 0 },
+                max_bytes: self.max_set_bytes,
+            },
+        ))
     }
 }
 
@@ -257,6 +276,8 @@ pub struct Settings {
     pub telemetry: Telemetry,
     /// Node cache bounds.
     pub node_cache: crate::node_cache::CacheLimits,
+    /// Node set cache bounds.
+    pub node_sets: crate::set_cache::SetLimits,
 }
 
 /// Limits.
@@ -343,7 +364,7 @@ impl FileConfig {
                 err(key, format!("{}: {}", e.path.display(), e.reason))
             })?;
         }
-        let node_cache = self.node_cache.validate()?;
+        let (node_cache, node_sets) = self.node_cache.validate()?;
         let l = &self.limits;
         let limits = Limits {
             max_message_bytes: l.max_message_bytes.get(),
@@ -412,6 +433,7 @@ impl FileConfig {
             normalization,
             names: self.names.validate()?,
             node_cache,
+            node_sets,
             telemetry: self.telemetry.validate(env)?,
         })
     }

@@ -28,6 +28,11 @@ pub enum ServiceError {
     /// client resends them inline.
     #[error("{} node parts referenced by digest are not held by this server; send them inline", .0.len())]
     Missing(Vec<Missing>),
+    /// A node set named as a base (`NodeSetRef.base`) that this server does not hold, with the
+    /// node parts of the request it does not hold either; the client sends its candidates in
+    /// full.
+    #[error("node set {0} is not held by this server; send the candidates in full")]
+    MissingSet(crate::node_cache::Digest, Vec<Missing>),
     /// A request over a configured limit.
     #[error("request too large: {}", join(.0))]
     TooLarge(Vec<Violation>),
@@ -63,7 +68,7 @@ impl ServiceError {
     pub fn code(&self) -> Code {
         match self {
             ServiceError::InvalidArgument(_) => Code::InvalidArgument,
-            ServiceError::Missing(_) => Code::FailedPrecondition,
+            ServiceError::Missing(_) | ServiceError::MissingSet(..) => Code::FailedPrecondition,
             ServiceError::TooLarge(_) | ServiceError::Busy(_) => Code::ResourceExhausted,
             ServiceError::DeadlineExceeded(_) => Code::DeadlineExceeded,
             ServiceError::ShuttingDown => Code::Unavailable,
@@ -75,7 +80,7 @@ impl ServiceError {
     pub fn outcome(&self) -> &'static str {
         match self {
             ServiceError::InvalidArgument(_) => "invalid_argument",
-            ServiceError::Missing(_) => "failed_precondition",
+            ServiceError::Missing(_) | ServiceError::MissingSet(..) => "failed_precondition",
             ServiceError::TooLarge(_) | ServiceError::Busy(_) => "resource_exhausted",
             ServiceError::DeadlineExceeded(_) => "deadline_exceeded",
             ServiceError::ShuttingDown => "unavailable",
@@ -129,21 +134,8 @@ impl From<ServiceError> for Status {
                 set_error_info(&mut d, v);
                 d
             }
-            ServiceError::Missing(m) => {
-                let mut d = ErrorDetails::new();
-                for x in m {
-                    d.add_precondition_failure_violation(
-                        "MISSING",
-                        x.digest.to_string(),
-                        format!(
-                            "{} ({}) is not held by this server; send its bytes inline",
-                            x.field,
-                            x.part.as_str()
-                        ),
-                    );
-                }
-                d
-            }
+            ServiceError::Missing(m) => missing_details(None, m),
+            ServiceError::MissingSet(set, m) => missing_details(Some(set), m),
             ServiceError::TooLarge(v) => {
                 let mut d = ErrorDetails::new();
                 for x in v {
@@ -161,6 +153,31 @@ impl From<ServiceError> for Status {
         };
         Status::with_error_details(code, message, details)
     }
+}
+
+/// PreconditionFailure of missing references: the base set first (subject
+/// `nodeset/sha256/<hex>/<size>`), then each node part (`sha256/<hex>/<size>`).
+fn missing_details(set: Option<&crate::node_cache::Digest>, m: &[Missing]) -> ErrorDetails {
+    let mut d = ErrorDetails::new();
+    if let Some(set) = set {
+        d.add_precondition_failure_violation(
+            "MISSING",
+            format!("nodeset/{set}"),
+            "node_set.base is not held by this server; send the candidates in full (keep)",
+        );
+    }
+    for x in m {
+        d.add_precondition_failure_violation(
+            "MISSING",
+            x.digest.to_string(),
+            format!(
+                "{} ({}) is not held by this server; send its bytes inline",
+                x.field,
+                x.part.as_str()
+            ),
+        );
+    }
+    d
 }
 
 #[cfg(test)]

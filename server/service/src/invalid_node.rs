@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use gpusched_api::v1;
-use gpusched_engine::{NodeFailure, Reason, Snapshot, Violation};
+use gpusched_engine::{ChangeError, NodeFailure, Reason, Snapshot, Violation};
 
 use crate::error::ServiceError;
 
@@ -29,15 +29,19 @@ pub struct InvalidNode {
     name: String,
     failure: NodeFailure,
     problems: Vec<Violation>,
+    /// [`InvalidNode::message`], built once (a cached node is answered many times).
+    message: String,
 }
 
 impl InvalidNode {
     /// An invalid node; `problems` must not be empty (each is a reason the node is invalid).
     pub fn new(name: String, cards: usize, problems: Vec<Violation>) -> Self {
+        let message = message(&problems);
         InvalidNode {
             name,
             failure: NodeFailure::invalid_node(u32::try_from(cards).unwrap_or(u32::MAX)),
             problems,
+            message,
         }
     }
 
@@ -58,26 +62,8 @@ impl InvalidNode {
 
     /// `InvalidNode: <field> <REASON>: <description>; ...` (at most [`LISTED_PROBLEMS`], then
     /// `and N more`; descriptions cut at [`DESCRIPTION_CHARS`] characters).
-    pub fn message(&self) -> String {
-        let mut items: Vec<String> = self
-            .problems
-            .iter()
-            .take(LISTED_PROBLEMS)
-            .map(|p| {
-                let mut d: String = p.description.chars().take(DESCRIPTION_CHARS).collect();
-                if d.len() < p.description.len() {
-                    d.push('…');
-                }
-                format!("{} {}: {d}", p.field, p.kind.as_str())
-            })
-            .collect();
-        if self.problems.len() > LISTED_PROBLEMS {
-            items.push(format!(
-                "and {} more",
-                self.problems.len() - LISTED_PROBLEMS
-            ));
-        }
-        format!("{}: {}", Reason::InvalidNode.as_str(), items.join("; "))
+    pub fn message(&self) -> &str {
+        &self.message
     }
 
     /// The node as a failed node of an answer.
@@ -89,7 +75,7 @@ impl InvalidNode {
                 count: 1,
                 name: Reason::InvalidNode.as_str().to_owned(),
             }],
-            message: self.message(),
+            message: self.message.clone(),
             container_position: 0,
             container_name: String::new(),
             unresolvable: true,
@@ -99,6 +85,7 @@ impl InvalidNode {
     /// Estimated heap bytes (for the node cache's byte bound).
     pub fn heap_bytes(&self) -> usize {
         self.name.capacity()
+            + self.message.capacity()
             + self.problems.capacity() * size_of::<Violation>()
             + self
                 .problems
@@ -106,6 +93,25 @@ impl InvalidNode {
                 .map(|p| p.field.capacity() + p.description.capacity())
                 .sum::<usize>()
     }
+}
+
+/// The message of these problems (see [`InvalidNode::message`]).
+fn message(problems: &[Violation]) -> String {
+    let mut items: Vec<String> = problems
+        .iter()
+        .take(LISTED_PROBLEMS)
+        .map(|p| {
+            let mut d: String = p.description.chars().take(DESCRIPTION_CHARS).collect();
+            if d.len() < p.description.len() {
+                d.push('…');
+            }
+            format!("{} {}: {d}", p.field, p.kind.as_str())
+        })
+        .collect();
+    if problems.len() > LISTED_PROBLEMS {
+        items.push(format!("and {} more", problems.len() - LISTED_PROBLEMS));
+    }
+    format!("{}: {}", Reason::InvalidNode.as_str(), items.join("; "))
 }
 
 /// The candidate nodes of a request: the valid ones as a snapshot, the invalid ones (sorted by
@@ -172,6 +178,82 @@ impl Candidates {
         out
     }
 
+    /// These candidates without the `removed` nodes, each node of `changes` (valid or invalid)
+    /// replacing the node of the same name (valid or invalid) or added: the candidates of the
+    /// changed node list, as [`Snapshot::with_changes`] for valid nodes (a node set sent as a
+    /// change to a kept one). Every problem of `removed` is reported, in list order.
+    pub fn with_changes(
+        &self,
+        changes: &Candidates,
+        removed: &[&str],
+    ) -> Result<Candidates, Vec<ChangeError>> {
+        let invalid: BTreeSet<&str> = self.invalid.iter().map(|x| x.name()).collect();
+        let changed_invalid: BTreeSet<&str> = changes.invalid.iter().map(|x| x.name()).collect();
+        let in_base = |n: &str| self.snapshot.id_of(n).is_some() || invalid.contains(n);
+        let in_changes =
+            |n: &str| changes.snapshot.id_of(n).is_some() || changed_invalid.contains(n);
+        let mut errors = Vec::new();
+        let mut gone: Vec<(&str, usize)> = removed.iter().copied().zip(0..).collect();
+        gone.sort_unstable();
+        for w in gone.windows(2) {
+            if w[0].0 == w[1].0 {
+                let (name, at) = w[1];
+                errors.push(ChangeError::RemovedTwice {
+                    at,
+                    name: name.to_owned(),
+                });
+            }
+        }
+        for &(name, at) in &gone {
+            if !in_base(name) {
+                errors.push(ChangeError::NotInBase {
+                    at,
+                    name: name.to_owned(),
+                });
+            } else if in_changes(name) {
+                errors.push(ChangeError::RemovedAndSent {
+                    at,
+                    name: name.to_owned(),
+                });
+            }
+        }
+        if !errors.is_empty() {
+            errors.sort_by_key(|e| match e {
+                ChangeError::NotInBase { at, .. }
+                | ChangeError::RemovedAndSent { at, .. }
+                | ChangeError::RemovedTwice { at, .. } => *at,
+            });
+            return Err(errors);
+        }
+        let gone: BTreeSet<&str> = removed.iter().copied().collect();
+        // Valid base nodes removed, or replaced by an invalid node of the same name.
+        let snapshot_removed: Vec<&str> = gone
+            .iter()
+            .copied()
+            .chain(changed_invalid.iter().copied())
+            .filter(|n| self.snapshot.id_of(n).is_some())
+            .collect();
+        let snapshot = self
+            .snapshot
+            .with_changes(&changes.snapshot, &snapshot_removed)?;
+        let kept = self.invalid.iter().filter(|x| {
+            let n = x.name();
+            !gone.contains(n) && !in_changes(n)
+        });
+        let invalid: Vec<Arc<InvalidNode>> = kept.chain(changes.invalid.iter()).cloned().collect();
+        Ok(Candidates::new(snapshot, invalid))
+    }
+
+    /// Number of cards over every candidate, valid or not (as sent).
+    pub fn card_count(&self) -> usize {
+        self.snapshot.card_count()
+            + self
+                .invalid
+                .iter()
+                .map(|x| x.failure.cards_on_node as usize)
+                .sum::<usize>()
+    }
+
     /// The snapshot when every node is valid, else INVALID_ARGUMENT listing every problem
     /// (named `<node name>: <field>`): for tools that build clusters that must all be usable.
     pub fn all_valid(self) -> Result<Snapshot, ServiceError> {
@@ -216,7 +298,8 @@ mod tests {
 
     #[test]
     fn messages_are_bounded() {
-        let m = bad("n", 20).message();
+        let b = bad("n", 20);
+        let m = b.message();
         assert!(
             m.starts_with("InvalidNode: cards[0].id DUPLICATE_ID: xxx"),
             "{m}"
@@ -242,6 +325,46 @@ mod tests {
         let out = c.failed_with_invalid(vec![]);
         assert_eq!(out[0].reasons[0].reason, v1::Reason::InvalidNode as i32);
         assert!(out[0].unresolvable);
+    }
+
+    #[test]
+    fn changes_replace_valid_and_invalid_nodes_by_name() {
+        use gpusched_engine::{Card, NodeSpec};
+        let snap = |names: &[&str]| {
+            Snapshot::new(
+                names
+                    .iter()
+                    .map(|n| NodeSpec::new(*n, vec![Card::new(format!("{n}-0"), 0, "T4", 8)]))
+                    .collect(),
+            )
+            .unwrap()
+        };
+        let names = |c: &Candidates| {
+            let valid: Vec<&str> = c.snapshot.nodes().map(|n| n.name()).collect();
+            let bad: Vec<&str> = c.invalid.iter().map(|x| x.name()).collect();
+            (valid.join(","), bad.join(","))
+        };
+        let base = Candidates::new(snap(&["a", "b", "c"]), vec![bad("x", 1), bad("y", 1)]);
+        // b becomes invalid, x becomes valid, y removed, c removed, d added (invalid), e added.
+        let changes = Candidates::new(snap(&["e", "x"]), vec![bad("b", 1), bad("d", 1)]);
+        let got = base.with_changes(&changes, &["y", "c"]).unwrap();
+        assert_eq!(names(&got), ("a,e,x".into(), "b,d".into()));
+        // Removed names are checked against valid and invalid nodes alike.
+        let errors = base
+            .with_changes(&changes, &["x", "zz", "a", "a"])
+            .unwrap_err();
+        let at: Vec<usize> = errors
+            .iter()
+            .map(|e| match e {
+                ChangeError::NotInBase { at, .. }
+                | ChangeError::RemovedAndSent { at, .. }
+                | ChangeError::RemovedTwice { at, .. } => *at,
+            })
+            .collect();
+        assert_eq!(at, [0, 1, 3], "{errors:?}");
+        assert!(matches!(errors[0], ChangeError::RemovedAndSent { .. }));
+        assert!(matches!(errors[1], ChangeError::NotInBase { .. }));
+        assert!(matches!(errors[2], ChangeError::RemovedTwice { .. }));
     }
 
     #[test]

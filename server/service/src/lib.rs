@@ -13,8 +13,10 @@ pub mod inventory;
 pub mod metrics;
 pub mod node_cache;
 pub mod noderef;
+pub mod nodeset;
 pub mod placement;
 pub mod server;
+pub mod set_cache;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -106,6 +106,46 @@ fn register_node_cache(registry: &mut Registry) -> crate::node_cache::CacheMetri
     }
 }
 
+/// Registers the node set cache's families and returns their handles.
+fn register_node_sets(registry: &mut Registry) -> crate::set_cache::SetMetrics {
+    let m = crate::set_cache::SetMetrics::default();
+    for (name, help, c) in [
+        (
+            "node_sets_hits",
+            "Requests whose base node set (NodeSetRef.base) was held",
+            &m.hits,
+        ),
+        (
+            "node_sets_misses",
+            "Requests whose base node set was not held (answered FAILED_PRECONDITION)",
+            &m.misses,
+        ),
+        (
+            "node_sets_inserts",
+            "Node sets kept (NodeSetRef.keep)",
+            &m.inserts,
+        ),
+        (
+            "node_sets_evictions",
+            "Node sets evicted to stay within node_cache.max_sets/max_set_bytes",
+            &m.evictions,
+        ),
+    ] {
+        registry.register(name, help, c.clone());
+    }
+    registry.register(
+        "node_sets_bytes",
+        "Estimated bytes held by node sets, each node counted in full (bounded by node_cache.max_set_bytes)",
+        m.bytes.clone(),
+    );
+    registry.register(
+        "node_sets_entries",
+        "Node sets held (bounded by node_cache.max_sets)",
+        m.entries.clone(),
+    );
+    m
+}
+
 /// A call in flight (`gpusched_requests_in_flight`), until dropped.
 #[derive(Debug)]
 pub struct InFlight(Gauge);
@@ -129,6 +169,8 @@ pub struct Metrics {
     in_flight: Gauge,
     /// Handles of the node cache's metrics (`gpusched_node_cache_*`).
     pub node_cache: crate::node_cache::CacheMetrics,
+    /// Handles of the node set cache's metrics (`gpusched_node_sets_*`).
+    pub node_sets: crate::set_cache::SetMetrics,
 }
 
 impl Default for Metrics {
@@ -188,10 +230,12 @@ impl Metrics {
             in_flight.clone(),
         );
         let node_cache = register_node_cache(&mut registry);
+        let node_sets = register_node_sets(&mut registry);
         Metrics {
             request_bytes,
             in_flight,
             node_cache,
+            node_sets,
             registry: Arc::new(registry),
             requests,
             latency,

@@ -53,7 +53,7 @@ pub fn check_limits(
 }
 
 /// The digest of a `Digest` field, checked; `None` (with a violation) when malformed.
-fn digest_in(
+pub fn digest_in(
     d: &v1::Digest,
     field: &dyn Fn() -> String,
     violations: &mut Vec<Violation>,
@@ -213,7 +213,7 @@ fn inventory_in(
         violations,
     )? {
         Ok(n) => Some(Value::Inventory(Arc::new(n))),
-        Err(bad) => Some(Value::Invalid(Arc::new(bad))),
+        Err(bad) => Some(Value::Invalid(bad)),
     }
 }
 
@@ -285,7 +285,7 @@ pub fn candidates_in(
             &mut violations,
         ) {
             Some(Ok(node)) => at.push(Slot::push(&mut shared, Arc::new(node))),
-            Some(Err(bad)) => at.push(Slot::push_invalid(&mut invalid, Arc::new(bad))),
+            Some(Err(bad)) => at.push(Slot::push_invalid(&mut invalid, bad)),
             None => at.push(Slot::None),
         }
     }

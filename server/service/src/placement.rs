@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 use crate::call::{Record, State, run};
 use crate::error::ServiceError;
 use crate::invalid_node::Candidates;
-use crate::{convert, noderef};
+use crate::{convert, noderef, nodeset};
 
 const SERVICE: &str = "gpusched.v1.PlacementService";
 
@@ -51,6 +51,7 @@ pub fn inputs(
     state: &State,
     nodes: Vec<v1::Node>,
     node_refs: Vec<v1::NodeRef>,
+    node_set: Option<v1::NodeSetRef>,
     workload: Option<v1::Workload>,
     options: Option<v1::PlacementOptions>,
 ) -> Result<(Candidates, Workload, DecideOptions), ServiceError> {
@@ -66,13 +67,18 @@ pub fn inputs(
         &settings.names,
         &settings.limits,
     )?;
-    let c = noderef::candidates_in(state, nodes, node_refs)?;
+    let c = nodeset::candidates(state, nodes, node_refs, node_set)?;
     Ok((c, w, explain))
 }
 
-/// Cards of a request, for choosing inline or blocking-pool decisions (references estimated).
-fn card_count(nodes: &[v1::Node], refs: &[v1::NodeRef]) -> usize {
-    nodes.iter().map(|n| n.cards.len()).sum::<usize>() + refs.len() * noderef::ASSUMED_CARDS_PER_REF
+/// Cards of a request, for choosing inline or blocking-pool decisions (references and a base
+/// set estimated).
+fn card_count(nodes: &[v1::Node], refs: &[v1::NodeRef], set: Option<&v1::NodeSetRef>) -> usize {
+    let base = set.and_then(|s| s.base.as_ref()).map_or(0, |d| {
+        usize::try_from(d.size_bytes / 64).unwrap_or(usize::MAX)
+    });
+    nodes.iter().map(|n| n.cards.len()).sum::<usize>()
+        + refs.len().saturating_add(base) * noderef::ASSUMED_CARDS_PER_REF
 }
 
 fn decide_filter(
@@ -85,8 +91,9 @@ fn decide_filter(
         workload,
         options,
         node_refs,
+        node_set,
     } = req;
-    let (c, w, explain) = inputs(state, nodes, node_refs, workload, options)?;
+    let (c, w, explain) = inputs(state, nodes, node_refs, node_set, workload, options)?;
     describe(record, &w, &c);
     let s = &c.snapshot;
     let e = engine::evaluate(s, &w, explain);
@@ -129,8 +136,9 @@ fn decide_score(
         workload,
         options,
         node_refs,
+        node_set,
     } = req;
-    let (c, w, explain) = inputs(state, nodes, node_refs, workload, options)?;
+    let (c, w, explain) = inputs(state, nodes, node_refs, node_set, workload, options)?;
     describe(record, &w, &c);
     let s = &c.snapshot;
     let e = engine::evaluate(s, &w, explain);
@@ -180,8 +188,9 @@ fn decide_allocate(
         options,
         restrict_to_node_names,
         node_refs,
+        node_set,
     } = req;
-    let (mut c, w, explain) = inputs(state, nodes, node_refs, workload, options)?;
+    let (mut c, w, explain) = inputs(state, nodes, node_refs, node_set, workload, options)?;
     if !restrict_to_node_names.is_empty() {
         let missing = c.retain_names(&restrict_to_node_names);
         if !missing.is_empty() {
@@ -222,6 +231,7 @@ fn decide_batch(
         all_or_nothing,
         return_updated_nodes,
         node_refs,
+        node_set,
     } = req;
     let settings = &state.settings;
     if workloads.len() > settings.limits.max_workloads {
@@ -262,7 +272,7 @@ fn decide_batch(
     if !violations.is_empty() {
         return Err(ServiceError::InvalidArgument(violations));
     }
-    let c = noderef::candidates_in(state, nodes, node_refs)?;
+    let c = nodeset::candidates(state, nodes, node_refs, node_set)?;
     record.workload = format!("{} workloads", parsed.len());
     record.nodes = c.len();
     record.cards = c.snapshot.card_count();
@@ -376,10 +386,18 @@ fn decide_validate(
 /// server/SERVER-CONTRACT.md.
 pub const NODE_REFS_HEADER: &str = "gpusched-node-refs";
 
-/// Adds [`NODE_REFS_HEADER`] to a response or a status.
+/// The response metadata (header) every PlacementService answer carries: this server reads
+/// `node_set` (NodeSetRef). Clients name a base set only after they have seen it.
+pub const NODE_SETS_HEADER: &str = "gpusched-node-sets";
+
+/// Adds [`NODE_REFS_HEADER`] and [`NODE_SETS_HEADER`] to a response or a status.
 fn advertised<M: Advertise>(mut m: M) -> M {
     m.metadata_mut().insert(
         NODE_REFS_HEADER,
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
+    m.metadata_mut().insert(
+        NODE_SETS_HEADER,
         tonic::metadata::MetadataValue::from_static("1"),
     );
     m
@@ -411,7 +429,7 @@ impl PlacementService for PlacementApi {
         self.state
             .metrics
             .observe_request_bytes("Filter", prost::Message::encoded_len(&msg));
-        let cards = card_count(&msg.nodes, &msg.node_refs);
+        let cards = card_count(&msg.nodes, &msg.node_refs, msg.node_set.as_ref());
         run(
             Arc::clone(&self.state),
             SERVICE,
@@ -432,7 +450,7 @@ impl PlacementService for PlacementApi {
         self.state
             .metrics
             .observe_request_bytes("Score", prost::Message::encoded_len(&msg));
-        let cards = card_count(&msg.nodes, &msg.node_refs);
+        let cards = card_count(&msg.nodes, &msg.node_refs, msg.node_set.as_ref());
         run(
             Arc::clone(&self.state),
             SERVICE,
@@ -453,7 +471,7 @@ impl PlacementService for PlacementApi {
         self.state
             .metrics
             .observe_request_bytes("Allocate", prost::Message::encoded_len(&msg));
-        let cards = card_count(&msg.nodes, &msg.node_refs);
+        let cards = card_count(&msg.nodes, &msg.node_refs, msg.node_set.as_ref());
         run(
             Arc::clone(&self.state),
             SERVICE,
@@ -474,8 +492,8 @@ impl PlacementService for PlacementApi {
         self.state
             .metrics
             .observe_request_bytes("AllocateBatch", prost::Message::encoded_len(&msg));
-        let cards =
-            card_count(&msg.nodes, &msg.node_refs).saturating_mul(msg.workloads.len().max(1));
+        let cards = card_count(&msg.nodes, &msg.node_refs, msg.node_set.as_ref())
+            .saturating_mul(msg.workloads.len().max(1));
         run(
             Arc::clone(&self.state),
             SERVICE,

@@ -6,6 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
+use common::refs::*;
 use common::*;
 use gpusched_api::v1;
 use gpusched_api::v1::placement_service_server::PlacementService;
@@ -14,56 +15,8 @@ use gpusched_service::placement::PlacementApi;
 use gpusched_service::{Metrics, Settings};
 use proptest::prelude::*;
 use prost::Message;
-use sha2::Digest as _;
 use tonic::{Code, Request};
 use tonic_types::StatusExt;
-
-fn digest(bytes: &[u8]) -> v1::Digest {
-    v1::Digest {
-        hash: sha2::Sha256::digest(bytes).to_vec(),
-        size_bytes: bytes.len() as u64,
-        function: 0,
-    }
-}
-
-fn subject(d: &v1::Digest) -> String {
-    let hex: String = d.hash.iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256/{hex}/{}", d.size_bytes)
-}
-
-/// The node split into inventory bytes (usage cleared) and usage bytes (may be empty).
-fn split(n: &v1::Node) -> (Vec<u8>, Vec<u8>) {
-    let mut inv = n.clone();
-    let mut usage = v1::NodeUsage::default();
-    for c in &mut inv.cards {
-        if let Some(u) = c.usage.take() {
-            usage.cards.push(v1::CardUsageEntry {
-                card_id: c.id.clone(),
-                usage: Some(u),
-            });
-        }
-    }
-    (inv.encode_to_vec(), usage.encode_to_vec())
-}
-
-/// A reference carrying both parts inline (with digests).
-fn inline(n: &v1::Node) -> v1::NodeRef {
-    let (inv, usage) = split(n);
-    v1::NodeRef {
-        inventory_digest: Some(digest(&inv)),
-        usage_digest: (!usage.is_empty()).then(|| digest(&usage)),
-        inventory: inv,
-        usage,
-    }
-}
-
-/// The same reference, by digest only.
-fn by_digest(n: &v1::Node) -> v1::NodeRef {
-    let mut r = inline(n);
-    r.inventory.clear();
-    r.usage.clear();
-    r
-}
 
 fn gpu_pod(gpus: &str, mem: &str) -> v1::Workload {
     pod(
@@ -167,6 +120,7 @@ async fn whole_nodes_and_references_mix_and_every_rpc_takes_them() {
     let w = gpu_pod("1", "3000");
     let f_whole = p
         .filter(v1::FilterRequest {
+            node_set: None,
             nodes: nodes.clone(),
             workload: Some(w.clone()),
             options: None,
@@ -177,6 +131,7 @@ async fn whole_nodes_and_references_mix_and_every_rpc_takes_them() {
         .into_inner();
     let f = p
         .filter(v1::FilterRequest {
+            node_set: None,
             nodes: vec![nodes[0].clone()],
             workload: Some(w.clone()),
             options: None,
@@ -188,6 +143,7 @@ async fn whole_nodes_and_references_mix_and_every_rpc_takes_them() {
     assert_eq!(f, f_whole);
     let s_whole = p
         .score(v1::ScoreRequest {
+            node_set: None,
             nodes: nodes.clone(),
             workload: Some(w.clone()),
             options: None,
@@ -198,6 +154,7 @@ async fn whole_nodes_and_references_mix_and_every_rpc_takes_them() {
         .into_inner();
     let s = p
         .score(v1::ScoreRequest {
+            node_set: None,
             nodes: vec![nodes[0].clone()],
             workload: Some(w.clone()),
             options: None,
@@ -208,6 +165,7 @@ async fn whole_nodes_and_references_mix_and_every_rpc_takes_them() {
         .into_inner();
     assert_eq!(s, s_whole);
     let batch = |nodes: Vec<v1::Node>, node_refs: Vec<v1::NodeRef>| v1::AllocateBatchRequest {
+        node_set: None,
         nodes,
         workloads: vec![w.clone(), w.clone()],
         options: None,
@@ -385,6 +343,7 @@ proptest! {
             &[&[("nvidia.com/gpu", gpus), ("nvidia.com/gpumem", mem)]],
         );
         let req = |nodes: Vec<v1::Node>, refs: Vec<v1::NodeRef>| v1::AllocateRequest {
+            node_set: None,
             nodes,
             workload: Some(w.clone()),
             options: Some(v1::PlacementOptions { explain, ..Default::default() }),

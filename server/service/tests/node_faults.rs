@@ -639,3 +639,95 @@ proptest! {
         })?;
     }
 }
+
+// --- node sets: invalid nodes are kept and changed like the others ----------------------------
+
+/// The set digest as types.proto defines it.
+fn set_digest(refs: &[v1::NodeRef]) -> v1::Digest {
+    let mut h = sha2::Sha256::new();
+    for r in refs {
+        h.update(&r.inventory_digest.as_ref().unwrap().hash);
+        match &r.usage_digest {
+            Some(d) => h.update(&d.hash),
+            None => h.update([0u8; 32]),
+        }
+    }
+    v1::Digest {
+        hash: h.finalize().to_vec(),
+        size_bytes: 64 * refs.len() as u64,
+        function: 0,
+    }
+}
+
+#[tokio::test]
+async fn node_sets_keep_and_change_invalid_nodes_as_the_full_list() {
+    let api = api(settings(&[]));
+    let bad = all_bad();
+    let nodes = mixed(&bad);
+    let full = |nodes: Vec<v1::Node>| async {
+        api.allocate(Request::new(allocate_req(nodes, gpu_pod())))
+            .await
+            .unwrap()
+            .into_inner()
+            .encode_to_vec()
+    };
+    let refs: Vec<v1::NodeRef> = nodes.iter().map(inline).collect();
+    let mut keep = allocate_req(vec![], gpu_pod());
+    keep.node_refs = refs.clone();
+    keep.node_set = Some(v1::NodeSetRef {
+        keep: true,
+        ..Default::default()
+    });
+    let kept = api.allocate(Request::new(keep)).await.unwrap().into_inner();
+    assert_eq!(kept.encode_to_vec(), full(nodes.clone()).await);
+    // Changes: good-2 turns invalid, bad-dup-0 is fixed, a new invalid node comes, bad-cordon-0
+    // is removed.
+    let mut broken = good_nodes()[1].clone();
+    broken.cards[1].id = broken.cards[0].id.clone();
+    let fixed = node(&bad[0].node.name, 2, 16000);
+    let new_bad = bad_nodes(7).swap_remove(5);
+    let removed = bad[3].node.name.clone();
+    let changes = vec![broken.clone(), fixed.clone(), new_bad.node.clone()];
+    let mut change = allocate_req(vec![], gpu_pod());
+    change.node_refs = changes.iter().map(inline).collect();
+    change.node_set = Some(v1::NodeSetRef {
+        base: Some(set_digest(&refs)),
+        removed_node_names: vec![removed.clone()],
+        keep: false,
+    });
+    let got = api
+        .allocate(Request::new(change))
+        .await
+        .unwrap_or_else(|e| panic!("a change to a kept set: {e:?}"))
+        .into_inner();
+    let mut list: Vec<v1::Node> = nodes
+        .into_iter()
+        .filter(|n| ![&broken.name, &fixed.name, &removed].contains(&&n.name))
+        .collect();
+    list.extend(changes);
+    let want = full(list).await;
+    assert_eq!(got.encode_to_vec(), want);
+    let r = got.result.unwrap();
+    // The fixed node is valid now (idle like good-1, and first by name).
+    assert_eq!(r.node_name, fixed.name);
+    assert!(names(&r.failed_nodes).contains(&"good-2".to_owned()));
+    assert!(!names(&r.failed_nodes).contains(&removed));
+    assert!(!names(&r.failed_nodes).contains(&fixed.name));
+    // Removing an invalid node of the base is a change like any other; removing a node twice,
+    // or one that is not in the base, is still an error.
+    let mut again = allocate_req(vec![], gpu_pod());
+    again.node_set = Some(v1::NodeSetRef {
+        base: Some(set_digest(&refs)),
+        removed_node_names: vec![bad[1].node.name.clone(), "nowhere".into()],
+        keep: false,
+    });
+    let err = api.allocate(Request::new(again)).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(
+        reasons(&err),
+        [(
+            "node_set.removed_node_names[1]".to_owned(),
+            "UNKNOWN_REFERENCE".to_owned()
+        )]
+    );
+}

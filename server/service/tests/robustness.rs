@@ -378,6 +378,7 @@ fn arb_request() -> impl Strategy<Value = v1::AllocateRequest> {
                     requests: BTreeMap::new(),
                 };
             v1::AllocateRequest {
+                node_set: None,
                 nodes: nodes
                     .into_iter()
                     .map(|(name, cards)| v1::Node {
@@ -418,6 +419,7 @@ fn random_requests_never_break_the_server() {
                 let mut c = server.placement();
                 let filter = c
                     .filter(v1::FilterRequest {
+                        node_set: None,
                         nodes: req.nodes.clone(),
                         workload: req.workload.clone(),
                         options: req.options.clone(),

@@ -28,6 +28,7 @@ async fn seed_stories_1_and_2_node_binpack_and_spread() {
         let w = pod(&annotations, &[&[("nvidia.com/gpu", "1")]]);
         let out = client
             .allocate_batch(v1::AllocateBatchRequest {
+                node_set: None,
                 nodes: vec![node("node1", 4, 8000), node("node2", 4, 8000)],
                 workloads: vec![w.clone(), w],
                 options: None,
@@ -158,6 +159,7 @@ async fn filter_reports_feasible_nodes_and_reasons() {
     let out = server
         .placement()
         .filter(v1::FilterRequest {
+            node_set: None,
             nodes: vec![full, small, ok],
             workload: Some(pod(
                 &[],
@@ -207,6 +209,7 @@ async fn score_orders_by_preference() {
     let out = server
         .placement()
         .score(v1::ScoreRequest {
+            node_set: None,
             nodes: vec![node("idle", 2, 8000), busy],
             workload: Some(pod(
                 &[],
@@ -241,6 +244,7 @@ async fn batch_all_or_nothing_rolls_back() {
     let out = server
         .placement()
         .allocate_batch(v1::AllocateBatchRequest {
+            node_set: None,
             nodes: vec![node("n", 2, 8000)],
             workloads: vec![w.clone(), w.clone(), w],
             options: None,
@@ -369,6 +373,7 @@ async fn invalid_input_is_invalid_argument_with_field_violations() {
     // Invalid weights: rejected before any node is looked at (the nodes are bad too).
     let err = client
         .filter(v1::FilterRequest {
+            node_set: None,
             nodes: vec![node("a", 1, 8000), node("a", 1, 8000)],
             workload: Some(pod(
                 &[(WEIGHTS, "slot=1,core=1")],

@@ -12,8 +12,8 @@
 //!
 //! Layout: `harness/` (environment, control-plane client and builders, waiting helpers,
 //! bursts, gpusched-kube processes, the Service stand-in) and `scenarios/` (one module per
-//! story). `E2E_FILTER` picks scenarios by name: admission, seed, weights, mutex, badnodes,
-//! burst, baseline, restart, replicas.
+//! story). `E2E_FILTER` picks scenarios by name: admission, forgery, failclosed, seed, weights,
+//! mutex, badnodes, burst, baseline, restart, replicas.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod harness;
@@ -42,6 +42,12 @@ async fn e2e_on_a_real_control_plane() {
 
     if h.env.wants("admission") {
         scenarios::admission::run(&h).await;
+    }
+    if h.env.wants("forgery") {
+        scenarios::forgery::run(&h).await;
+    }
+    if h.env.wants("failclosed") {
+        scenarios::failclosed::run(&h, &shim).await;
     }
     if h.env.wants("seed") {
         scenarios::seed::node_policies(&h).await;

@@ -5,6 +5,14 @@ Each node is split into its inventory (the node with its cards' usage cleared) a
 successful call carried it inline) goes as its digest alone; a part the server reports missing
 (FAILED_PRECONDITION, ``google.rpc.PreconditionFailure`` type ``MISSING``) is resent inline, once
 per missing digest. The server never needs to remember anything for a correct answer.
+
+On top of it, node sets (``NodeSetRef``): once the server has shown it reads them
+(``NODE_SETS_HEADER``), a candidate list of at least ``MIN_SET_NODES`` nodes goes in full with
+``keep``; after that call succeeded, the next calls name the kept set as their base and send only
+the nodes that changed (and the names of base nodes no longer among the candidates), as long as
+the changes stay within the budget (one in eight of the base, at least 8). A base the server does
+not hold (FAILED_PRECONDITION naming ``nodeset/sha256/<hex>/<size>``) is dropped and the
+candidates go in full once more, kept again.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import hashlib
 import re
 import threading
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -27,7 +36,14 @@ _MAX_KNOWN = 1 << 20
 #: Response metadata a server that reads ``node_refs`` sets on every PlacementService answer;
 #: nodes go whole until a client has seen it (a server that predates ``node_refs`` ignores them).
 NODE_REFS_HEADER = "gpusched-node-refs"
+#: Response metadata a server that reads ``node_set`` (``NodeSetRef``) sets on every answer; no
+#: node set is named until a client has seen it.
+NODE_SETS_HEADER = "gpusched-node-sets"
 PLACEMENT_PREFIX = "/gpusched.v1.PlacementService/"
+#: Smallest candidate list sent as a node set (smaller lists gain nothing).
+MIN_SET_NODES = 16
+#: Prefix of the PreconditionFailure subject of a missing node set.
+SET_SUBJECT_PREFIX = "nodeset/"
 _MAX_MEMO = 1 << 17
 
 
@@ -58,6 +74,7 @@ def _digest(k: Key) -> v1.Digest:
 class PreparedNode:
     """A node serialized and digested once."""
 
+    name: str
     node: bytes  # the whole node, serialized (to notice changes)
     inventory: bytes
     inventory_key: Key
@@ -78,6 +95,7 @@ class PreparedNode:
         ib = inv.SerializeToString(deterministic=True)
         ub = usage.SerializeToString(deterministic=True) if len(usage.cards) else b""
         return PreparedNode(
+            name=node.name,
             node=node.SerializeToString(deterministic=True),
             inventory=ib,
             inventory_key=_key(ib),
@@ -96,22 +114,128 @@ class PreparedNode:
         return r
 
 
+def set_key(nodes: list[PreparedNode]) -> Key:
+    """The digest of a node set kept from references to ``nodes`` in this order: SHA-256 over
+    each node's inventory hash and usage hash (32 zero bytes without usage); size 64 per node."""
+    h = hashlib.sha256()
+    for p in nodes:
+        h.update(p.inventory_key[0])
+        h.update(p.usage_key[0] if p.usage_key is not None else bytes(32))
+    return h.digest(), 64 * len(nodes)
+
+
+def _parts(p: PreparedNode) -> tuple[Key, Key | None]:
+    return p.inventory_key, p.usage_key
+
+
+@dataclass(frozen=True)
+class Base:
+    """A node set the server kept for this client: its digest and each node's part digests."""
+
+    key: Key
+    nodes: dict[str, tuple[Key, Key | None]]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the candidates of one call go: in full (``keep``: kept as a set), or, with a
+    ``base``, as changes to it: the caller's nodes at positions ``changed``, and ``removed``
+    base names."""
+
+    keep: bool = False
+    base: Base | None = None
+    changed: tuple[int, ...] = ()
+    removed: tuple[str, ...] = ()
+
+    def position(self, j: int) -> int:
+        """Position in the caller's node list of reference ``j`` of this plan's request."""
+        if self.base is None or not 0 <= j < len(self.changed):
+            return j
+        return self.changed[j]
+
+    def sent(self, nodes: list[PreparedNode]) -> list[PreparedNode]:
+        """The nodes this plan's request carries."""
+        return nodes if self.base is None else [nodes[i] for i in self.changed]
+
+
+_KEEP = Plan(keep=True)
+_FULL = Plan()
+
+
+def budget(base_nodes: int) -> int:
+    """Changed plus removed nodes a call may send against a base of this many nodes."""
+    return max(8, base_nodes // 8)
+
+
 class ByRef:
-    """Per-client state: acknowledged digests and the last prepared form of each node."""
+    """Per-client state: acknowledged digests, the last prepared form of each node, and the
+    kept node set."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._known: set[Key] = set()
         self._memo: dict[str, PreparedNode] = {}
+        self._base: Base | None = None
         #: A PlacementService answer on this client carried ``NODE_REFS_HEADER``.
         self.server_reads_refs = False
+        #: An answer carried ``NODE_SETS_HEADER``.
+        self.server_reads_sets = False
+
+    @property
+    def watching(self) -> bool:
+        """Whether answers' metadata still matter (a header not yet seen)."""
+        return not (self.server_reads_refs and self.server_reads_sets)
 
     def note(self, metadata: Any) -> None:
-        """Switches references on when an answer's metadata carries ``NODE_REFS_HEADER``."""
-        if not self.server_reads_refs and any(
-            k == NODE_REFS_HEADER for k, _ in (metadata or ())
-        ):
+        """Switches references on when an answer's metadata carries ``NODE_REFS_HEADER``, and
+        node sets when it carries ``NODE_SETS_HEADER``."""
+        keys = {k for k, _ in (metadata or ())}
+        if NODE_REFS_HEADER in keys:
             self.server_reads_refs = True
+        if NODE_SETS_HEADER in keys:
+            self.server_reads_sets = True
+
+    def plan(self, nodes: list[PreparedNode]) -> Plan:
+        """Changes to the kept set when few changed, else in full (kept as a set when the
+        server reads sets and the list is long enough)."""
+        if not self.server_reads_sets or len(nodes) < MIN_SET_NODES:
+            return _FULL
+        with self._lock:
+            base = self._base
+        if base is None:
+            return _KEEP
+        limit = budget(len(base.nodes))
+        changed: list[int] = []
+        names: set[str] = set()
+        for i, p in enumerate(nodes):
+            if p.name in names:
+                return _KEEP  # a name twice: the server's INVALID_ARGUMENT, on the full list
+            names.add(p.name)
+            if base.nodes.get(p.name) != _parts(p):
+                changed.append(i)
+                if len(changed) > limit:
+                    return _KEEP
+        removed = sorted(n for n in base.nodes if n not in names)
+        if len(changed) + len(removed) > limit:
+            return _KEEP
+        return Plan(base=base, changed=tuple(changed), removed=tuple(removed))
+
+    def kept(self, nodes: list[PreparedNode]) -> None:
+        """After a successful call in full with ``keep``: ``nodes`` are the server's set."""
+        base = Base(key=set_key(nodes), nodes={p.name: _parts(p) for p in nodes})
+        with self._lock:
+            self._base = base
+
+    def drop_base(self, key: Key) -> None:
+        """After FAILED_PRECONDITION naming the kept set: the replica does not hold it."""
+        with self._lock:
+            if self._base is not None and self._base.key == key:
+                self._base = None
+
+    def base_key(self) -> Key | None:
+        """The kept set's digest, if any."""
+        with self._lock:
+            return self._base.key if self._base is not None else None
 
     def prepare(self, nodes: Any) -> list[PreparedNode]:
         out = []
@@ -153,26 +277,41 @@ class ByRef:
 _REF_FIELD = re.compile(r"^node_refs\[(\d+)\](\.inventory_digest.*|\.inventory)?(.*)$")
 
 
-def field_back(field: str) -> str:
-    """``node_refs[i].inventory...`` back to ``nodes[i]...`` (node i went as reference i)."""
+def field_back(field: str, position: Callable[[int], int] = lambda j: j) -> str:
+    """``node_refs[j].inventory...`` back to ``nodes[i]...``, where reference ``j`` was the
+    caller's node ``i = position(j)``."""
     m = _REF_FIELD.match(field)
     if not m:
         return field
     tail = "" if (m.group(2) or "").startswith(".inventory_digest") else m.group(3)
-    return f"nodes[{m.group(1)}]{tail}"
+    return f"nodes[{position(int(m.group(1)))}]{tail}"
 
 
 def missing_keys(e: GpuschedError) -> set[Key]:
+    """The node parts a FAILED_PRECONDITION reports missing."""
     return {k for k in (parse_subject(s) for s in e.missing_digests) if k is not None}
 
 
-def with_fields_back(e: GpuschedError) -> GpuschedError:
+def missing_sets(e: GpuschedError) -> set[Key]:
+    """The node sets a FAILED_PRECONDITION reports missing."""
+    return {
+        k
+        for k in (
+            parse_subject(s[len(SET_SUBJECT_PREFIX) :])
+            for s in e.missing_digests
+            if s.startswith(SET_SUBJECT_PREFIX)
+        )
+        if k is not None
+    }
+
+
+def with_fields_back(e: GpuschedError, position: Callable[[int], int] = lambda j: j) -> GpuschedError:
     for v in e.field_violations:
-        v.field = field_back(v.field)
+        v.field = field_back(v.field, position)
     for q in e.quota_violations:
-        q.subject = field_back(q.subject)
+        q.subject = field_back(q.subject, position)
     if e.error_info is not None and "field" in e.error_info.metadata:
-        e.error_info.metadata["field"] = field_back(e.error_info.metadata["field"])
+        e.error_info.metadata["field"] = field_back(e.error_info.metadata["field"], position)
     e.args = (e._describe(),)
     return e
 
@@ -180,33 +319,52 @@ def with_fields_back(e: GpuschedError) -> GpuschedError:
 class Exchange:
     """One call's requests by reference, shared by the sync and asyncio clients: ``request()``
     gives the next attempt; after it, ``failed(e)`` says whether to retry (each missing part is
-    resent inline once) or raises, and ``succeeded()`` records what the server now holds."""
+    resent inline once; a missing base set is dropped and the candidates go in full, kept, once)
+    or raises, and ``succeeded()`` records what the server now holds."""
 
     def __init__(self, byref: ByRef, request: Any) -> None:
         self._byref = byref
         self._prepared = byref.prepare(request.nodes)
-        self._base = type(request)()
-        self._base.CopyFrom(request)
-        self._base.ClearField("nodes")
+        self._template = type(request)()
+        self._template.CopyFrom(request)
+        self._template.ClearField("nodes")
         self._force: set[Key] = set()
+        self._plan = byref.plan(self._prepared)
 
     def request(self) -> Any:
-        r = type(self._base)()
-        r.CopyFrom(self._base)
-        r.node_refs.extend(self._byref.refs(self._prepared, self._force))
+        r = type(self._template)()
+        r.CopyFrom(self._template)
+        p = self._plan
+        r.node_refs.extend(self._byref.refs(p.sent(self._prepared), self._force))
+        if p.base is not None:
+            r.node_set.base.CopyFrom(_digest(p.base.key))
+            r.node_set.removed_node_names.extend(p.removed)
+        elif p.keep:
+            r.node_set.keep = True
         return r
 
     def failed(self, e: GpuschedError) -> None:
-        """Returns when the call should be retried (missing parts will go inline); raises the
-        error otherwise, with ``node_refs[i]`` fields named as the caller's ``nodes[i]``."""
+        """Returns when the call should be retried (missing parts will go inline, a missing
+        base set in full); raises the error otherwise, with ``node_refs[j]`` fields named as
+        the caller's ``nodes[i]``."""
         if e.code == grpc.StatusCode.FAILED_PRECONDITION:
             missing = missing_keys(e)
             self._byref.forget(missing)
+            base = self._plan.base
+            if base is not None and base.key in missing_sets(e):
+                # The replica does not hold the set: everything in full, kept again (once: a
+                # full plan names no base).
+                self._byref.drop_base(base.key)
+                self._plan = _KEEP
+                return
             if not missing or missing & self._force:
                 raise e
             self._force |= missing
             return
-        raise with_fields_back(e) from e.__cause__
+        raise with_fields_back(e, self._plan.position) from e.__cause__
 
     def succeeded(self) -> None:
-        self._byref.acknowledge(self._prepared)
+        p = self._plan
+        self._byref.acknowledge(p.sent(self._prepared))
+        if p.keep:
+            self._byref.kept(self._prepared)

@@ -213,10 +213,13 @@ class Client:
         by_reference: send nodes by reference (default on): Filter, Score, Allocate and
             AllocateBatch send each node's inventory and usage as SHA-256 digests once the server
             acknowledged them on this client, inline otherwise, and resend them inline when the
-            server reports them missing (restart, another replica, eviction). Requests that carry
-            ``node_refs`` themselves go as they are. ``False``: nodes always go whole. On, nodes
+            server reports them missing (restart, another replica, eviction). A list of at least
+            16 nodes is kept by the server as a node set, and later calls send only the nodes
+            that changed since (see :attr:`node_set_base`). Requests that carry ``node_refs`` or
+            ``node_set`` themselves go as they are. ``False``: nodes always go whole. On, nodes
             still go whole until a PlacementService answer carried the ``gpusched-node-refs``
-            header (a server that reads ``node_refs``; see :attr:`server_reads_refs`).
+            header (a server that reads ``node_refs``; see :attr:`server_reads_refs`), and no
+            node set is named before one carried ``gpusched-node-sets``.
         tracing: send the current OpenTelemetry context (``traceparent``/``tracestate`` from
             the globally configured propagator, W3C Trace Context by default) with every call,
             so the server's span joins the caller's trace. Needs ``opentelemetry-api``
@@ -313,7 +316,7 @@ class Client:
         _check_request(request, METHODS[path].request_type, path)
         s = self._settings
         b = self._byref
-        watch = b is not None and not b.server_reads_refs and path.startswith(_byref.PLACEMENT_PREFIX)
+        watch = b is not None and b.watching and path.startswith(_byref.PLACEMENT_PREFIX)
         try:
             if not watch:
                 return fn(
@@ -347,6 +350,13 @@ class Client:
         then nodes go whole, even with ``by_reference`` on."""
         return self._byref is not None and self._byref.server_reads_refs
 
+    @property
+    def node_set_base(self) -> str | None:
+        """The digest (``sha256/<hex>/<size>``) of the node set this client names as the base
+        of its calls, if any (tests, diagnostics)."""
+        k = self._byref.base_key() if self._byref is not None else None
+        return _byref.subject(k) if k is not None else None
+
     def _call_nodes(
         self,
         fn: grpc.UnaryUnaryMultiCallable[_Req, _Resp],
@@ -357,7 +367,13 @@ class Client:
     ) -> _Resp:
         b = self._byref
         req: Any = request
-        if b is None or not b.server_reads_refs or len(req.node_refs) or not len(req.nodes):
+        if (
+            b is None
+            or not b.server_reads_refs
+            or len(req.node_refs)
+            or not len(req.nodes)
+            or req.HasField("node_set")
+        ):
             return self._call(fn, path, request, timeout, metadata)
         _check_request(request, METHODS[path].request_type, path)
         exchange = _byref.Exchange(b, req)
@@ -557,7 +573,7 @@ class AsyncClient:
         _check_request(request, METHODS[path].request_type, path)
         s = self._settings
         b = self._byref
-        watch = b is not None and not b.server_reads_refs and path.startswith(_byref.PLACEMENT_PREFIX)
+        watch = b is not None and b.watching and path.startswith(_byref.PLACEMENT_PREFIX)
         try:
             call = fn(
                 request,
@@ -587,6 +603,13 @@ class AsyncClient:
         then nodes go whole, even with ``by_reference`` on."""
         return self._byref is not None and self._byref.server_reads_refs
 
+    @property
+    def node_set_base(self) -> str | None:
+        """The digest (``sha256/<hex>/<size>``) of the node set this client names as the base
+        of its calls, if any (tests, diagnostics)."""
+        k = self._byref.base_key() if self._byref is not None else None
+        return _byref.subject(k) if k is not None else None
+
     async def _call_nodes(
         self,
         fn: grpc.aio.UnaryUnaryMultiCallable[_Req, _Resp],
@@ -597,7 +620,13 @@ class AsyncClient:
     ) -> _Resp:
         b = self._byref
         req: Any = request
-        if b is None or not b.server_reads_refs or len(req.node_refs) or not len(req.nodes):
+        if (
+            b is None
+            or not b.server_reads_refs
+            or len(req.node_refs)
+            or not len(req.nodes)
+            or req.HasField("node_set")
+        ):
             return await self._call(fn, path, request, timeout, metadata)
         _check_request(request, METHODS[path].request_type, path)
         exchange = _byref.Exchange(b, req)

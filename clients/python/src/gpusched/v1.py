@@ -124,6 +124,7 @@ from gpusched._gen.gpusched.v1.types_pb2 import (
     CardUsageEntry as CardUsageEntry,
     NodeUsage as NodeUsage,
     NodeRef as NodeRef,
+    NodeSetRef as NodeSetRef,
 )
 
 __all__ = [
@@ -239,4 +240,5 @@ __all__ = [
     "CardUsageEntry",
     "NodeUsage",
     "NodeRef",
+    "NodeSetRef",
 ]

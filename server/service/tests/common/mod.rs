@@ -7,6 +7,8 @@ use gpusched_api::v1;
 use gpusched_api::v1::inventory_service_client::InventoryServiceClient;
 use gpusched_api::v1::placement_service_client::PlacementServiceClient;
 use gpusched_service::{Running, Settings};
+
+pub mod refs;
 use tonic::transport::Channel;
 
 /// Settings from the embedded defaults, ports 0, with dotted-key overrides
@@ -118,6 +120,7 @@ pub fn pod(annotations: &[(&str, &str)], containers: &[&[(&str, &str)]]) -> v1::
 
 pub fn allocate_req(nodes: Vec<v1::Node>, w: v1::Workload) -> v1::AllocateRequest {
     v1::AllocateRequest {
+        node_set: None,
         nodes,
         workload: Some(w),
         options: None,

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use futures::StreamExt;
 use gpusched_client::v1;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Binding, Event, Namespace, Node, Pod};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -16,13 +16,15 @@ use tokio::io::AsyncWriteExt;
 use super::env::Env;
 use super::pods::{Shape, cards_of};
 use super::proxy::Proxy;
-use super::{ALLOCATED, LEASE, LEASE_NS, POOL, SCHEDULER};
+use super::{ALLOCATED, HOLDER_SELECTOR, LEASE, LEASE_NS, POOL, SCHEDULER};
 
 /// The harness every scenario gets: the environment, an admin client of the control plane, the
 /// Service stand-in, and the result lines of the run.
 pub struct H {
     pub env: Env,
     pub client: Client,
+    /// A client with the shim's ServiceAccount token (what admission lets write decisions).
+    pub as_shim: Client,
     pub proxy: Proxy,
     results: Mutex<Vec<String>>,
     run_id: String,
@@ -39,10 +41,20 @@ impl H {
             .apiserver_version()
             .await
             .expect("the apiserver answers");
+        let kubeconfig = kube::config::Kubeconfig::read_from(&env.shim_kubeconfig)
+            .expect("the shim's kubeconfig");
+        let shim_cfg = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .expect("a client config from the shim's kubeconfig");
+        let as_shim = Client::try_from(shim_cfg).expect("a client as the shim's ServiceAccount");
         let proxy = Proxy::start(env.ext_port, env.wh_port).await;
         H {
             env,
             client,
+            as_shim,
             proxy,
             results: Mutex::new(vec![]),
             run_id: format!("{}", std::process::id()),
@@ -144,7 +156,11 @@ impl H {
             .await
     }
 
-    /// A pod already bound to `node` and holding `devices` (as if scheduled earlier).
+    /// A pod already bound to `node` and holding `devices`, as if gpusched-kube had scheduled it
+    /// earlier: created unbound (nothing may create a GPU pod bound or with decision
+    /// annotations) with a node selector no node matches, then bound by a Binding that carries
+    /// the decision, written with the shim's ServiceAccount token (the only one admission lets
+    /// write decisions), exactly like the shim's own bind.
     pub async fn holder(&self, ns: &str, name: &str, node: &str, devices: &str, containers: usize) {
         let cs: Vec<serde_json::Value> = (0..containers)
             .map(|i| {
@@ -153,12 +169,22 @@ impl H {
             })
             .collect();
         let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name, "annotations": {ALLOCATED: devices, gpusched_hami::VGPU_NODE: node}},
-            "spec": {"schedulerName": SCHEDULER, "nodeName": node, "containers": cs,
-                     "terminationGracePeriodSeconds": 0}
+            "metadata": {"name": name},
+            "spec": {"schedulerName": SCHEDULER, "nodeSelector": {HOLDER_SELECTOR: "none"},
+                     "containers": cs, "terminationGracePeriodSeconds": 0}
         }))
         .unwrap();
-        self.create(ns, &pod).await.unwrap();
+        let created = self.create(ns, &pod).await.unwrap();
+        let binding: Binding = serde_json::from_value(json!({
+            "metadata": {"name": name, "uid": created.metadata.uid,
+                         "annotations": {ALLOCATED: devices, gpusched_hami::VGPU_NODE: node}},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}
+        }))
+        .unwrap();
+        let _: serde_json::Value = Api::<Pod>::namespaced(self.as_shim.clone(), ns)
+            .create_subresource("binding", name, &PostParams::default(), &binding)
+            .await
+            .unwrap_or_else(|e| panic!("binding holder {ns}/{name} as the shim: {e}"));
     }
 
     pub async fn pod(&self, ns: &str, name: &str) -> Pod {

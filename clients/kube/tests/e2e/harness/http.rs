@@ -45,3 +45,13 @@ pub async fn metric(ext: SocketAddr, name: &str) -> u64 {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("metric {name} missing"))
 }
+
+/// The sum of the `/metrics` series whose line starts with `prefix` (e.g.
+/// `family{` for a whole family, `family{label="v"` for some of its series); 0 when none.
+pub async fn metric_sum(ext: SocketAddr, prefix: &str) -> u64 {
+    let (_, body) = http(ext, "GET", "/metrics", "").await.expect("metrics");
+    body.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.trim().parse::<u64>().ok())
+        .sum()
+}

@@ -7,6 +7,7 @@ pub mod env;
 pub mod http;
 pub mod pods;
 pub mod proxy;
+pub mod scheduler;
 pub mod shim;
 pub mod wait;
 
@@ -18,6 +19,8 @@ pub const POOL: &str = "gpusched.e2e/pool";
 pub const LEASE_NS: &str = "gpusched-system";
 /// Name of the shim's Lease.
 pub const LEASE: &str = "gpusched-kube";
+/// A node label no node has: pods selecting it are never scheduled (the harness binds them).
+pub const HOLDER_SELECTOR: &str = "gpusched.e2e/bound-by-the-test";
 /// HAMi's decision annotation.
 pub const ALLOCATED: &str = "hami.io/vgpu-devices-allocated";
 /// The `/metrics` series of binds with a GPU decision.

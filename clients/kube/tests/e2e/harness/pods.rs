@@ -73,6 +73,7 @@ pub struct PodSpec<'a> {
     limits: Vec<(&'a str, String)>,
     scheduler: Option<&'a str>,
     labels: Vec<(&'a str, &'a str)>,
+    node_name: Option<&'a str>,
 }
 
 impl<'a> PodSpec<'a> {
@@ -84,7 +85,17 @@ impl<'a> PodSpec<'a> {
             limits: vec![],
             scheduler: None,
             labels: vec![],
+            node_name: None,
         }
+    }
+    pub fn label(mut self, k: &'a str, v: &'a str) -> Self {
+        self.labels.push((k, v));
+        self
+    }
+    /// Created already bound (what admission refuses for GPU pods).
+    pub fn node_name(mut self, n: &'a str) -> Self {
+        self.node_name = Some(n);
+        self
     }
     pub fn ann(mut self, k: &'a str, v: impl Into<String>) -> Self {
         self.annotations.push((k, v.into()));
@@ -114,6 +125,9 @@ impl<'a> PodSpec<'a> {
         });
         if let Some(s) = self.scheduler {
             spec["schedulerName"] = json!(s);
+        }
+        if let Some(n) = self.node_name {
+            spec["nodeName"] = json!(n);
         }
         serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",

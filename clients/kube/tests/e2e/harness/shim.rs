@@ -113,6 +113,17 @@ impl Shim {
         let _ = self.child.wait().await;
     }
 
+    /// Sends a signal to the process (`STOP`: hung, `CONT`: running again).
+    pub fn signal(&self, sig: &str) {
+        let pid = self.child.id().expect("running");
+        let ok = std::process::Command::new("kill")
+            .args([&format!("-{sig}"), &pid.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig} {pid}");
+    }
+
     pub async fn terminate(&mut self) {
         let pid = self.child.id().expect("running");
         let ok = std::process::Command::new("kill")

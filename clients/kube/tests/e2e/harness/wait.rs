@@ -26,6 +26,22 @@ impl H {
         }
     }
 
+    /// The pod once bound, or None if it is not bound within `within` (no panic: for checks
+    /// that collect every failure of a scenario).
+    pub async fn bound_within(&self, ns: &str, name: &str, within: Duration) -> Option<Pod> {
+        let t = Instant::now();
+        loop {
+            let p = self.pod(ns, name).await;
+            if node_of(&p).is_some() {
+                return Some(p);
+            }
+            if t.elapsed() > within {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub async fn wait_unschedulable(&self, ns: &str, name: &str, needle: &str) -> String {
         let t = Instant::now();
         loop {

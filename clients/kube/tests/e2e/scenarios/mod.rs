@@ -3,6 +3,8 @@
 pub mod admission;
 pub mod bad_nodes;
 pub mod burst;
+pub mod failclosed;
+pub mod forgery;
 pub mod mutex;
 pub mod replicas;
 pub mod restart;

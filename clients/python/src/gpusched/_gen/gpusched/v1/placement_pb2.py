@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from gpusched._gen.gpusched.v1 import types_pb2 as gpusched_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgpusched/v1/placement.proto\x12\x0bgpusched.v1\x1a\x17gpusched/v1/types.proto\"\xb3\x01\n\rFilterRequest\x12 \n\x05nodes\x18\x01 \x03(\x0b\x32\x11.gpusched.v1.Node\x12\'\n\x08workload\x18\x02 \x01(\x0b\x32\x15.gpusched.v1.Workload\x12.\n\x07options\x18\x03 \x01(\x0b\x32\x1d.gpusched.v1.PlacementOptions\x12\'\n\tnode_refs\x18\x05 \x03(\x0b\x32\x14.gpusched.v1.NodeRef\"\xde\x01\n\x0e\x46ilterResponse\x12\x1b\n\x13\x66\x65\x61sible_node_names\x18\x01 \x03(\t\x12-\n\x0c\x66\x61iled_nodes\x18\x02 \x03(\x0b\x32\x17.gpusched.v1.FailedNode\x12\x36\n\x10\x65\x66\x66\x65\x63tive_policy\x18\x03 \x01(\x0b\x32\x1c.gpusched.v1.EffectivePolicy\x12\x14\n\x0crequests_gpu\x18\x04 \x01(\x08\x12\x32\n\x0c\x65xplanations\x18\x05 \x03(\x0b\x32\x1c.gpusched.v1.NodeExplanation\"\xb2\x01\n\x0cScoreRequest\x12 \n\x05nodes\x18\x01 \x03(\x0b\x32\x11.gpusched.v1.Node\x12\'\n\x08workload\x18\x02 \x01(\x0b\x32\x15.gpusched.v1.Workload\x12.\n\x07options\x18\x03 \x01(\x0b\x32\x1d.gpusched.v1.PlacementOptions\x12\'\n\tnode_refs\x18\x05 \x03(\x0b\x32\x14.gpusched.v1.NodeRef\"\xe8\x01\n\rScoreResponse\x12&\n\x06scores\x18\x01 \x03(\x0b\x32\x16.gpusched.v1.NodeScore\x12-\n\x0c\x66\x61iled_nodes\x18\x02 \x03(\x0b\x32\x17.gpusched.v1.FailedNode\x12\x36\n\x10\x65\x66\x66\x65\x63tive_policy\x18\x03 \x01(\x0b\x32\x1c.gpusched.v1.EffectivePolicy\x12\x14\n\x0crequests_gpu\x18\x04 \x01(\x08\x12\x32\n\x0c\x65xplanations\x18\x05 \x03(\x0b\x32\x1c.gpusched.v1.NodeExplanation\"\xd5\x01\n\x0f\x41llocateRequest\x12 \n\x05nodes\x18\x01 \x03(\x0b\x32\x11.gpusched.v1.Node\x12\'\n\x08workload\x18\x02 \x01(\x0b\x32\x15.gpusched.v1.Workload\x12.\n\x07options\x18\x03 \x01(\x0b\x32\x1d.gpusched.v1.PlacementOptions\x12\x1e\n\x16restrict_to_node_names\x18\x04 \x03(\t\x12\'\n\tnode_refs\x18\x05 \x03(\x0b\x32\x14.gpusched.v1.NodeRef\"\xfa\x02\n\x10\x41llocationResult\x12\x0e\n\x06placed\x18\x01 \x01(\x08\x12\x11\n\tnode_name\x18\x02 \x01(\t\x12\x34\n\ncontainers\x18\x03 \x03(\x0b\x32 .gpusched.v1.ContainerAssignment\x12*\n\nnode_score\x18\x04 \x01(\x0b\x32\x16.gpusched.v1.NodeScore\x12-\n\x0c\x66\x61iled_nodes\x18\x05 \x03(\x0b\x32\x17.gpusched.v1.FailedNode\x12\x36\n\x10\x65\x66\x66\x65\x63tive_policy\x18\x06 \x01(\x0b\x32\x1c.gpusched.v1.EffectivePolicy\x12\x14\n\x0crequests_gpu\x18\x07 \x01(\x08\x12\x1b\n\x13\x66\x65\x61sible_node_count\x18\x08 \x01(\r\x12\x32\n\x0c\x65xplanations\x18\t \x03(\x0b\x32\x1c.gpusched.v1.NodeExplanation\x12\x13\n\x0brolled_back\x18\n \x01(\x08\"A\n\x10\x41llocateResponse\x12-\n\x06result\x18\x01 \x01(\x0b\x32\x1d.gpusched.v1.AllocationResult\"\xf1\x01\n\x14\x41llocateBatchRequest\x12 \n\x05nodes\x18\x01 \x03(\x0b\x32\x11.gpusched.v1.Node\x12(\n\tworkloads\x18\x02 \x03(\x0b\x32\x15.gpusched.v1.Workload\x12.\n\x07options\x18\x03 \x01(\x0b\x32\x1d.gpusched.v1.PlacementOptions\x12\x16\n\x0e\x61ll_or_nothing\x18\x04 \x01(\x08\x12\x1c\n\x14return_updated_nodes\x18\x05 \x01(\x08\x12\'\n\tnode_refs\x18\x06 \x03(\x0b\x32\x14.gpusched.v1.NodeRef\"\x85\x01\n\x15\x41llocateBatchResponse\x12.\n\x07results\x18\x01 \x03(\x0b\x32\x1d.gpusched.v1.AllocationResult\x12\x12\n\nall_placed\x18\x02 \x01(\x08\x12(\n\rupdated_nodes\x18\x03 \x03(\x0b\x32\x11.gpusched.v1.Node\"r\n\x17ValidateWorkloadRequest\x12\'\n\x08workload\x18\x01 \x01(\x0b\x32\x15.gpusched.v1.Workload\x12.\n\x07options\x18\x02 \x01(\x0b\x32\x1d.gpusched.v1.PlacementOptions\"]\n\tViolation\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12,\n\x06reason\x18\x03 \x01(\x0e\x32\x1c.gpusched.v1.ViolationReason\"\xaf\x01\n\x11ResolvedContainer\x12\x16\n\x0e\x63ontainer_name\x18\x01 \x01(\t\x12\x0c\n\x04init\x18\x02 \x01(\x08\x12\x11\n\tgpu_count\x18\x03 \x01(\r\x12\x14\n\x07mem_mib\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x18\n\x0bmem_percent\x18\x05 \x01(\rH\x01\x88\x01\x01\x12\x15\n\rcores_percent\x18\x06 \x01(\rB\n\n\x08_mem_mibB\x0e\n\x0c_mem_percent\"\xd7\x01\n\x18ValidateWorkloadResponse\x12\r\n\x05valid\x18\x01 \x01(\x08\x12*\n\nviolations\x18\x02 \x03(\x0b\x32\x16.gpusched.v1.Violation\x12\x14\n\x0crequests_gpu\x18\x03 \x01(\x08\x12\x36\n\x10\x65\x66\x66\x65\x63tive_policy\x18\x04 \x01(\x0b\x32\x1c.gpusched.v1.EffectivePolicy\x12\x32\n\ncontainers\x18\x05 \x03(\x0b\x32\x1e.gpusched.v1.ResolvedContainer2\x97\x03\n\x10PlacementService\x12\x41\n\x06\x46ilter\x12\x1a.gpusched.v1.FilterRequest\x1a\x1b.gpusched.v1.FilterResponse\x12>\n\x05Score\x12\x19.gpusched.v1.ScoreRequest\x1a\x1a.gpusched.v1.ScoreResponse\x12G\n\x08\x41llocate\x12\x1c.gpusched.v1.AllocateRequest\x1a\x1d.gpusched.v1.AllocateResponse\x12V\n\rAllocateBatch\x12!.gpusched.v1.AllocateBatchRequest\x1a\".gpusched.v1.AllocateBatchResponse\x12_\n\x10ValidateWorkload\x12$.gpusched.v1.ValidateWorkloadRequest\x1a%.gpusched.v1.ValidateWorkloadResponseB?Z=github.com/gpusched/gpusched/clients/go/gpuschedv1;gpuschedv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgpusched/v1/placement.proto\x12\x0bgpusched.v1\x1a\x17gpusched/v1/types.proto\"\xde\x01\n\rFilterRequest\x12 \n\x05nodes\x18\x01 \x03(\x0b\x32\x11.gpusched.v1.Node\x12\'\n\x08workload\x18\x02 \x01(\x0b\x32\x15.gpusched.v1.Workload\x12.\n\x07options\x18\x03 \x01(\x0b\x32\x1d.gpusched.v1.PlacementOptions\x12\'\n\tnode_refs\x18\x05 \x03(\x0b\x32\x14.gpusched.v1.NodeRef\x12)\n\x08node_set\x18\x06 \x01(\x0b\x32\x17.gpusched.v1.NodeSetRef\"\xde\x01\n\x0e\x46ilterResponse\x12\x1b\n\x13\x66\x65\x61sible_node_names\x18\x01 \x03(\t\x12-\n\x0c\x66\x61iled_nodes\x18\x02 \x03(\x0b\x32\x17.gpusched.v1.FailedNode\x12\x36\n\x10\x65\x66\x66\x65\x63tive_policy\x18\x03 \x01(\x0b\x32\x1c.gpusched.v1.EffectivePolicy\x12\x14\n\x0crequests_gpu\x18\x04 \x01(\x08\x12\x32\n\x0c\x65xplanations\x18\x05 \x03(\x0b\x32\x1c.gpusched.v1.NodeExplanation\"\xdd\x01\n\x0cScoreRequest\x12 \n\x05nodes\x18\x01 \x03(\x0b\x32\x11.gpusched.v1.Node\x12\'\n\x08workload\x18\x02 \x01(\x0b\x32\x15.gpusched.v1.Workload\x12.\n\x07options\x18\x03 \x01(\x0b\x32\x1d.gpusched.v1.PlacementOptions\x12\'\n\tnode_refs\x18\x05 \x03(\x0b\x32\x14.gpusched.v1.NodeRef\x12)\n\x08node_set\x18\x06 \x01(\x0b\x32\x17.gpusched.v1.NodeSetRef\"\xe8\x01\n\rScoreResponse\x12&\n\x06scores\x18\x01 \x03(\x0b\x32\x16.gpusched.v1.NodeScore\x12-\n\x0c\x66\x61iled_nodes\x18\x02 \x03(\x0b\x32\x17.gpusched.v1.FailedNode\x12\x36\n\x10\x65\x66\x66\x65\x63tive_policy\x18\x03 \x01(\x0b\x32\x1c.gpusched.v1.EffectivePolicy\x12\x14\n\x0crequests_gpu\x18\x04 \x01(\x08\x12\x32\n\x0c\x65xplanations\x18\x05 \x03(\x0b\x32\x1c.gpusched.v1.NodeExplanation\"\x80\x02\n\x0f\x41llocateRequest\x12 \n\x05nodes\x18\x01 \x03(\x0b\x32\x11.gpusched.v1.Node\x12\'\n\x08workload\x18\x02 \x01(\x0b\x32\x15.gpusched.v1.Workload\x12.\n\x07options\x18\x03 \x01(\x0b\x32\x1d.gpusched.v1.PlacementOptions\x12\x1e\n\x16restrict_to_node_names\x18\x04 \x03(\t\x12\'\n\tnode_refs\x18\x05 \x03(\x0b\x32\x14.gpusched.v1.NodeRef\x12)\n\x08node_set\x18\x06 \x01(\x0b\x32\x17.gpusched.v1.NodeSetRef\"\xfa\x02\n\x10\x41llocationResult\x12\x0e\n\x06placed\x18\x01 \x01(\x08\x12\x11\n\tnode_name\x18\x02 \x01(\t\x12\x34\n\ncontainers\x18\x03 \x03(\x0b\x32 .gpusched.v1.ContainerAssignment\x12*\n\nnode_score\x18\x04 \x01(\x0b\x32\x16.gpusched.v1.NodeScore\x12-\n\x0c\x66\x61iled_nodes\x18\x05 \x03(\x0b\x32\x17.gpusched.v1.FailedNode\x12\x36\n\x10\x65\x66\x66\x65\x63tive_policy\x18\x06 \x01(\x0b\x32\x1c.gpusched.v1.EffectivePolicy\x12\x14\n\x0crequests_gpu\x18\x07 \x01(\x08\x12\x1b\n\x13\x66\x65\x61sible_node_count\x18\x08 \x01(\r\x12\x32\n\x0c\x65xplanations\x18\t \x03(\x0b\x32\x1c.gpusched.v1.NodeExplanation\x12\x13\n\x0brolled_back\x18\n \x01(\x08\"A\n\x10\x41llocateResponse\x12-\n\x06result\x18\x01 \x01(\x0b\x32\x1d.gpusched.v1.AllocationResult\"\x9c\x02\n\x14\x41llocateBatchRequest\x12 \n\x05nodes\x18\x01 \x03(\x0b\x32\x11.gpusched.v1.Node\x12(\n\tworkloads\x18\x02 \x03(\x0b\x32\x15.gpusched.v1.Workload\x12.\n\x07options\x18\x03 \x01(\x0b\x32\x1d.gpusched.v1.PlacementOptions\x12\x16\n\x0e\x61ll_or_nothing\x18\x04 \x01(\x08\x12\x1c\n\x14return_updated_nodes\x18\x05 \x01(\x08\x12\'\n\tnode_refs\x18\x06 \x03(\x0b\x32\x14.gpusched.v1.NodeRef\x12)\n\x08node_set\x18\x07 \x01(\x0b\x32\x17.gpusched.v1.NodeSetRef\"\x85\x01\n\x15\x41llocateBatchResponse\x12.\n\x07results\x18\x01 \x03(\x0b\x32\x1d.gpusched.v1.AllocationResult\x12\x12\n\nall_placed\x18\x02 \x01(\x08\x12(\n\rupdated_nodes\x18\x03 \x03(\x0b\x32\x11.gpusched.v1.Node\"r\n\x17ValidateWorkloadRequest\x12\'\n\x08workload\x18\x01 \x01(\x0b\x32\x15.gpusched.v1.Workload\x12.\n\x07options\x18\x02 \x01(\x0b\x32\x1d.gpusched.v1.PlacementOptions\"]\n\tViolation\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12,\n\x06reason\x18\x03 \x01(\x0e\x32\x1c.gpusched.v1.ViolationReason\"\xaf\x01\n\x11ResolvedContainer\x12\x16\n\x0e\x63ontainer_name\x18\x01 \x01(\t\x12\x0c\n\x04init\x18\x02 \x01(\x08\x12\x11\n\tgpu_count\x18\x03 \x01(\r\x12\x14\n\x07mem_mib\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x18\n\x0bmem_percent\x18\x05 \x01(\rH\x01\x88\x01\x01\x12\x15\n\rcores_percent\x18\x06 \x01(\rB\n\n\x08_mem_mibB\x0e\n\x0c_mem_percent\"\xd7\x01\n\x18ValidateWorkloadResponse\x12\r\n\x05valid\x18\x01 \x01(\x08\x12*\n\nviolations\x18\x02 \x03(\x0b\x32\x16.gpusched.v1.Violation\x12\x14\n\x0crequests_gpu\x18\x03 \x01(\x08\x12\x36\n\x10\x65\x66\x66\x65\x63tive_policy\x18\x04 \x01(\x0b\x32\x1c.gpusched.v1.EffectivePolicy\x12\x32\n\ncontainers\x18\x05 \x03(\x0b\x32\x1e.gpusched.v1.ResolvedContainer2\x97\x03\n\x10PlacementService\x12\x41\n\x06\x46ilter\x12\x1a.gpusched.v1.FilterRequest\x1a\x1b.gpusched.v1.FilterResponse\x12>\n\x05Score\x12\x19.gpusched.v1.ScoreRequest\x1a\x1a.gpusched.v1.ScoreResponse\x12G\n\x08\x41llocate\x12\x1c.gpusched.v1.AllocateRequest\x1a\x1d.gpusched.v1.AllocateResponse\x12V\n\rAllocateBatch\x12!.gpusched.v1.AllocateBatchRequest\x1a\".gpusched.v1.AllocateBatchResponse\x12_\n\x10ValidateWorkload\x12$.gpusched.v1.ValidateWorkloadRequest\x1a%.gpusched.v1.ValidateWorkloadResponseB?Z=github.com/gpusched/gpusched/clients/go/gpuschedv1;gpuschedv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,31 +34,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z=github.com/gpusched/gpusched/clients/go/gpuschedv1;gpuschedv1'
   _globals['_FILTERREQUEST']._serialized_start=70
-  _globals['_FILTERREQUEST']._serialized_end=249
-  _globals['_FILTERRESPONSE']._serialized_start=252
-  _globals['_FILTERRESPONSE']._serialized_end=474
-  _globals['_SCOREREQUEST']._serialized_start=477
-  _globals['_SCOREREQUEST']._serialized_end=655
-  _globals['_SCORERESPONSE']._serialized_start=658
-  _globals['_SCORERESPONSE']._serialized_end=890
-  _globals['_ALLOCATEREQUEST']._serialized_start=893
-  _globals['_ALLOCATEREQUEST']._serialized_end=1106
-  _globals['_ALLOCATIONRESULT']._serialized_start=1109
-  _globals['_ALLOCATIONRESULT']._serialized_end=1487
-  _globals['_ALLOCATERESPONSE']._serialized_start=1489
-  _globals['_ALLOCATERESPONSE']._serialized_end=1554
-  _globals['_ALLOCATEBATCHREQUEST']._serialized_start=1557
-  _globals['_ALLOCATEBATCHREQUEST']._serialized_end=1798
-  _globals['_ALLOCATEBATCHRESPONSE']._serialized_start=1801
-  _globals['_ALLOCATEBATCHRESPONSE']._serialized_end=1934
-  _globals['_VALIDATEWORKLOADREQUEST']._serialized_start=1936
-  _globals['_VALIDATEWORKLOADREQUEST']._serialized_end=2050
-  _globals['_VIOLATION']._serialized_start=2052
-  _globals['_VIOLATION']._serialized_end=2145
-  _globals['_RESOLVEDCONTAINER']._serialized_start=2148
-  _globals['_RESOLVEDCONTAINER']._serialized_end=2323
-  _globals['_VALIDATEWORKLOADRESPONSE']._serialized_start=2326
-  _globals['_VALIDATEWORKLOADRESPONSE']._serialized_end=2541
-  _globals['_PLACEMENTSERVICE']._serialized_start=2544
-  _globals['_PLACEMENTSERVICE']._serialized_end=2951
+  _globals['_FILTERREQUEST']._serialized_end=292
+  _globals['_FILTERRESPONSE']._serialized_start=295
+  _globals['_FILTERRESPONSE']._serialized_end=517
+  _globals['_SCOREREQUEST']._serialized_start=520
+  _globals['_SCOREREQUEST']._serialized_end=741
+  _globals['_SCORERESPONSE']._serialized_start=744
+  _globals['_SCORERESPONSE']._serialized_end=976
+  _globals['_ALLOCATEREQUEST']._serialized_start=979
+  _globals['_ALLOCATEREQUEST']._serialized_end=1235
+  _globals['_ALLOCATIONRESULT']._serialized_start=1238
+  _globals['_ALLOCATIONRESULT']._serialized_end=1616
+  _globals['_ALLOCATERESPONSE']._serialized_start=1618
+  _globals['_ALLOCATERESPONSE']._serialized_end=1683
+  _globals['_ALLOCATEBATCHREQUEST']._serialized_start=1686
+  _globals['_ALLOCATEBATCHREQUEST']._serialized_end=1970
+  _globals['_ALLOCATEBATCHRESPONSE']._serialized_start=1973
+  _globals['_ALLOCATEBATCHRESPONSE']._serialized_end=2106
+  _globals['_VALIDATEWORKLOADREQUEST']._serialized_start=2108
+  _globals['_VALIDATEWORKLOADREQUEST']._serialized_end=2222
+  _globals['_VIOLATION']._serialized_start=2224
+  _globals['_VIOLATION']._serialized_end=2317
+  _globals['_RESOLVEDCONTAINER']._serialized_start=2320
+  _globals['_RESOLVEDCONTAINER']._serialized_end=2495
+  _globals['_VALIDATEWORKLOADRESPONSE']._serialized_start=2498
+  _globals['_VALIDATEWORKLOADRESPONSE']._serialized_end=2713
+  _globals['_PLACEMENTSERVICE']._serialized_start=2716
+  _globals['_PLACEMENTSERVICE']._serialized_end=3123
 # @@protoc_insertion_point(module_scope)

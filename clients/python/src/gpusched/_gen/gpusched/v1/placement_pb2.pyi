@@ -29,6 +29,7 @@ class FilterRequest(_message.Message):
     WORKLOAD_FIELD_NUMBER: _builtins.int
     OPTIONS_FIELD_NUMBER: _builtins.int
     NODE_REFS_FIELD_NUMBER: _builtins.int
+    NODE_SET_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def nodes(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Node]:
         """Candidate nodes with their cards and usage."""
@@ -48,6 +49,13 @@ class FilterRequest(_message.Message):
         Field 5, as in AllocateRequest, so one encoded node list serves Filter, Score and Allocate.
         """
 
+    @_builtins.property
+    def node_set(self) -> _types_pb2.NodeSetRef:
+        """The candidate nodes as changes to a node set registered before (see NodeSetRef): `nodes`
+        and `node_refs` then add or replace nodes of the set by name. Unset: the candidates are
+        exactly `nodes` and `node_refs`.
+        """
+
     def __init__(
         self,
         *,
@@ -55,10 +63,11 @@ class FilterRequest(_message.Message):
         workload: _types_pb2.Workload | None = ...,
         options: _types_pb2.PlacementOptions | None = ...,
         node_refs: _abc.Iterable[_types_pb2.NodeRef] | None = ...,
+        node_set: _types_pb2.NodeSetRef | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["options", b"options", "workload", b"workload"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["node_set", b"node_set", "options", b"options", "workload", b"workload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_refs", b"node_refs", "nodes", b"nodes", "options", b"options", "workload", b"workload"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_refs", b"node_refs", "node_set", b"node_set", "nodes", b"nodes", "options", b"options", "workload", b"workload"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -120,6 +129,7 @@ class ScoreRequest(_message.Message):
     WORKLOAD_FIELD_NUMBER: _builtins.int
     OPTIONS_FIELD_NUMBER: _builtins.int
     NODE_REFS_FIELD_NUMBER: _builtins.int
+    NODE_SET_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def nodes(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Node]:
         """Candidate nodes with their cards and usage."""
@@ -139,6 +149,13 @@ class ScoreRequest(_message.Message):
         Field 5, as in AllocateRequest, so one encoded node list serves Filter, Score and Allocate.
         """
 
+    @_builtins.property
+    def node_set(self) -> _types_pb2.NodeSetRef:
+        """The candidate nodes as changes to a node set registered before (see NodeSetRef): `nodes`
+        and `node_refs` then add or replace nodes of the set by name. Unset: the candidates are
+        exactly `nodes` and `node_refs`.
+        """
+
     def __init__(
         self,
         *,
@@ -146,10 +163,11 @@ class ScoreRequest(_message.Message):
         workload: _types_pb2.Workload | None = ...,
         options: _types_pb2.PlacementOptions | None = ...,
         node_refs: _abc.Iterable[_types_pb2.NodeRef] | None = ...,
+        node_set: _types_pb2.NodeSetRef | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["options", b"options", "workload", b"workload"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["node_set", b"node_set", "options", b"options", "workload", b"workload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_refs", b"node_refs", "nodes", b"nodes", "options", b"options", "workload", b"workload"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_refs", b"node_refs", "node_set", b"node_set", "nodes", b"nodes", "options", b"options", "workload", b"workload"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -212,6 +230,7 @@ class AllocateRequest(_message.Message):
     OPTIONS_FIELD_NUMBER: _builtins.int
     RESTRICT_TO_NODE_NAMES_FIELD_NUMBER: _builtins.int
     NODE_REFS_FIELD_NUMBER: _builtins.int
+    NODE_SET_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def nodes(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Node]:
         """Candidate nodes with their cards and usage."""
@@ -234,6 +253,13 @@ class AllocateRequest(_message.Message):
         see NodeRef. A digest the server does not hold: FAILED_PRECONDITION listing all of them.
         """
 
+    @_builtins.property
+    def node_set(self) -> _types_pb2.NodeSetRef:
+        """The candidate nodes as changes to a node set registered before (see NodeSetRef): `nodes`
+        and `node_refs` then add or replace nodes of the set by name. Unset: the candidates are
+        exactly `nodes` and `node_refs`.
+        """
+
     def __init__(
         self,
         *,
@@ -242,10 +268,11 @@ class AllocateRequest(_message.Message):
         options: _types_pb2.PlacementOptions | None = ...,
         restrict_to_node_names: _abc.Iterable[_builtins.str] | None = ...,
         node_refs: _abc.Iterable[_types_pb2.NodeRef] | None = ...,
+        node_set: _types_pb2.NodeSetRef | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["options", b"options", "workload", b"workload"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["node_set", b"node_set", "options", b"options", "workload", b"workload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_refs", b"node_refs", "nodes", b"nodes", "options", b"options", "restrict_to_node_names", b"restrict_to_node_names", "workload", b"workload"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_refs", b"node_refs", "node_set", b"node_set", "nodes", b"nodes", "options", b"options", "restrict_to_node_names", b"restrict_to_node_names", "workload", b"workload"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -357,6 +384,7 @@ class AllocateBatchRequest(_message.Message):
     ALL_OR_NOTHING_FIELD_NUMBER: _builtins.int
     RETURN_UPDATED_NODES_FIELD_NUMBER: _builtins.int
     NODE_REFS_FIELD_NUMBER: _builtins.int
+    NODE_SET_FIELD_NUMBER: _builtins.int
     all_or_nothing: _builtins.bool
     """Gang semantics: if any workload cannot be placed, none is (placed = false for all)."""
     return_updated_nodes: _builtins.bool
@@ -379,6 +407,13 @@ class AllocateBatchRequest(_message.Message):
         see NodeRef. A digest the server does not hold: FAILED_PRECONDITION listing all of them.
         """
 
+    @_builtins.property
+    def node_set(self) -> _types_pb2.NodeSetRef:
+        """The candidate nodes as changes to a node set registered before (see NodeSetRef): `nodes`
+        and `node_refs` then add or replace nodes of the set by name. Unset: the candidates are
+        exactly `nodes` and `node_refs`.
+        """
+
     def __init__(
         self,
         *,
@@ -388,10 +423,11 @@ class AllocateBatchRequest(_message.Message):
         all_or_nothing: _builtins.bool = ...,
         return_updated_nodes: _builtins.bool = ...,
         node_refs: _abc.Iterable[_types_pb2.NodeRef] | None = ...,
+        node_set: _types_pb2.NodeSetRef | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["options", b"options"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["node_set", b"node_set", "options", b"options"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_or_nothing", b"all_or_nothing", "node_refs", b"node_refs", "nodes", b"nodes", "options", b"options", "return_updated_nodes", b"return_updated_nodes", "workloads", b"workloads"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_or_nothing", b"all_or_nothing", "node_refs", b"node_refs", "node_set", b"node_set", "nodes", b"nodes", "options", b"options", "return_updated_nodes", b"return_updated_nodes", "workloads", b"workloads"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

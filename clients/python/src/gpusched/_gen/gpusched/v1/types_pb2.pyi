@@ -1449,3 +1449,59 @@ class NodeRef(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___NodeRef: _TypeAlias = NodeRef  # noqa: Y015
+
+@_typing.final
+class NodeSetRef(_message.Message):
+    """A node set: the candidate nodes of an earlier request, named by one digest, so that a request
+    whose candidates barely changed sends only the change (as incremental xDS sends deltas).
+
+    Registering: a request whose node_set has `keep` set (and no `base`), whose candidates are all
+    in `node_refs` (no whole `nodes`), and whose references all resolve, is kept by the answering
+    replica under the digest of its references: SHA-256 over, for each entry of `node_refs` in
+    request order, the 32-byte inventory hash followed by the 32-byte usage hash (the hash of the
+    inline bytes or the digest's hash; 32 zero bytes when the entry has neither usage bytes nor a
+    usage_digest); size_bytes = 64 x the number of entries. The client computes the same digest
+    from what it sent. The answer is the answer to the request as it stands.
+
+    Using: a request with `base` set has as candidates the base set's nodes, minus
+    `removed_node_names`, with each node of `nodes` and `node_refs` replacing the base node of the
+    same name or added when the base has none. The decision is bit for bit the one for that node
+    list sent in full (decisions never depend on node order). A base the replica does not hold is
+    FAILED_PRECONDITION with a google.rpc.PreconditionFailure violation of type "MISSING" and
+    subject "nodeset/sha256/<64 lowercase hex>/<size_bytes>" (beside any missing node parts); the
+    client then sends its candidates in full (with `keep`) and uses the new digest as its base.
+    Like node parts, sets are a bounded cache (LRU, node_cache.max_sets / max_set_bytes): never
+    needed for correctness, so any replica answers any call.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BASE_FIELD_NUMBER: _builtins.int
+    REMOVED_NODE_NAMES_FIELD_NUMBER: _builtins.int
+    KEEP_FIELD_NUMBER: _builtins.int
+    keep: _builtins.bool
+    """Keep this request's `node_refs` as a set (requires no base and no whole `nodes`)."""
+    @_builtins.property
+    def base(self) -> Global___Digest:
+        """The set the candidates change; unset: no base (the request's nodes are all the candidates)."""
+
+    @_builtins.property
+    def removed_node_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Names of base nodes that are not candidates of this request. A name that is not in the base,
+        or that is also sent in `nodes`/`node_refs`, is INVALID_ARGUMENT.
+        """
+
+    def __init__(
+        self,
+        *,
+        base: Global___Digest | None = ...,
+        removed_node_names: _abc.Iterable[_builtins.str] | None = ...,
+        keep: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["base", b"base"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base", b"base", "keep", b"keep", "removed_node_names", b"removed_node_names"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeSetRef: _TypeAlias = NodeSetRef  # noqa: Y015
