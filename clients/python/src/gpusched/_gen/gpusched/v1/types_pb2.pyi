@@ -1466,7 +1466,8 @@ class NodeSetRef(_message.Message):
     Using: a request with `base` set has as candidates the base set's nodes, minus
     `removed_node_names`, with each node of `nodes` and `node_refs` replacing the base node of the
     same name or added when the base has none. The decision is bit for bit the one for that node
-    list sent in full (decisions never depend on node order). A base the replica does not hold is
+    list sent in full (decisions never depend on node order; invalid nodes, see Node, are kept,
+    replaced and removed like the others). A base the replica does not hold is
     FAILED_PRECONDITION with a google.rpc.PreconditionFailure violation of type "MISSING" and
     subject "nodeset/sha256/<64 lowercase hex>/<size_bytes>" (beside any missing node parts); the
     client then sends its candidates in full (with `keep`) and uses the new digest as its base.
