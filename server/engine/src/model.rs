@@ -259,6 +259,13 @@ impl Node {
     /// `cordoned[k]`). Wrap it in an
     /// [`Arc`] and keep it to build snapshots without copying ([`Snapshot::from_nodes`]).
     pub fn new(spec: NodeSpec) -> Result<Node, InvalidInput> {
+        Node::checked(spec).map_err(|(_, e)| e)
+    }
+
+    /// [`Node::new`], giving the spec back with the problems when it is invalid (for a caller
+    /// that reports an invalid node by its name without copying every valid node's name).
+    #[allow(clippy::result_large_err)]
+    pub fn checked(spec: NodeSpec) -> Result<Node, (NodeSpec, InvalidInput)> {
         let mut violations = Vec::new();
         if spec.name.is_empty() {
             violations.push(Violation::new(
@@ -275,7 +282,7 @@ impl Node {
                     v.field = rest.to_owned();
                 }
             }
-            return Err(InvalidInput { violations });
+            return Err((spec, InvalidInput { violations }));
         }
         Ok(Node::from_spec(spec))
     }
@@ -540,7 +547,7 @@ fn violation_position(field: &str) -> usize {
 /// [`MAX_CARD_MEM_MIB`], [`MAX_CARD_CORES`]; pair scores and cordons naming cards of the node.
 fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
     for (j, card) in spec.cards.iter().enumerate() {
-        if card.id.trim().is_empty() {
+        if card.id.chars().all(char::is_whitespace) {
             violations.push(Violation::new(
                 ViolationKind::MissingField,
                 format!("nodes[{i}].cards[{j}].id"),
@@ -562,6 +569,13 @@ fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
         }
     }
     for (j, card) in spec.cards.iter().enumerate() {
+        // One test per card on the common path; the fields only when one is out of range.
+        if card.count <= MAX_CARD_SLOTS
+            && card.total_mem_mib <= MAX_CARD_MEM_MIB
+            && card.total_cores <= MAX_CARD_CORES
+        {
+            continue;
+        }
         for (field, value, max) in [
             ("slots", u64::from(card.count), u64::from(MAX_CARD_SLOTS)),
             ("total_mem_mib", card.total_mem_mib, MAX_CARD_MEM_MIB),

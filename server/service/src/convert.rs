@@ -88,7 +88,7 @@ pub fn candidates_in(
         match node_checked(n, NodeAt::Whole(i), names, limits, &mut violations) {
             Some(Ok(node)) => {
                 at.push((true, valid.len()));
-                valid.push(Arc::new(node));
+                valid.push(node);
             }
             Some(Err(bad)) => {
                 at.push((false, invalid.len()));
@@ -97,25 +97,29 @@ pub fn candidates_in(
             None => at.push((false, usize::MAX)),
         }
     }
-    let node_names: Vec<&str> = at
-        .iter()
-        .map(|&(ok, k)| {
-            if ok {
-                valid.get(k).map_or("", |n: &Arc<Node>| n.name())
-            } else {
-                invalid.get(k).map_or("", |n: &Arc<InvalidNode>| n.name())
-            }
-        })
-        .collect();
-    violations.extend(duplicate_names(&node_names, |i| {
-        NodeAt::Whole(i).to_string()
-    }));
-    if !violations.is_empty() {
-        violations.sort_by_key(|v| node_position(&v.field));
-        return Err(ServiceError::InvalidArgument(violations));
+    let duplicates = || {
+        let node_names: Vec<&str> = at
+            .iter()
+            .map(|&(ok, k)| {
+                if ok {
+                    valid.get(k).map_or("", |n: &Arc<Node>| n.name())
+                } else {
+                    invalid.get(k).map_or("", |n: &Arc<InvalidNode>| n.name())
+                }
+            })
+            .collect();
+        duplicate_names(&node_names, |i| NodeAt::Whole(i).to_string())
+    };
+    if violations.is_empty() {
+        match Candidates::unique(&valid, &invalid, duplicates) {
+            Ok(c) => return Ok(c),
+            Err(v) => violations = v,
+        }
+    } else {
+        violations.extend(duplicates());
     }
-    let snapshot = Snapshot::from_nodes(valid)?;
-    Ok(Candidates::new(snapshot, invalid))
+    violations.sort_by_key(|v| node_position(&v.field));
+    Err(ServiceError::InvalidArgument(violations))
 }
 
 /// Repeated node names (the later occurrences, in input order), each named `<at(i)>.name`.
@@ -164,7 +168,7 @@ pub fn node_checked(
     names: &KubeNames,
     limits: &Limits,
     violations: &mut Vec<Violation>,
-) -> Option<Result<Node, Arc<InvalidNode>>> {
+) -> Option<Result<Arc<Node>, Arc<InvalidNode>>> {
     let before = violations.len();
     if n.name.is_empty() {
         violations.push(Violation::new(
@@ -196,8 +200,7 @@ pub fn node_checked(
     if violations.len() != before {
         return None;
     }
-    let (name, cards) = (spec.name.clone(), spec.cards.len());
-    Some(Node::new(spec).map_err(|e| {
+    Some(Node::checked(spec).map(Arc::new).map_err(|(spec, e)| {
         let problems = e
             .violations
             .into_iter()
@@ -206,7 +209,7 @@ pub fn node_checked(
                 ..v
             })
             .collect();
-        Arc::new(InvalidNode::new(name, cards, problems))
+        Arc::new(InvalidNode::new(spec.name, spec.cards.len(), problems))
     }))
 }
 
@@ -316,6 +319,7 @@ pub fn usage_in(u: Option<v1::CardUsage>) -> CardUsage {
 }
 
 /// A card; `at` is (node, card) position, used only to name a field in a violation.
+#[inline]
 fn card_in(c: v1::Card, at: (NodeAt, usize), violations: &mut Vec<Violation>) -> Card {
     let field = || format!("{}.cards[{}]", at.0, at.1);
     let v1::Card {

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use gpusched_api::v1;
-use gpusched_engine::{ChangeError, NodeFailure, Reason, Snapshot, Violation};
+use gpusched_engine::{ChangeError, Node, NodeFailure, Reason, Snapshot, Violation, ViolationKind};
 
 use crate::error::ServiceError;
 
@@ -129,6 +129,40 @@ impl Candidates {
     pub fn new(snapshot: Snapshot, mut invalid: Vec<Arc<InvalidNode>>) -> Self {
         invalid.sort_by(|a, b| a.name.cmp(&b.name));
         Candidates { snapshot, invalid }
+    }
+
+    /// Valid and invalid nodes as candidates when their names are unique over both, else the
+    /// repeated names as `duplicates` reports them (called only then: the common case costs the
+    /// snapshot's own check and one lookup per invalid node, no second sort of the names).
+    pub fn unique(
+        valid: &[Arc<Node>],
+        invalid: &[Arc<InvalidNode>],
+        duplicates: impl FnOnce() -> Vec<Violation>,
+    ) -> Result<Candidates, Vec<Violation>> {
+        let engine = match Snapshot::from_nodes(valid.to_vec()) {
+            Ok(snapshot) => {
+                let c = Candidates::new(snapshot, invalid.to_vec());
+                let clash = c.invalid.windows(2).any(|w| w[0].name == w[1].name)
+                    || c.invalid
+                        .iter()
+                        .any(|x| c.snapshot.id_of(&x.name).is_some());
+                if !clash {
+                    return Ok(c);
+                }
+                Vec::new()
+            }
+            Err(e) => e.violations,
+        };
+        let found = duplicates();
+        Err(match (found.is_empty(), engine.is_empty()) {
+            (false, _) => found,
+            (true, false) => engine,
+            (true, true) => vec![Violation::new(
+                ViolationKind::DuplicateId,
+                "nodes",
+                "node names are repeated over nodes and node_refs",
+            )],
+        })
     }
 
     /// Number of candidate nodes, valid or not.

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use gpusched_api::v1;
-use gpusched_engine::{Node, Snapshot, Violation, ViolationKind};
+use gpusched_engine::{Node, Violation, ViolationKind};
 use prost::Message;
 
 use crate::call::State;
@@ -212,7 +212,7 @@ fn inventory_in(
         &settings.limits,
         violations,
     )? {
-        Ok(n) => Some(Value::Inventory(Arc::new(n))),
+        Ok(n) => Some(Value::Inventory(n)),
         Err(bad) => Some(Value::Invalid(bad)),
     }
 }
@@ -284,7 +284,7 @@ pub fn candidates_in(
             &settings.limits,
             &mut violations,
         ) {
-            Some(Ok(node)) => at.push(Slot::push(&mut shared, Arc::new(node))),
+            Some(Ok(node)) => at.push(Slot::push(&mut shared, node)),
             Some(Err(bad)) => at.push(Slot::push_invalid(&mut invalid, bad)),
             None => at.push(Slot::None),
         }
@@ -410,15 +410,18 @@ pub fn candidates_in(
     for (part, (hits, misses)) in [Part::Inventory, Part::Usage].into_iter().zip(tally) {
         state.node_cache.count(part, hits, misses);
     }
-    let names: Vec<&str> = at.iter().map(|a| a.name(&shared, &invalid)).collect();
-    violations.extend(convert::duplicate_names(&names, |k| {
-        if k < whole {
-            NodeAt::Whole(k).to_string()
-        } else {
-            NodeAt::Ref(k - whole).to_string()
-        }
-    }));
+    let duplicates = || {
+        let names: Vec<&str> = at.iter().map(|a| a.name(&shared, &invalid)).collect();
+        convert::duplicate_names(&names, |k| {
+            if k < whole {
+                NodeAt::Whole(k).to_string()
+            } else {
+                NodeAt::Ref(k - whole).to_string()
+            }
+        })
+    };
     if !violations.is_empty() {
+        violations.extend(duplicates());
         return Err(ServiceError::InvalidArgument(violations));
     }
     if !missing.is_empty() {
@@ -434,8 +437,7 @@ pub fn candidates_in(
             ),
         )]));
     }
-    let snapshot = Snapshot::from_nodes(shared)?;
-    Ok(Candidates::new(snapshot, invalid))
+    Candidates::unique(&shared, &invalid, duplicates).map_err(ServiceError::InvalidArgument)
 }
 
 /// Where a node of the request went: the valid nodes, the invalid ones, or neither (request
