@@ -3,6 +3,7 @@
 //! and the one log line per decision.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use gpusched_engine::Reason;
@@ -26,6 +27,8 @@ pub struct State {
     /// Converted node parts sent by reference (an optimisation; see `node_cache`).
     pub node_cache: crate::node_cache::NodeCache,
     permits: Semaphore,
+    /// Calls waiting for a permit now (bounded by `limits.max_queued_requests`).
+    queued: AtomicUsize,
 }
 
 impl State {
@@ -39,7 +42,45 @@ impl State {
             settings,
             metrics,
             permits,
+            queued: AtomicUsize::new(0),
         }
+    }
+
+    /// A decision slot: at once when one is free; else after waiting in the bounded queue at
+    /// most `limits.queue_timeout` and half of `remaining` (so a caller with a deadline reads
+    /// RESOURCE_EXHAUSTED and RetryInfo before its deadline, not DEADLINE_EXCEEDED); refused at
+    /// once when `limits.max_queued_requests` calls already wait.
+    async fn permit(
+        &self,
+        remaining: Duration,
+    ) -> Result<tokio::sync::SemaphorePermit<'_>, ServiceError> {
+        let limits = &self.settings.limits;
+        let busy = || ServiceError::Busy(limits.max_concurrent_requests);
+        match self.permits.try_acquire() {
+            Ok(p) => return Ok(p),
+            Err(tokio::sync::TryAcquireError::Closed) => return Err(ServiceError::ShuttingDown),
+            Err(tokio::sync::TryAcquireError::NoPermits) => {}
+        }
+        let queued = self.queued.fetch_add(1, Ordering::AcqRel);
+        let _leave = Leave(&self.queued);
+        if queued >= limits.max_queued_requests {
+            return Err(busy());
+        }
+        let wait = limits.queue_timeout.min(remaining / 2);
+        match tokio::time::timeout(wait, self.permits.acquire()).await {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(_)) => Err(ServiceError::ShuttingDown),
+            Err(_) => Err(busy()),
+        }
+    }
+}
+
+/// Leaves the queue when dropped (the call got its permit, gave up or was dropped).
+struct Leave<'a>(&'a AtomicUsize);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -158,15 +199,7 @@ where
     let blocking = cards >= limits.blocking_threshold_cards;
     let st = Arc::clone(&state);
     let outcome = async move {
-        let permit = match tokio::time::timeout(deadline, st.permits.acquire()).await {
-            Ok(Ok(p)) => p,
-            Ok(Err(_)) => return Err(ServiceError::ShuttingDown),
-            Err(_) => {
-                return Err(ServiceError::Busy(
-                    st.settings.limits.max_concurrent_requests,
-                ));
-            }
-        };
+        let permit = st.permit(deadline).await?;
         let remaining = deadline.saturating_sub(started.elapsed());
         let task = {
             let st = Arc::clone(&st);
@@ -248,8 +281,8 @@ where
             span.record("otel.status_description", status.message());
         }
     }
+    // Calls are counted by code in `edge` (the code the client reads, whatever failed).
     let metrics = &state.metrics;
-    metrics.observe_call(rpc, outcome_label, started.elapsed().as_secs_f64());
     if record.nodes > 0 {
         metrics.observe_nodes(rpc, record.nodes);
     }
