@@ -83,7 +83,10 @@ pub fn rpc_label(path: &str) -> &'static str {
         ("/gpusched.v1.PlacementService/Filter", "Filter"),
         ("/gpusched.v1.PlacementService/Score", "Score"),
         ("/gpusched.v1.PlacementService/Allocate", "Allocate"),
-        ("/gpusched.v1.PlacementService/AllocateBatch", "AllocateBatch"),
+        (
+            "/gpusched.v1.PlacementService/AllocateBatch",
+            "AllocateBatch",
+        ),
         (
             "/gpusched.v1.PlacementService/ValidateWorkload",
             "ValidateWorkload",
@@ -165,9 +168,7 @@ fn fix_codes(h: &mut HeaderMap) -> Option<Code> {
         .map(|m| m.replace("%20", " "))
         .unwrap_or_default();
     let fixed = match code {
-        Code::OutOfRange if message.contains("message length too large") => {
-            Code::ResourceExhausted
-        }
+        Code::OutOfRange if message.contains("message length too large") => Code::ResourceExhausted,
         Code::Internal
             if message.starts_with("failed to decode Protobuf message")
                 || message.starts_with("Unexpected EOF decoding stream")
@@ -196,8 +197,11 @@ impl Call {
     fn finish(&mut self, code: Code) {
         if !self.counted {
             self.counted = true;
-            self.metrics
-                .observe_call(self.rpc, outcome(code), self.started.elapsed().as_secs_f64());
+            self.metrics.observe_call(
+                self.rpc,
+                outcome(code),
+                self.started.elapsed().as_secs_f64(),
+            );
         }
     }
 }
@@ -275,6 +279,15 @@ where
             ))));
         }
         let deadline = deadline(req.headers(), self.cfg.request_timeout);
+        if deadline.is_zero() {
+            // Passed on arrival (a deadline within DEADLINE_MARGIN): no work is started.
+            call.finish(Code::DeadlineExceeded);
+            return Box::pin(std::future::ready(Ok(answer(
+                StatusCode::OK,
+                Code::DeadlineExceeded,
+                "deadline exceeded on arrival (the caller's grpc-timeout)",
+            ))));
+        }
         // The timer starts now, before tonic decodes the request: a slow body counts.
         let sleep = tokio::time::sleep(deadline);
         let fut = self.inner.call(req);
@@ -374,7 +387,10 @@ mod tests {
 
     #[test]
     fn labels_are_a_closed_set() {
-        assert_eq!(rpc_label("/gpusched.v1.PlacementService/Allocate"), "Allocate");
+        assert_eq!(
+            rpc_label("/gpusched.v1.PlacementService/Allocate"),
+            "Allocate"
+        );
         assert_eq!(rpc_label("/grpc.health.v1.Health/Check"), "Check");
         assert_eq!(rpc_label("/x/y"), "unknown");
         assert_eq!(rpc_label(&"/a".repeat(1000)), "unknown");
