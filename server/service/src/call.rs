@@ -306,3 +306,68 @@ where
     });
     result.map(tonic::Response::new)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(slots: usize, queue: usize) -> State {
+        let mut settings = crate::config::default_settings().expect("defaults");
+        settings.limits.max_concurrent_requests = slots;
+        settings.limits.max_queued_requests = queue;
+        settings.limits.queue_timeout = Duration::from_secs(3600);
+        State::new(settings, Arc::new(Metrics::new()))
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_sheds_at_once() {
+        let st = state(1, 0);
+        let held = st
+            .permit(Duration::from_secs(3600))
+            .await
+            .expect("free slot");
+        // No queue: refused without waiting (the timeouts above are an hour).
+        let e = st.permit(Duration::from_secs(3600)).await.unwrap_err();
+        assert_eq!(e, ServiceError::Busy(1));
+        drop(held);
+        assert!(st.permit(Duration::from_secs(3600)).await.is_ok());
+        assert_eq!(st.queued.load(Ordering::Acquire), 0);
+    }
+
+    #[tokio::test]
+    async fn a_queued_call_gets_the_slot_when_it_frees() {
+        let st = Arc::new(state(1, 1));
+        let held = st
+            .permit(Duration::from_secs(3600))
+            .await
+            .expect("free slot");
+        let waiter = {
+            let st = Arc::clone(&st);
+            tokio::spawn(async move { st.permit(Duration::from_secs(3600)).await.is_ok() })
+        };
+        while st.queued.load(Ordering::Acquire) == 0 {
+            tokio::task::yield_now().await;
+        }
+        // The queue (of one) is full: the next is shed at once.
+        assert_eq!(
+            st.permit(Duration::from_secs(3600)).await.unwrap_err(),
+            ServiceError::Busy(1)
+        );
+        drop(held);
+        assert!(waiter.await.expect("waiter"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_call_gives_up_at_half_its_deadline() {
+        let st = state(1, 8);
+        let _held = st
+            .permit(Duration::from_secs(3600))
+            .await
+            .expect("free slot");
+        let started = tokio::time::Instant::now();
+        let e = st.permit(Duration::from_secs(10)).await.unwrap_err();
+        assert_eq!(e, ServiceError::Busy(1));
+        // Paused clock: exactly the wait the rule gives, not a measurement.
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+    }
+}

@@ -26,7 +26,8 @@ impl InventoryApi {
     }
 }
 
-fn normalize(
+/// The synchronous work of `NormalizeInventory` (public for the fuzz targets).
+pub fn normalize(
     state: &State,
     req: v1::NormalizeInventoryRequest,
     record: &mut Record,

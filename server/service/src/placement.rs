@@ -74,7 +74,9 @@ fn card_count(nodes: &[v1::Node], refs: &[v1::NodeRef]) -> usize {
     nodes.iter().map(|n| n.cards.len()).sum::<usize>() + refs.len() * noderef::ASSUMED_CARDS_PER_REF
 }
 
-fn decide_filter(
+/// The synchronous decision of `Filter` (the handler runs it through `call::run`; public for
+/// the fuzz targets, which decide from raw bytes exactly as the service does).
+pub fn decide_filter(
     state: &State,
     req: v1::FilterRequest,
     record: &mut Record,
@@ -113,7 +115,9 @@ fn decide_filter(
     within_limit(response, state.settings.limits.max_message_bytes)
 }
 
-fn decide_score(
+/// The synchronous decision of `Score` (the handler runs it through `call::run`; public for
+/// the fuzz targets, which decide from raw bytes exactly as the service does).
+pub fn decide_score(
     state: &State,
     req: v1::ScoreRequest,
     record: &mut Record,
@@ -158,7 +162,9 @@ fn allocation_result(a: &engine::Allocation) -> &'static str {
     }
 }
 
-fn decide_allocate(
+/// The synchronous decision of `Allocate` (the handler runs it through `call::run`; public for
+/// the fuzz targets, which decide from raw bytes exactly as the service does).
+pub fn decide_allocate(
     state: &State,
     req: v1::AllocateRequest,
     record: &mut Record,
@@ -196,7 +202,9 @@ fn decide_allocate(
     )
 }
 
-fn decide_batch(
+/// The synchronous decision of `AllocateBatch` (the handler runs it through `call::run`; public for
+/// the fuzz targets, which decide from raw bytes exactly as the service does).
+pub fn decide_batch(
     state: &State,
     req: v1::AllocateBatchRequest,
     record: &mut Record,
@@ -312,7 +320,9 @@ fn decide_batch(
     )
 }
 
-fn decide_validate(
+/// The synchronous decision of `ValidateWorkload` (the handler runs it through `call::run`; public for
+/// the fuzz targets, which decide from raw bytes exactly as the service does).
+pub fn decide_validate(
     state: &State,
     req: v1::ValidateWorkloadRequest,
     record: &mut Record,
