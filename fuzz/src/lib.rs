@@ -44,7 +44,11 @@ fn state() -> &'static State {
 /// An error answer stays bounded whatever the input: message, details and headers.
 fn check_error(e: ServiceError) {
     let status: tonic::Status = e.into();
-    assert!(status.message().len() <= MAX_MESSAGE, "{}", status.message());
+    assert!(
+        status.message().len() <= MAX_MESSAGE,
+        "{}",
+        status.message()
+    );
     let mut headers = http::HeaderMap::new();
     status.add_header(&mut headers).unwrap();
     let bytes: usize = headers
