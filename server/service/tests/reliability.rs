@@ -554,7 +554,12 @@ fn unknown_variables_stop_start_up_naming_them() {
         "GPUSCHED_SERVER_LIMITS_MAX_NODES",
         "GPUSCHED_LIMTS__MAX_NODES",
     ] {
-        let out = server_bin().env(var, "5").output().unwrap();
+        // --print-config: a server that ignored the variable would print and exit 0.
+        let out = server_bin()
+            .env(var, "5")
+            .arg("--print-config")
+            .output()
+            .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{var}: {stderr}");
         assert!(
