@@ -46,8 +46,8 @@ pub enum ServiceError {
     Internal(String),
 }
 
-/// The violations as one line for the status message and logs: each clipped to
-/// [`MAX_ECHO`] bytes, the line to [`MAX_MESSAGE`] bytes, the rest counted ("; and 7 more").
+/// The violations as one line for the status message and logs: each clipped to half of
+/// [`MAX_MESSAGE`] bytes, the line to [`MAX_MESSAGE`] bytes, the rest counted ("; and 7 more").
 fn join(v: &[Violation]) -> String {
     let mut out = String::new();
     for (i, x) in v.iter().enumerate() {
@@ -56,6 +56,7 @@ fn join(v: &[Violation]) -> String {
             clip(&x.field, MAX_ECHO),
             clip(&x.description, MAX_ECHO)
         );
+        let item = clip(&item, MAX_MESSAGE / 2);
         // Room for the "; and N more" tail.
         if i > 0 && out.len() + item.len() + 2 > MAX_MESSAGE - 24 {
             out.push_str(&format!("; and {} more", v.len() - i));
@@ -73,7 +74,7 @@ fn join(v: &[Violation]) -> String {
 /// more entry says how many were left out.
 pub const MAX_LISTED: usize = 20;
 /// Bytes of one echoed field, description or subject in an error answer.
-pub const MAX_ECHO: usize = 160;
+pub const MAX_ECHO: usize = 256;
 /// Bytes of an error message (the service's part; `grpc-message` percent-encodes it, at most
 /// tripling non-ASCII bytes).
 pub const MAX_MESSAGE: usize = 512;
@@ -235,7 +236,7 @@ impl From<ServiceError> for Status {
             }
             ServiceError::Missing(m) => {
                 // Clients resend the listed parts inline and call again: a long list takes
-                // several rounds (ErrorInfo `missingCount` says how many are missing in all).
+                // several rounds (the `MORE` entry says how many were not listed).
                 let mut d = ErrorDetails::new();
                 let (listed, omitted) = bounded(m, |x| x.field.len().min(MAX_ECHO) + 160);
                 for x in listed {
@@ -252,14 +253,6 @@ impl From<ServiceError> for Status {
                 if omitted > 0 {
                     d.add_precondition_failure_violation("MORE", "", more(omitted));
                 }
-                d.set_error_info(
-                    "NODE_PARTS_MISSING",
-                    ERROR_DOMAIN,
-                    HashMap::from([
-                        ("missingCount".to_owned(), m.len().to_string()),
-                        ("listedCount".to_owned(), listed.len().to_string()),
-                    ]),
-                );
                 d
             }
             ServiceError::TooLarge(v) => {
@@ -446,9 +439,14 @@ mod tests {
             .filter(|v| v.r#type == "MISSING")
             .count();
         assert!((1..=MAX_LISTED).contains(&listed), "{listed}");
-        let info = d.error_info().expect("info");
-        assert_eq!(info.metadata["missingCount"], "10000");
-        assert_eq!(info.metadata["listedCount"], listed.to_string());
+        let more = pf.violations.last().expect("entries");
+        assert_eq!(more.r#type, "MORE");
+        assert!(
+            more.description
+                .starts_with(&format!("and {} more", 10_000 - listed)),
+            "{}",
+            more.description
+        );
         assert!(header_bytes(s) < 8 * 1024);
     }
 
