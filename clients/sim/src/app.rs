@@ -90,6 +90,8 @@ impl InProcess {
             ("metrics.enabled", "false"),
             ("limits.max_message_bytes", "268435456"),
             ("limits.request_timeout", "300s"),
+            // In-process: no load balancer to tell before stopping.
+            ("limits.shutdown_grace", "0s"),
         ];
         let settings = gpusched_service::config::SPEC
             .load_pairs::<gpusched_service::FileConfig>(None, &[], &flags)?

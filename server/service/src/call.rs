@@ -3,6 +3,7 @@
 //! and the one log line per decision.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use gpusched_engine::Reason;
@@ -28,6 +29,8 @@ pub struct State {
     /// Candidate sets kept by digest (an optimisation; see `set_cache`).
     pub node_sets: crate::set_cache::SetCache,
     permits: Semaphore,
+    /// Calls waiting for a permit now (bounded by `limits.max_queued_requests`).
+    queued: AtomicUsize,
 }
 
 impl State {
@@ -44,7 +47,45 @@ impl State {
             settings,
             metrics,
             permits,
+            queued: AtomicUsize::new(0),
         }
+    }
+
+    /// A decision slot: at once when one is free; else after waiting in the bounded queue at
+    /// most `limits.queue_timeout` and half of `remaining` (so a caller with a deadline reads
+    /// RESOURCE_EXHAUSTED and RetryInfo before its deadline, not DEADLINE_EXCEEDED); refused at
+    /// once when `limits.max_queued_requests` calls already wait.
+    async fn permit(
+        &self,
+        remaining: Duration,
+    ) -> Result<tokio::sync::SemaphorePermit<'_>, ServiceError> {
+        let limits = &self.settings.limits;
+        let busy = || ServiceError::Busy(limits.max_concurrent_requests);
+        match self.permits.try_acquire() {
+            Ok(p) => return Ok(p),
+            Err(tokio::sync::TryAcquireError::Closed) => return Err(ServiceError::ShuttingDown),
+            Err(tokio::sync::TryAcquireError::NoPermits) => {}
+        }
+        let queued = self.queued.fetch_add(1, Ordering::AcqRel);
+        let _leave = Leave(&self.queued);
+        if queued >= limits.max_queued_requests {
+            return Err(busy());
+        }
+        let wait = limits.queue_timeout.min(remaining / 2);
+        match tokio::time::timeout(wait, self.permits.acquire()).await {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(_)) => Err(ServiceError::ShuttingDown),
+            Err(_) => Err(busy()),
+        }
+    }
+}
+
+/// Leaves the queue when dropped (the call got its permit, gave up or was dropped).
+struct Leave<'a>(&'a AtomicUsize);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -163,15 +204,7 @@ where
     let blocking = cards >= limits.blocking_threshold_cards;
     let st = Arc::clone(&state);
     let outcome = async move {
-        let permit = match tokio::time::timeout(deadline, st.permits.acquire()).await {
-            Ok(Ok(p)) => p,
-            Ok(Err(_)) => return Err(ServiceError::ShuttingDown),
-            Err(_) => {
-                return Err(ServiceError::Busy(
-                    st.settings.limits.max_concurrent_requests,
-                ));
-            }
-        };
+        let permit = st.permit(deadline).await?;
         let remaining = deadline.saturating_sub(started.elapsed());
         let task = {
             let st = Arc::clone(&st);
@@ -253,8 +286,8 @@ where
             span.record("otel.status_description", status.message());
         }
     }
+    // Calls are counted by code in `edge` (the code the client reads, whatever failed).
     let metrics = &state.metrics;
-    metrics.observe_call(rpc, outcome_label, started.elapsed().as_secs_f64());
     if record.nodes > 0 {
         metrics.observe_nodes(rpc, record.nodes);
     }
@@ -277,4 +310,69 @@ where
         Err(e) => tracing::debug!(rpc, error = %e.message(), code = ?e.code(), "call failed"),
     });
     result.map(tonic::Response::new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(slots: usize, queue: usize) -> State {
+        let mut settings = crate::config::default_settings().expect("defaults");
+        settings.limits.max_concurrent_requests = slots;
+        settings.limits.max_queued_requests = queue;
+        settings.limits.queue_timeout = Duration::from_secs(3600);
+        State::new(settings, Arc::new(Metrics::new()))
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_sheds_at_once() {
+        let st = state(1, 0);
+        let held = st
+            .permit(Duration::from_secs(3600))
+            .await
+            .expect("free slot");
+        // No queue: refused without waiting (the timeouts above are an hour).
+        let e = st.permit(Duration::from_secs(3600)).await.unwrap_err();
+        assert_eq!(e, ServiceError::Busy(1));
+        drop(held);
+        assert!(st.permit(Duration::from_secs(3600)).await.is_ok());
+        assert_eq!(st.queued.load(Ordering::Acquire), 0);
+    }
+
+    #[tokio::test]
+    async fn a_queued_call_gets_the_slot_when_it_frees() {
+        let st = Arc::new(state(1, 1));
+        let held = st
+            .permit(Duration::from_secs(3600))
+            .await
+            .expect("free slot");
+        let waiter = {
+            let st = Arc::clone(&st);
+            tokio::spawn(async move { st.permit(Duration::from_secs(3600)).await.is_ok() })
+        };
+        while st.queued.load(Ordering::Acquire) == 0 {
+            tokio::task::yield_now().await;
+        }
+        // The queue (of one) is full: the next is shed at once.
+        assert_eq!(
+            st.permit(Duration::from_secs(3600)).await.unwrap_err(),
+            ServiceError::Busy(1)
+        );
+        drop(held);
+        assert!(waiter.await.expect("waiter"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_call_gives_up_at_half_its_deadline() {
+        let st = state(1, 8);
+        let _held = st
+            .permit(Duration::from_secs(3600))
+            .await
+            .expect("free slot");
+        let started = tokio::time::Instant::now();
+        let e = st.permit(Duration::from_secs(10)).await.unwrap_err();
+        assert_eq!(e, ServiceError::Busy(1));
+        // Paused clock: exactly the wait the rule gives, not a measurement.
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+    }
 }

@@ -98,8 +98,16 @@ pub struct LimitsConfig {
     /// Server-side time limit per call (the caller's deadline applies when shorter).
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
-    /// Calls decided at the same time; others wait (up to their deadline).
+    /// Calls decided at the same time; others wait in a bounded queue.
     pub max_concurrent_requests: NonZeroUsize,
+    /// Calls waiting for a decision slot at once; more are refused at once.
+    pub max_queued_requests: usize,
+    /// Longest wait for a decision slot (at most half the call's remaining deadline too).
+    #[serde(with = "humantime_serde")]
+    pub queue_timeout: Duration,
+    /// Graceful stop: how long health answers NOT_SERVING before the listener closes.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
     /// Requests with at least this many cards run on the blocking pool, off the async workers.
     pub blocking_threshold_cards: usize,
     /// Graceful stop: how long in-flight calls and open streams may run before they are cut.
@@ -298,6 +306,12 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// Concurrent decisions.
     pub max_concurrent_requests: usize,
+    /// Calls waiting for a decision slot at once.
+    pub max_queued_requests: usize,
+    /// Longest wait for a decision slot.
+    pub queue_timeout: Duration,
+    /// NOT_SERVING period before the listener closes on a graceful stop.
+    pub shutdown_grace: Duration,
     /// Cards from which a request runs on the blocking pool.
     pub blocking_threshold_cards: usize,
     /// Graceful stop limit.
@@ -374,6 +388,9 @@ impl FileConfig {
             max_containers: l.max_containers.get(),
             request_timeout: nonzero_duration("limits.request_timeout", l.request_timeout)?,
             max_concurrent_requests: l.max_concurrent_requests.get(),
+            max_queued_requests: l.max_queued_requests,
+            queue_timeout: l.queue_timeout,
+            shutdown_grace: l.shutdown_grace,
             blocking_threshold_cards: l.blocking_threshold_cards,
             drain_timeout: l.drain_timeout,
         };

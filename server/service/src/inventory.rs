@@ -26,7 +26,8 @@ impl InventoryApi {
     }
 }
 
-fn normalize(
+/// The synchronous work of `NormalizeInventory` (public for the fuzz targets).
+pub fn normalize(
     state: &State,
     req: v1::NormalizeInventoryRequest,
     record: &mut Record,
@@ -59,15 +60,18 @@ fn normalize(
         pair_scores,
         skipped,
     } = inv;
-    Ok(v1::NormalizeInventoryResponse {
-        cards: cards.iter().map(convert::card_out).collect(),
-        pair_scores: convert::pairs_out(&pair_scores),
-        skipped: skipped
-            .into_iter()
-            .map(|(uuid, reason)| v1::SkippedCard { uuid, reason })
-            .collect(),
-        effective_config: Some(convert::normalization_out(&config)),
-    })
+    crate::error::within_limit(
+        v1::NormalizeInventoryResponse {
+            cards: cards.iter().map(convert::card_out).collect(),
+            pair_scores: convert::pairs_out(&pair_scores),
+            skipped: skipped
+                .into_iter()
+                .map(|(uuid, reason)| v1::SkippedCard { uuid, reason })
+                .collect(),
+            effective_config: Some(convert::normalization_out(&config)),
+        },
+        limits.max_message_bytes,
+    )
 }
 
 #[tonic::async_trait]

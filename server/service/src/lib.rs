@@ -4,9 +4,11 @@
 //! [`gpusched_engine`], with health, reflection, limits, metrics, traces and TLS. This crate is
 //! the only Rust code that knows protobuf and the engine at once.
 
+pub mod accept;
 pub mod call;
 pub mod config;
 pub mod convert;
+pub mod edge;
 pub mod error;
 pub mod inventory;
 pub mod metrics;

@@ -9,7 +9,7 @@ use gpusched_engine::{BatchMode, DecideOptions, Snapshot, Workload};
 use tonic::{Request, Response, Status};
 
 use crate::call::{Record, State, run};
-use crate::error::ServiceError;
+use crate::error::{ServiceError, within_limit};
 use crate::{convert, noderef, nodeset};
 
 const SERVICE: &str = "gpusched.v1.PlacementService";
@@ -80,7 +80,9 @@ fn card_count(nodes: &[v1::Node], refs: &[v1::NodeRef], set: Option<&v1::NodeSet
         + refs.len().saturating_add(base) * noderef::ASSUMED_CARDS_PER_REF
 }
 
-fn decide_filter(
+/// The synchronous decision of `Filter` (the handler runs it through `call::run`; public for
+/// the fuzz targets, which decide from raw bytes exactly as the service does).
+pub fn decide_filter(
     state: &State,
     req: v1::FilterRequest,
     record: &mut Record,
@@ -110,16 +112,19 @@ fn decide_filter(
         .filter_map(|f| s.node(f.node).map(|n| n.name().to_owned()))
         .collect();
     names.sort();
-    Ok(v1::FilterResponse {
+    let response = v1::FilterResponse {
         feasible_node_names: names,
         failed_nodes: convert::failed_out(&s, &w, &e.failed),
         effective_policy: Some(convert::effective_out(&w)),
         requests_gpu: e.requests_gpu,
         explanations: convert::explanations_out(&s, &w, &e.explanations),
-    })
+    };
+    within_limit(response, state.settings.limits.max_message_bytes)
 }
 
-fn decide_score(
+/// The synchronous decision of `Score` (the handler runs it through `call::run`; public for
+/// the fuzz targets, which decide from raw bytes exactly as the service does).
+pub fn decide_score(
     state: &State,
     req: v1::ScoreRequest,
     record: &mut Record,
@@ -143,7 +148,7 @@ fn decide_score(
         "feasible"
     };
     record.decision = true;
-    Ok(v1::ScoreResponse {
+    let response = v1::ScoreResponse {
         scores: e
             .feasible
             .iter()
@@ -153,7 +158,8 @@ fn decide_score(
         effective_policy: Some(convert::effective_out(&w)),
         requests_gpu: e.requests_gpu,
         explanations: convert::explanations_out(&s, &w, &e.explanations),
-    })
+    };
+    within_limit(response, state.settings.limits.max_message_bytes)
 }
 
 fn allocation_result(a: &engine::Allocation) -> &'static str {
@@ -164,7 +170,9 @@ fn allocation_result(a: &engine::Allocation) -> &'static str {
     }
 }
 
-fn decide_allocate(
+/// The synchronous decision of `Allocate` (the handler runs it through `call::run`; public for
+/// the fuzz targets, which decide from raw bytes exactly as the service does).
+pub fn decide_allocate(
     state: &State,
     req: v1::AllocateRequest,
     record: &mut Record,
@@ -195,12 +203,17 @@ fn decide_allocate(
     record.decision = true;
     let result = convert::allocation_out(&s, &w, &a, false);
     record.chosen = (!result.node_name.is_empty()).then(|| result.node_name.clone());
-    Ok(v1::AllocateResponse {
-        result: Some(result),
-    })
+    within_limit(
+        v1::AllocateResponse {
+            result: Some(result),
+        },
+        state.settings.limits.max_message_bytes,
+    )
 }
 
-fn decide_batch(
+/// The synchronous decision of `AllocateBatch` (the handler runs it through `call::run`; public for
+/// the fuzz targets, which decide from raw bytes exactly as the service does).
+pub fn decide_batch(
     state: &State,
     req: v1::AllocateBatchRequest,
     record: &mut Record,
@@ -283,26 +296,43 @@ fn decide_batch(
         "unschedulable"
     };
     record.decision = true;
-    let results = out
-        .items
-        .iter()
-        .zip(&parsed)
-        .map(|(item, w)| {
-            convert::allocation_out(&out.snapshot, w, &item.allocation, item.rolled_back)
-        })
-        .collect();
-    Ok(v1::AllocateBatchResponse {
-        results,
-        all_placed: out.all_placed,
-        updated_nodes: if return_updated_nodes {
-            out.snapshot.nodes().map(convert::node_out).collect()
-        } else {
-            Vec::new()
+    // Converted one result at a time, the size counted as it grows: an answer over the limit
+    // stops at the first result that crosses it, not after all of them are built.
+    let limit = settings.limits.max_message_bytes;
+    let mut bytes = 0usize;
+    let mut results = Vec::with_capacity(out.items.len());
+    for (item, w) in out.items.iter().zip(&parsed) {
+        let r = convert::allocation_out(&out.snapshot, w, &item.allocation, item.rolled_back);
+        bytes += prost::encoding::message::encoded_len(1, &r);
+        if bytes > limit {
+            return Err(crate::error::answer_too_large(bytes, limit));
+        }
+        results.push(r);
+    }
+    let mut updated_nodes = Vec::new();
+    if return_updated_nodes {
+        for n in out.snapshot.nodes() {
+            let n = convert::node_out(n);
+            bytes += prost::encoding::message::encoded_len(3, &n);
+            if bytes > limit {
+                return Err(crate::error::answer_too_large(bytes, limit));
+            }
+            updated_nodes.push(n);
+        }
+    }
+    within_limit(
+        v1::AllocateBatchResponse {
+            results,
+            all_placed: out.all_placed,
+            updated_nodes,
         },
-    })
+        limit,
+    )
 }
 
-fn decide_validate(
+/// The synchronous decision of `ValidateWorkload` (the handler runs it through `call::run`; public for
+/// the fuzz targets, which decide from raw bytes exactly as the service does).
+pub fn decide_validate(
     state: &State,
     req: v1::ValidateWorkloadRequest,
     record: &mut Record,
