@@ -3,7 +3,7 @@
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, filter};
@@ -30,6 +30,23 @@ pub enum TelemetryError {
 #[derive(Debug)]
 pub struct TelemetryGuard {
     provider: Option<SdkTracerProvider>,
+    tracer: Option<SdkTracer>,
+}
+
+impl TelemetryGuard {
+    /// The OpenTelemetry tracer of the pipeline (same resource, sampler and exporter as the
+    /// `tracing` spans), when traces are on: for spans whose trace id the binary chooses
+    /// itself, which `tracing` spans cannot do (e.g. `gpusched-kube`'s one trace per pod).
+    pub fn tracer(&self) -> Option<SdkTracer> {
+        self.tracer.clone()
+    }
+
+    /// Exports the spans ended so far now instead of at the next batch.
+    pub fn force_flush(&self) {
+        if let Some(p) = &self.provider {
+            let _ = p.force_flush();
+        }
+    }
 }
 
 impl Drop for TelemetryGuard {
@@ -93,6 +110,7 @@ pub fn init(t: &Telemetry, span_target: &'static str) -> Result<TelemetryGuard, 
             .boxed(),
     };
     let mut provider = None;
+    let mut tracer_out = None;
     let otel = match &t.otlp_endpoint {
         None => None,
         Some(endpoint) => {
@@ -113,6 +131,7 @@ pub fn init(t: &Telemetry, span_target: &'static str) -> Result<TelemetryGuard, 
                 .with_resource(resource(t))
                 .build();
             let tracer = p.tracer(t.service_name.clone());
+            tracer_out = Some(tracer.clone());
             provider = Some(p);
             let spans = filter::Targets::new().with_target(span_target, tracing::Level::INFO);
             Some(
@@ -132,5 +151,8 @@ pub fn init(t: &Telemetry, span_target: &'static str) -> Result<TelemetryGuard, 
         .with(otel)
         .try_init()
         .map_err(|e| TelemetryError::Subscriber(e.to_string()))?;
-    Ok(TelemetryGuard { provider })
+    Ok(TelemetryGuard {
+        provider,
+        tracer: tracer_out,
+    })
 }
