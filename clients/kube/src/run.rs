@@ -167,6 +167,8 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         Some((l, _)) => l.local_addr()?.to_string(),
         None => "off".to_owned(),
     };
+    // Handlers installed before the start-up line: a SIGTERM right after it is graceful.
+    let stop = gpusched_runtime::shutdown::signal();
     println!("gpusched-kube listening extender={ext_addr} webhook={webhook_text}");
     tracing::info!(extender = %ext_addr, webhook = %webhook_text, "serving");
 
@@ -206,7 +208,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         tasks.spawn(async move { listener.serve(router, rx, Duration::from_secs(10)).await });
     }
 
-    gpusched_runtime::shutdown::signal().await;
+    stop.await;
     tracing::info!("shutting down: releasing the lease, draining connections");
     let _ = shutdown_tx.send(true);
     if let Some(t) = leader_task {
