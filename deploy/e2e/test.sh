@@ -5,8 +5,9 @@
 # policies of deploy/ are applied to the apiserver (and every manifest is validated server-side),
 # gpusched-kube runs with a ServiceAccount token bound only by that RBAC, then
 # clients/kube/tests/e2e/ runs
-# the scenarios (admission, forged decisions, fail closed, seed stories, weights, mutex, bursts,
-# restart, two replicas).
+# the scenarios (admission, forged decisions, fail closed, seed stories, weights, mutex, traces,
+# bursts, restart, two replicas).
+# Jaeger (built by build-jaeger.sh, cached) receives both binaries' traces over OTLP.
 #
 #   deploy/e2e/test.sh                 # called by scripts/test.sh (stage e2e)
 #
@@ -16,7 +17,8 @@
 #      E2E_RELEASE=1 (optimised gpusched-server and gpusched-kube, for the throughput numbers),
 #      GPUSCHED_SERVER_BIN (a prebuilt gpusched-server instead of the one built here),
 #      E2E_SHIM_LOG (gpusched-kube log filter, default info),
-#      E2E_FILTER (comma list: run only the scenarios whose name contains one of them).
+#      E2E_FILTER (comma list: run only the scenarios whose name contains one of them),
+#      E2E_TRACES=0 (no Jaeger, traces off, the traces scenario skipped).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -37,13 +39,15 @@ free_port() {
 }
 
 SERVER_PID=""
+JAEGER_PID=""
 cleanup() {
   local rc=$?
   if [[ "${E2E_KEEP:-0}" == 1 ]]; then
-    log "E2E_KEEP=1: leaving the cluster ($CLUSTER) and gpusched-server (pid $SERVER_PID) running"
+    log "E2E_KEEP=1: leaving the cluster ($CLUSTER), gpusched-server (pid $SERVER_PID) and Jaeger (pid ${JAEGER_PID:-none}, query ${E2E_JAEGER_QUERY:-off}) running"
     exit $rc
   fi
   if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then kill -TERM "$SERVER_PID" 2>/dev/null || true; fi
+  if [[ -n "$JAEGER_PID" ]] && kill -0 "$JAEGER_PID" 2>/dev/null; then kill -TERM "$JAEGER_PID" 2>/dev/null || true; fi
   "$HERE/cluster-down.sh" "$CLUSTER" >/dev/null 2>&1 || true
   if (( rc != 0 )); then
     log "logs: $WORK/*.log, $CLUSTER/logs/"
@@ -95,8 +99,32 @@ KUBE_SCHEDULER_CONFIG="$WORK/scheduler-config.yaml" "$HERE/cluster-up.sh" "$CLUS
 # shellcheck disable=SC1091
 . "$CLUSTER/env.sh"
 
+# ---- Jaeger: the service's and the shim's traces (OTLP/gRPC), read back through its query API --------
+SERVER_ENV=()
+if [[ "${E2E_TRACES:-1}" != 0 ]]; then
+  JAEGER_BIN="$("$HERE/build-jaeger.sh" | tail -n1)"
+  JAEGER_OTLP_GRPC_PORT="$(free_port)"; JAEGER_QUERY_PORT="$(free_port)"
+  JAEGER_QUERY_GRPC_PORT="$(free_port)"; JAEGER_HEALTH_PORT="$(free_port)"
+  export JAEGER_OTLP_GRPC_PORT JAEGER_QUERY_PORT JAEGER_QUERY_GRPC_PORT JAEGER_HEALTH_PORT
+  "$JAEGER_BIN" --config "$HERE/jaeger.yaml" >"$WORK/jaeger.log" 2>&1 &
+  JAEGER_PID=$!
+  for _ in $(seq 100); do
+    curl -fsS "http://127.0.0.1:$JAEGER_HEALTH_PORT/status" 2>/dev/null | grep -q '"healthy":true' && break
+    kill -0 "$JAEGER_PID" 2>/dev/null || die "Jaeger exited: $(tail -n 20 "$WORK/jaeger.log")"
+    sleep 0.2
+  done
+  curl -fsS "http://127.0.0.1:$JAEGER_HEALTH_PORT/status" 2>/dev/null | grep -q '"healthy":true' ||
+    die "Jaeger not healthy: $(tail -n 20 "$WORK/jaeger.log")"
+  OTLP="http://127.0.0.1:$JAEGER_OTLP_GRPC_PORT"
+  export E2E_JAEGER_QUERY="127.0.0.1:$JAEGER_QUERY_PORT"
+  # Each binary's own OTLP key; spans batched every 500 ms instead of 5 s.
+  SERVER_ENV=("GPUSCHED_SERVER_TELEMETRY__OTLP_ENDPOINT=$OTLP" OTEL_BSP_SCHEDULE_DELAY=500)
+  export GPUSCHED_KUBE_TELEMETRY__OTLP_ENDPOINT="$OTLP" OTEL_BSP_SCHEDULE_DELAY=500
+  log "Jaeger $("$JAEGER_BIN" version 2>/dev/null | sed -n 's/.*"gitVersion":"\([^"]*\)".*/\1/p'): OTLP $OTLP, query http://$E2E_JAEGER_QUERY"
+fi
+
 # ---- gpusched-server -------------------------------------------------------------------------------
-"$SERVER_BIN" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 >"$WORK/server.out" 2>"$WORK/server.log" &
+env "${SERVER_ENV[@]}" "$SERVER_BIN" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 >"$WORK/server.out" 2>"$WORK/server.log" &
 SERVER_PID=$!
 SERVICE_ADDR=""
 for _ in $(seq 100); do

@@ -9,11 +9,14 @@ use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{Api, Resource};
+use opentelemetry::KeyValue;
+use opentelemetry::context::FutureExt as _;
 
 use crate::answer::{filter_error, filter_result, invalid_pod, pass_all, priorities};
 use crate::extender_v1::{ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority};
 use crate::leader::Leadership;
 use crate::metrics::{ExtenderCall, ExtenderOutcome, Metrics};
+use crate::traces::{PodRef, PodTraces};
 use crate::translate;
 use crate::view::{Assumed, ClusterView};
 
@@ -47,6 +50,8 @@ pub struct Shim {
     pub reserve: bool,
     /// Metric families (served through [`Shim::registry`]).
     pub metrics: Metrics,
+    /// The extender calls' spans, one trace per pod (see [`crate::traces`]).
+    pub traces: PodTraces,
 }
 
 impl std::fmt::Debug for Shim {
@@ -154,7 +159,12 @@ impl Shim {
     /// `/filter`: every feasible candidate, and why the others fail.
     pub async fn filter(&self, args: &ExtenderArgs) -> ExtenderFilterResult {
         let start = Instant::now();
-        let r = self.filter_inner(args).await;
+        let span = self.traces.start(
+            ExtenderCall::Filter,
+            PodRef::of(args.pod.as_ref()),
+            vec![candidates_attribute(args)],
+        );
+        let r = self.filter_inner(args).with_context(span.context()).await;
         let outcome = if r.error.is_empty() {
             ExtenderOutcome::Ok
         } else {
@@ -162,14 +172,20 @@ impl Shim {
         };
         self.metrics
             .extender(ExtenderCall::Filter, outcome, start.elapsed().as_secs_f64());
+        let feasible = r.node_names.as_ref().map_or(0, Vec::len);
         tracing::debug!(
             pod = ?args.pod.as_ref().and_then(|p| p.metadata.name.as_deref()),
-            feasible = r.node_names.as_ref().map_or(0, Vec::len),
+            feasible,
             us = start.elapsed().as_micros() as u64, "filter"
         );
         if !r.error.is_empty() {
-            tracing::info!(error = %r.error, "filter error");
+            tracing::info!(error = %r.error, trace_id = %span.trace_id(), "filter error");
         }
+        span.set(vec![KeyValue::new(
+            "gpusched.feasible_nodes",
+            i64::try_from(feasible).unwrap_or(i64::MAX),
+        )]);
+        span.end(outcome, Some(r.error.as_str()).filter(|e| !e.is_empty()));
         r
     }
 
@@ -230,7 +246,15 @@ impl Shim {
     /// `/prioritize`: the service's node scores on the extender's 0..10 scale.
     pub async fn prioritize(&self, args: &ExtenderArgs) -> Result<Vec<HostPriority>, String> {
         let start = Instant::now();
-        let r = self.prioritize_inner(args).await;
+        let span = self.traces.start(
+            ExtenderCall::Prioritize,
+            PodRef::of(args.pod.as_ref()),
+            vec![candidates_attribute(args)],
+        );
+        let r = self
+            .prioritize_inner(args)
+            .with_context(span.context())
+            .await;
         let outcome = if r.is_ok() {
             ExtenderOutcome::Ok
         } else {
@@ -245,6 +269,12 @@ impl Shim {
             pod = ?args.pod.as_ref().and_then(|p| p.metadata.name.as_deref()),
             us = start.elapsed().as_micros() as u64, "prioritize"
         );
+        if let Ok(list) = &r
+            && let Some(top) = list.iter().max_by_key(|h| h.score)
+        {
+            span.set(vec![KeyValue::new("gpusched.top_node", top.host.clone())]);
+        }
+        span.end(outcome, r.as_ref().err().map(String::as_str));
         r
     }
 
@@ -330,7 +360,16 @@ impl Shim {
     /// decision are written atomically, so no crash can leave one without the other.
     pub async fn bind(&self, args: &ExtenderBindingArgs) -> BindOutcome {
         let start = Instant::now();
-        let out = self.bind_inner(args).await;
+        let span = self.traces.start(
+            ExtenderCall::Bind,
+            PodRef {
+                namespace: &args.pod_namespace,
+                name: &args.pod_name,
+                uid: &args.pod_uid,
+            },
+            vec![KeyValue::new("k8s.node.name", args.node.clone())],
+        );
+        let out = self.bind_inner(args).with_context(span.context()).await;
         let outcome = match &out {
             BindOutcome::Bound {
                 devices: Some(_), ..
@@ -345,18 +384,26 @@ impl Shim {
                 tracing::info!(
                     pod = %args.pod_name, namespace = %args.pod_namespace, node = %node,
                     devices = devices.as_deref().unwrap_or(""),
-                    ms = start.elapsed().as_millis() as u64, "bound"
+                    ms = start.elapsed().as_millis() as u64, trace_id = %span.trace_id(), "bound"
                 );
+                if let Some(d) = devices {
+                    span.set(vec![KeyValue::new("gpusched.devices", d.clone())]);
+                }
             }
             BindOutcome::Failed(e) => {
                 self.view.forget_reservation(&args.pod_uid);
                 tracing::warn!(
                     pod = %args.pod_name, namespace = %args.pod_namespace, node = %args.node,
-                    error = %e, "bind failed"
+                    error = %e, trace_id = %span.trace_id(), "bind failed"
                 );
                 self.publish_failure(args, e);
             }
         }
+        let error = match &out {
+            BindOutcome::Failed(e) => Some(e.as_str()),
+            BindOutcome::Bound { .. } => None,
+        };
+        span.end(outcome, error);
         out
     }
 
@@ -524,6 +571,23 @@ impl Shim {
             }
         }
     }
+}
+
+/// `gpusched.candidate_nodes`: how many nodes kube-scheduler offered.
+fn candidates_attribute(args: &ExtenderArgs) -> KeyValue {
+    let n = match &args.node_names {
+        Some(names) => names.len(),
+        None => args
+            .nodes
+            .as_ref()
+            .and_then(|l| l.get("items"))
+            .and_then(|i| i.as_array())
+            .map_or(0, Vec::len),
+    };
+    KeyValue::new(
+        "gpusched.candidate_nodes",
+        i64::try_from(n).unwrap_or(i64::MAX),
+    )
 }
 
 /// Creates the pod's Binding (with the uid as precondition), carrying annotations and labels

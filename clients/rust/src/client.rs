@@ -43,6 +43,19 @@ impl Injector for MetadataInjector<'_> {
     }
 }
 
+/// The trace context a call carries: the current `tracing` span's when it has an OpenTelemetry
+/// span, otherwise OpenTelemetry's current context (a span the caller made with the
+/// OpenTelemetry API and attached, e.g. with `opentelemetry::context::FutureExt::with_context`).
+fn current_context() -> opentelemetry::Context {
+    use opentelemetry::trace::TraceContextExt as _;
+    let cx = tracing::Span::current().context();
+    if cx.span().span_context().is_valid() {
+        cx
+    } else {
+        opentelemetry::Context::current()
+    }
+}
+
 impl Client {
     pub(crate) fn new(
         placement: PlacementServiceClient<Channel>,
@@ -174,15 +187,16 @@ impl Client {
         }
     }
 
-    /// A request with the deadline and the current span's trace context.
+    /// A request with the deadline and the current trace context (see [`current_context`]).
     fn request<T>(&self, msg: T) -> tonic::Request<T> {
         let mut req = tonic::Request::new(msg);
         if let Some(t) = self.timeout {
             req.set_timeout(t);
         }
-        let cx = tracing::Span::current().context();
-        TraceContextPropagator::new()
-            .inject_context(&cx, &mut MetadataInjector(req.metadata_mut()));
+        TraceContextPropagator::new().inject_context(
+            &current_context(),
+            &mut MetadataInjector(req.metadata_mut()),
+        );
         req
     }
 
