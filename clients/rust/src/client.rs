@@ -161,6 +161,20 @@ impl Client {
                         plan = Plan::Full { keep: true };
                         continue;
                     }
+                    // Only some missing parts listed: send every part inline (once).
+                    if e.missing_more {
+                        let all: HashSet<_> = prepared
+                            .iter()
+                            .flat_map(|p| [Some(p.inventory_key()), p.usage_key()])
+                            .flatten()
+                            .collect();
+                        if all.is_subset(&force_inline) {
+                            return Err(Error::Api(e));
+                        }
+                        byref.forget(&all);
+                        force_inline.extend(all);
+                        continue;
+                    }
                     // Resend each missing part inline once; a part missing again after it was
                     // sent inline (impossible with a conforming server) ends the call.
                     if missing.is_empty() || !missing.is_disjoint(&force_inline) {

@@ -294,3 +294,30 @@ async fn a_repeated_node_name_is_reported_even_against_a_kept_set() {
     assert_eq!(fields(&got), fields(&want));
     assert_eq!(fields(&got), vec!["nodes[20].name".to_owned()]);
 }
+
+#[tokio::test]
+async fn a_truncated_missing_list_makes_the_client_send_everything_inline_once() {
+    let (server, _) = start_at("127.0.0.1:0").await;
+    let addr = server.grpc_addr;
+    let client = ClientBuilder::new(addr.to_string())
+        .connect()
+        .await
+        .unwrap();
+    let mut nodes = cluster(60);
+    for _ in 0..2 {
+        let r = client.allocate(nodes.to_vec(), pod()).await.unwrap();
+        book(&mut nodes, &r);
+    }
+    server.shutdown().await.unwrap();
+    let (server, metrics) = start_at(&addr.to_string()).await;
+    // The new replica holds nothing: the full call by digest misses 60+ parts, of which the
+    // answer lists at most 20 (plus a MORE entry); the client then sends every part inline at
+    // once instead of paging through the list (which would miss the rest again and again).
+    let reference = whole(&addr.to_string()).await;
+    let want = reference.allocate(nodes.to_vec(), pod()).await.unwrap();
+    let got = client.allocate(nodes.to_vec(), pod()).await.unwrap();
+    assert_eq!(got, want);
+    let misses = metrics.node_cache.misses[0].get();
+    assert_eq!(misses, 60, "each inventory missed once, not once per page");
+    server.shutdown().await.unwrap();
+}
