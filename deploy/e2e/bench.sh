@@ -14,7 +14,8 @@
 # over-booked (the run fails if any), gpusched-server's node-set hits/misses during the burst.
 #
 # Env: BENCH_NODES (1000), BENCH_CARDS (8), BENCH_PODS (300), E2E_TEST_WORKDIR (default
-#      ${TMPDIR:-/tmp}/gpusched-bench), CARGO_TARGET_DIR, E2E_SHIM_LOG (default info).
+#      ${TMPDIR:-/tmp}/gpusched-bench), CARGO_TARGET_DIR, E2E_SHIM_LOG (default info),
+#      GPUSCHED_SERVER_BIN + GPUSCHED_KUBE_BIN (prebuilt binaries: nothing is built).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -26,12 +27,14 @@ TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
 
 # Build here and copy the binaries, so that a later build in the same target directory cannot
 # swap them under the run.
-echo "[bench] building gpusched-server and gpusched-kube (release)" >&2
-nice cargo build -q --release -p gpusched-service -p gpusched-kube
-cp "$TARGET_DIR/release/gpusched-server" "$TARGET_DIR/release/gpusched-kube" "$E2E_TEST_WORKDIR/bin/"
-
-export GPUSCHED_SERVER_BIN="$E2E_TEST_WORKDIR/bin/gpusched-server"
-export GPUSCHED_KUBE_BIN="$E2E_TEST_WORKDIR/bin/gpusched-kube"
+# (GPUSCHED_SERVER_BIN and GPUSCHED_KUBE_BIN both set: those binaries, nothing built.)
+if [[ -z "${GPUSCHED_SERVER_BIN:-}" || -z "${GPUSCHED_KUBE_BIN:-}" ]]; then
+  echo "[bench] building gpusched-server and gpusched-kube (release)" >&2
+  nice cargo build -q --release -p gpusched-service -p gpusched-kube
+  cp "$TARGET_DIR/release/gpusched-server" "$TARGET_DIR/release/gpusched-kube" "$E2E_TEST_WORKDIR/bin/"
+  export GPUSCHED_SERVER_BIN="$E2E_TEST_WORKDIR/bin/gpusched-server"
+  export GPUSCHED_KUBE_BIN="$E2E_TEST_WORKDIR/bin/gpusched-kube"
+fi
 export E2E_RELEASE=1
 export E2E_FILTER=burst,baseline
 export E2E_BURST_NODES="${BENCH_NODES:-1000}"

@@ -58,7 +58,9 @@ PROFILE=debug
 PROFILE_FLAG=()
 if [[ "${E2E_RELEASE:-0}" == 1 ]]; then PROFILE=release; PROFILE_FLAG=(--release); fi
 log "building gpusched-server, gpusched-kube ($PROFILE) and the e2e test"
-nice cargo build -q "${PROFILE_FLAG[@]}" -p gpusched-service -p gpusched-kube
+if [[ -z "${GPUSCHED_SERVER_BIN:-}" || -z "${GPUSCHED_KUBE_BIN:-}" ]]; then
+  nice cargo build -q "${PROFILE_FLAG[@]}" -p gpusched-service -p gpusched-kube
+fi
 nice cargo test -q -p gpusched-kube --test e2e --no-run 2>/dev/null
 SERVER_BIN="${GPUSCHED_SERVER_BIN:-$TARGET_DIR/$PROFILE/gpusched-server}"
 KUBE_SHIM_BIN="${GPUSCHED_KUBE_BIN:-$TARGET_DIR/$PROFILE/gpusched-kube}"

@@ -139,7 +139,10 @@ where
                 for p in pods {
                     if node_of(&p).is_some() {
                         let name = p.metadata.name.clone().unwrap_or_default();
-                        seen.lock().unwrap().entry(name).or_insert_with(Instant::now);
+                        seen.lock()
+                            .unwrap()
+                            .entry(name)
+                            .or_insert_with(Instant::now);
                     }
                 }
             }
@@ -266,7 +269,10 @@ impl BurstSize {
             std::env::var(k)
                 .ok()
                 .filter(|v| !v.is_empty())
-                .map(|v| v.parse().unwrap_or_else(|_| panic!("{k}={v:?}: not a number")))
+                .map(|v| {
+                    v.parse()
+                        .unwrap_or_else(|_| panic!("{k}={v:?}: not a number"))
+                })
                 .unwrap_or(d)
         };
         BurstSize {

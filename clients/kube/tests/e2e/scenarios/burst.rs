@@ -50,6 +50,10 @@ pub async fn with_extender(h: &H, shim_pid: Option<u32>) -> BurstStats {
         .make_nodes("burst", pool, size.nodes, size.shape, 40)
         .await;
     tokio::time::sleep(Duration::from_secs(1 + size.nodes as u64 / 200)).await;
+    h.say(format!(
+        "burst: {} nodes made, creating {} pods",
+        size.nodes, size.pods
+    ));
     let sets0 = node_set_counters().await;
     let cpu = CpuMeter::start(&[
         ("gpusched-kube", shim_pid),
@@ -93,7 +97,9 @@ pub async fn with_extender(h: &H, shim_pid: Option<u32>) -> BurstStats {
         s.rate,
         timing(&s)
     ));
-    h.result(format!("burst with the extender, CPU per bound pod: {cpu}{sets}"));
+    h.result(format!(
+        "burst with the extender, CPU per bound pod: {cpu}{sets}"
+    ));
     s
 }
 
@@ -168,6 +174,10 @@ pub async fn baseline(h: &H, shim_pid: Option<u32>) -> BurstStats {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     tokio::time::sleep(Duration::from_secs(1 + size.nodes as u64 / 200)).await;
+    h.say(format!(
+        "baseline: {} nodes made, creating {} pods",
+        size.nodes, size.pods
+    ));
     let cpu = CpuMeter::start(&[
         ("gpusched-kube (webhooks)", shim_pid),
         ("kube-scheduler", sched.id()),
