@@ -116,18 +116,26 @@ impl Shim {
     /// The snapshot of these candidates; nodes the informer has not shown yet (kube-scheduler
     /// may know a node a few milliseconds earlier) are read from the API.
     async fn snapshot(&self, candidates: &[String], uid: &str) -> crate::view::Snapshot {
-        let missing = self.view.missing_nodes(candidates);
+        let snap = self.view.snapshot(candidates, uid);
+        // Not in the cache yet: the only reason a candidate is unusable but resolvable.
+        let missing: Vec<String> = snap
+            .unusable
+            .iter()
+            .filter(|u| !u.2)
+            .map(|u| u.0.clone())
+            .collect();
+        let (false, Some(kube)) = (missing.is_empty(), &self.kube) else {
+            return snap;
+        };
         let mut fetched = std::collections::HashMap::new();
-        if let (false, Some(kube)) = (missing.is_empty(), &self.kube) {
-            let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(kube.clone());
-            for name in missing {
-                match api.get_opt(&name).await {
-                    Ok(Some(n)) => {
-                        fetched.insert(name, n);
-                    }
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!(node = %name, error = %e, "cannot read node"),
+        let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(kube.clone());
+        for name in missing {
+            match api.get_opt(&name).await {
+                Ok(Some(n)) => {
+                    fetched.insert(name, n);
                 }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(node = %name, error = %e, "cannot read node"),
             }
         }
         self.view.snapshot_with(candidates, uid, &fetched)

@@ -122,6 +122,8 @@ pub struct ClusterView {
 /// are the very same objects (held here, so they cannot be freed and their addresses reused).
 #[derive(Debug)]
 struct PreparedEntry {
+    /// The informer's object it was built from (None: read from the API).
+    source: Option<Arc<Node>>,
     inventory: Arc<translate::Inventory>,
     usages: Vec<Arc<PodUsage>>,
     node: Arc<v1::Node>,
@@ -383,15 +385,6 @@ impl ClusterView {
         inv
     }
 
-    /// Candidates the node informer has not shown yet (just created nodes).
-    pub fn missing_nodes(&self, node_names: &[String]) -> Vec<String> {
-        node_names
-            .iter()
-            .filter(|n| self.nodes.get(&ObjectRef::new(n)).is_none())
-            .cloned()
-            .collect()
-    }
-
     /// The candidate nodes with their cards and current usage.
     pub fn snapshot(&self, node_names: &[String], exclude_uid: &str) -> Snapshot {
         self.snapshot_with(node_names, exclude_uid, &HashMap::new())
@@ -417,6 +410,14 @@ impl ClusterView {
         }
         for name in node_names {
             let cached = self.nodes.get(&ObjectRef::new(name));
+            let entry = prepared.get(name.as_str());
+            // The very object the entry was built from: its inventory is the same.
+            let kept_inventory = match (&cached, entry) {
+                (Some(c), Some(e)) if e.source.as_ref().is_some_and(|s| Arc::ptr_eq(s, c)) => {
+                    Some(e.inventory.clone())
+                }
+                _ => None,
+            };
             let Some(node) = cached.as_deref().or_else(|| fetched.get(name)) else {
                 snap.unusable.push((
                     name.clone(),
@@ -425,14 +426,14 @@ impl ClusterView {
                 ));
                 continue;
             };
-            let inv = self.inventory(node);
+            let inv = kept_inventory.unwrap_or_else(|| self.inventory(node));
             if let Some(problem) = &inv.problem {
                 snap.unusable.push((name.clone(), problem.clone(), true));
                 continue;
             }
             let mut pods: Vec<Arc<PodUsage>> = usage.get(name).cloned().unwrap_or_default();
             pods.sort_by_key(|u| Arc::as_ptr(u) as usize);
-            if let Some(e) = prepared.get(name.as_str())
+            if let Some(e) = entry
                 && e.built_from(&inv, &pods)
             {
                 snap.nodes.push(e.node.clone());
@@ -451,6 +452,7 @@ impl ClusterView {
             prepared.insert(
                 name.clone(),
                 PreparedEntry {
+                    source: cached,
                     inventory: inv,
                     usages: pods,
                     node,
