@@ -104,8 +104,10 @@ async fn prepared_nodes_go_as_node_set_changes_and_answer_the_same() {
     let reference = whole(&addr).await;
     let mut nodes = cluster(20);
     // Prepared once, as a cluster view keeps them; only the node that changed is rebuilt.
-    let mut prepared: Vec<Arc<PreparedNode>> =
-        nodes.iter().map(|n| Arc::new(PreparedNode::new(n))).collect();
+    let mut prepared: Vec<Arc<PreparedNode>> = nodes
+        .iter()
+        .map(|n| Arc::new(PreparedNode::new(n)))
+        .collect();
     for _ in 0..10 {
         let want = reference.allocate(nodes.to_vec(), pod()).await.unwrap();
         let req = v1::AllocateRequest {
@@ -122,7 +124,11 @@ async fn prepared_nodes_go_as_node_set_changes_and_answer_the_same() {
     // second kept as a set, the eight later ones changes only.
     assert_eq!(metrics.node_sets.inserts.get(), 1);
     assert_eq!(metrics.node_sets.hits.get(), 8);
-    assert_eq!(metrics.node_cache.hits[0].get(), 8, "one changed node per call");
+    assert_eq!(
+        metrics.node_cache.hits[0].get(),
+        8,
+        "one changed node per call"
+    );
 }
 
 #[tokio::test]
