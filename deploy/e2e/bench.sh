@@ -15,7 +15,9 @@
 #
 # Env: BENCH_NODES (1000), BENCH_CARDS (8), BENCH_PODS (300), E2E_TEST_WORKDIR (default
 #      ${TMPDIR:-/tmp}/gpusched-bench), CARGO_TARGET_DIR, E2E_SHIM_LOG (default info),
-#      GPUSCHED_SERVER_BIN + GPUSCHED_KUBE_BIN (prebuilt binaries: nothing is built).
+#      GPUSCHED_SERVER_BIN + GPUSCHED_KUBE_BIN (prebuilt binaries: nothing is built),
+#      BENCH_SCHEDULER_QPS (client QPS of both kube-schedulers, burst twice that; default: their
+#      default 50/100, which holds the plain kube-scheduler's Binding calls at ~70 pods/s).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -41,6 +43,7 @@ export E2E_BURST_NODES="${BENCH_NODES:-1000}"
 export E2E_BURST_CARDS="${BENCH_CARDS:-8}"
 export E2E_BURST_PODS="${BENCH_PODS:-300}"
 export E2E_BURST_SAME_ADMISSION=1
+if [[ -n "${BENCH_SCHEDULER_QPS:-}" ]]; then export E2E_SCHEDULER_QPS="$BENCH_SCHEDULER_QPS"; fi
 echo "[bench] $E2E_BURST_NODES nodes x $E2E_BURST_CARDS cards, $E2E_BURST_PODS pods (work dir $E2E_TEST_WORKDIR)" >&2
 "$HERE/test.sh"
 cat "$E2E_TEST_WORKDIR/results.md"

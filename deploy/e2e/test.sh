@@ -15,7 +15,8 @@
 #      GPUSCHED_SERVER_BIN, GPUSCHED_KUBE_BIN (prebuilt gpusched-server/gpusched-kube instead of
 #      the ones built here),
 #      E2E_SHIM_LOG (gpusched-kube log filter, default info),
-#      E2E_FILTER (comma list: run only the scenarios whose name contains one of them).
+#      E2E_FILTER (comma list: run only the scenarios whose name contains one of them),
+#      E2E_SCHEDULER_QPS (client QPS of both kube-schedulers, burst twice that; default 50/100).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -90,6 +91,10 @@ SCHED_SRC="$REPO/deploy/manifests/kube-scheduler-config.yaml"
 grep -q 'urlPrefix: "http://gpusched-kube.gpusched-system.svc:8888"' "$SCHED_SRC" ||
   die "$SCHED_SRC: extender urlPrefix not found (the sed below would not apply)"
 sed "s#http://gpusched-kube.gpusched-system.svc:8888#http://127.0.0.1:$EXT_PORT#" "$SCHED_SRC" >"$WORK/scheduler-config.yaml"
+# E2E_SCHEDULER_QPS (bench.sh): kube-scheduler's client rate limit, QPS and burst (default 50/100).
+if [[ -n "${E2E_SCHEDULER_QPS:-}" ]]; then
+  printf 'clientConnection:\n  qps: %s\n  burst: %s\n' "$E2E_SCHEDULER_QPS" "$((2 * E2E_SCHEDULER_QPS))" >>"$WORK/scheduler-config.yaml"
+fi
 log "starting a fresh control plane in $CLUSTER (extender at 127.0.0.1:$EXT_PORT)"
 "$HERE/cluster-down.sh" "$CLUSTER" >/dev/null 2>&1 || true
 KUBE_SCHEDULER_CONFIG="$WORK/scheduler-config.yaml" "$HERE/cluster-up.sh" "$CLUSTER" >/dev/null

@@ -118,10 +118,18 @@ pub async fn baseline(h: &H, shim_pid: Option<u32>) -> BurstStats {
         .make_nodes("base", pool, size.nodes, size.shape, per_node)
         .await;
     let cfg = h.env.workdir.join("baseline-scheduler.yaml");
+    // The same client rate limit as the extender's kube-scheduler (E2E_SCHEDULER_QPS, test.sh).
+    let qps = match std::env::var("E2E_SCHEDULER_QPS") {
+        Ok(q) if !q.is_empty() => {
+            let q: u32 = q.parse().expect("E2E_SCHEDULER_QPS: a number");
+            format!("  qps: {q}\n  burst: {}\n", 2 * q)
+        }
+        _ => String::new(),
+    };
     std::fs::write(
         &cfg,
         format!(
-            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: \"{}\"\nleaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {profile}\n",
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: \"{}\"\n{qps}leaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {profile}\n",
             h.env.scheduler_kubeconfig.display()
         ),
     )
