@@ -187,7 +187,7 @@ pub async fn baseline(h: &H, shim_pid: Option<u32>) -> BurstStats {
         size.nodes, size.pods
     ));
     let cpu = CpuMeter::start(&[
-        ("gpusched-kube (webhooks)", shim_pid),
+        ("gpusched-kube", shim_pid),
         ("kube-scheduler", sched.id()),
         ("gpusched-server", env_pid("E2E_SERVER_PID")),
         ("kube-apiserver", env_pid("APISERVER_PID")),
