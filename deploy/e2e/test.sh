@@ -15,10 +15,12 @@
 #      empty), CARGO_TARGET_DIR, E2E_KEEP=1 (leave the cluster and processes running),
 #      E2E_UPDATE_README=1 (write the measured numbers into deploy/e2e/README.md),
 #      E2E_RELEASE=1 (optimised gpusched-server and gpusched-kube, for the throughput numbers),
-#      GPUSCHED_SERVER_BIN (a prebuilt gpusched-server instead of the one built here),
+#      GPUSCHED_SERVER_BIN, GPUSCHED_KUBE_BIN (prebuilt gpusched-server/gpusched-kube instead of
+#      the ones built here),
 #      E2E_SHIM_LOG (gpusched-kube log filter, default info),
 #      E2E_FILTER (comma list: run only the scenarios whose name contains one of them),
 #      E2E_TRACES=0 (no Jaeger, traces off, the traces scenario skipped).
+#      E2E_SCHEDULER_QPS (client QPS of both kube-schedulers, burst twice that; default 50/100).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -63,10 +65,12 @@ PROFILE=debug
 PROFILE_FLAG=()
 if [[ "${E2E_RELEASE:-0}" == 1 ]]; then PROFILE=release; PROFILE_FLAG=(--release); fi
 log "building gpusched-server, gpusched-kube ($PROFILE) and the e2e test"
-nice cargo build -q "${PROFILE_FLAG[@]}" -p gpusched-service -p gpusched-kube
+if [[ -z "${GPUSCHED_SERVER_BIN:-}" || -z "${GPUSCHED_KUBE_BIN:-}" ]]; then
+  nice cargo build -q "${PROFILE_FLAG[@]}" -p gpusched-service -p gpusched-kube
+fi
 nice cargo test -q -p gpusched-kube --test e2e --no-run 2>/dev/null
 SERVER_BIN="${GPUSCHED_SERVER_BIN:-$TARGET_DIR/$PROFILE/gpusched-server}"
-KUBE_SHIM_BIN="$TARGET_DIR/$PROFILE/gpusched-kube"
+KUBE_SHIM_BIN="${GPUSCHED_KUBE_BIN:-$TARGET_DIR/$PROFILE/gpusched-kube}"
 [[ -x "$SERVER_BIN" && -x "$KUBE_SHIM_BIN" ]] || die "binaries missing in $TARGET_DIR/$PROFILE"
 
 # ---- webhook certificate (CA + serving cert for 127.0.0.1 and the in-cluster Service name) ---------
@@ -93,6 +97,10 @@ SCHED_SRC="$REPO/deploy/manifests/kube-scheduler-config.yaml"
 grep -q 'urlPrefix: "http://gpusched-kube.gpusched-system.svc:8888"' "$SCHED_SRC" ||
   die "$SCHED_SRC: extender urlPrefix not found (the sed below would not apply)"
 sed "s#http://gpusched-kube.gpusched-system.svc:8888#http://127.0.0.1:$EXT_PORT#" "$SCHED_SRC" >"$WORK/scheduler-config.yaml"
+# E2E_SCHEDULER_QPS (bench.sh): kube-scheduler's client rate limit, QPS and burst (default 50/100).
+if [[ -n "${E2E_SCHEDULER_QPS:-}" ]]; then
+  printf 'clientConnection:\n  qps: %s\n  burst: %s\n' "$E2E_SCHEDULER_QPS" "$((2 * E2E_SCHEDULER_QPS))" >>"$WORK/scheduler-config.yaml"
+fi
 log "starting a fresh control plane in $CLUSTER (extender at 127.0.0.1:$EXT_PORT)"
 "$HERE/cluster-down.sh" "$CLUSTER" >/dev/null 2>&1 || true
 KUBE_SCHEDULER_CONFIG="$WORK/scheduler-config.yaml" "$HERE/cluster-up.sh" "$CLUSTER" >/dev/null
@@ -135,6 +143,10 @@ for _ in $(seq 100); do
 done
 [[ -n "$SERVICE_ADDR" ]] || die "gpusched-server did not print its address"
 log "gpusched-server at $SERVICE_ADDR"
+# For the bursts' measurements (CPU per pod, node-set hits; see deploy/e2e/bench.sh).
+export E2E_SERVER_PID="$SERVER_PID"
+E2E_SERVER_METRICS="$(sed -n 's/.*metrics=\([^ ]*\).*/\1/p' "$WORK/server.out" | head -n1)"
+export E2E_SERVER_METRICS
 
 # ---- manifests of deploy/: all validated by the apiserver; RBAC and webhooks applied --------------
 log "validating every manifest of deploy/ server-side (kubectl apply --dry-run=server -k deploy/)"

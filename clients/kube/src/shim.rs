@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use gpusched_client::v1;
+use gpusched_client::{PreparedNode, v1};
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
@@ -121,18 +121,26 @@ impl Shim {
     /// The snapshot of these candidates; nodes the informer has not shown yet (kube-scheduler
     /// may know a node a few milliseconds earlier) are read from the API.
     async fn snapshot(&self, candidates: &[String], uid: &str) -> crate::view::Snapshot {
-        let missing = self.view.missing_nodes(candidates);
+        let snap = self.view.snapshot(candidates, uid);
+        // Not in the cache yet: the only reason a candidate is unusable but resolvable.
+        let missing: Vec<String> = snap
+            .unusable
+            .iter()
+            .filter(|u| !u.2)
+            .map(|u| u.0.clone())
+            .collect();
+        let (false, Some(kube)) = (missing.is_empty(), &self.kube) else {
+            return snap;
+        };
         let mut fetched = std::collections::HashMap::new();
-        if let (false, Some(kube)) = (missing.is_empty(), &self.kube) {
-            let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(kube.clone());
-            for name in missing {
-                match api.get_opt(&name).await {
-                    Ok(Some(n)) => {
-                        fetched.insert(name, n);
-                    }
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!(node = %name, error = %e, "cannot read node"),
+        let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(kube.clone());
+        for name in missing {
+            match api.get_opt(&name).await {
+                Ok(Some(n)) => {
+                    fetched.insert(name, n);
                 }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(node = %name, error = %e, "cannot read node"),
             }
         }
         self.view.snapshot_with(candidates, uid, &fetched)
@@ -208,13 +216,13 @@ impl Shim {
         let snap = self.snapshot(&args.candidates(), &uid).await;
         let req = v1::FilterRequest {
             node_set: None,
-            nodes: snap.nodes,
+            nodes: Vec::new(),
             workload: Some(translate::workload(pod, names)),
             options: None,
             node_refs: Vec::new(),
         };
         let snap_us = t.elapsed().as_micros() as u64;
-        let resp = self.service.filter_request(req).await;
+        let resp = self.service.filter_prepared(req, &snap.prepared).await;
         tracing::trace!(
             snap_us,
             rpc_us = t.elapsed().as_micros() as u64 - snap_us,
@@ -292,21 +300,21 @@ impl Shim {
         let snap = self.snapshot(&candidates, &uid).await;
         let req = v1::ScoreRequest {
             node_set: None,
-            nodes: snap.nodes.clone(),
+            nodes: Vec::new(),
             workload: Some(translate::workload(pod, names)),
             options: None,
             node_refs: Vec::new(),
         };
         let resp = self
             .service
-            .score_request(req)
+            .score_prepared(req, &snap.prepared)
             .await
             .map_err(|e| service_error_text(&e))?;
         let list = priorities(&candidates, &resp.scores);
         // The top node is where kube-scheduler will assume the pod (the extender's 10 outweighs
         // its plugins): reserve the cards Allocate would give there until the bind comes.
         if let Some(top) = resp.scores.first()
-            && let Some(node) = snap.nodes.into_iter().find(|n| n.name == top.node_name)
+            && let Some(node) = snap.prepared.into_iter().find(|n| n.name == top.node_name)
         {
             self.reserve(pod, &uid, &top.node_name, Some(node)).await;
         }
@@ -316,7 +324,7 @@ impl Shim {
     /// Books, tentatively, what `Allocate` gives the pod on `node` (see
     /// [`crate::view::Assumed::tentative`]): the next pods' filter and prioritize then see the
     /// capacity kube-scheduler has already assumed taken, instead of finding out at bind.
-    async fn reserve(&self, pod: &Pod, uid: &str, node: &str, current: Option<v1::Node>) {
+    async fn reserve(&self, pod: &Pod, uid: &str, node: &str, current: Option<Arc<PreparedNode>>) {
         if !self.reserve || uid.is_empty() {
             return;
         }
@@ -324,7 +332,7 @@ impl Shim {
             Some(n) => n,
             None => {
                 let snap = self.snapshot(&[node.to_owned()], uid).await;
-                match snap.nodes.into_iter().next() {
+                match snap.prepared.into_iter().next() {
                     Some(n) => n,
                     None => return,
                 }
@@ -332,13 +340,13 @@ impl Shim {
         };
         let req = v1::AllocateRequest {
             node_set: None,
-            nodes: vec![node_msg],
+            nodes: Vec::new(),
             workload: Some(translate::workload(pod, self.view.names())),
             options: None,
             restrict_to_node_names: vec![node.to_owned()],
             node_refs: Vec::new(),
         };
-        match self.service.allocate_request(req).await {
+        match self.service.allocate_prepared(req, &[node_msg]).await {
             Ok(r) if r.placed && r.requests_gpu => self.view.reserve(Assumed {
                 namespace: pod.metadata.namespace.clone().unwrap_or_default(),
                 name: pod.metadata.name.clone().unwrap_or_default(),
@@ -506,13 +514,13 @@ impl Shim {
         }
         let req = v1::AllocateRequest {
             node_set: None,
-            nodes: snap.nodes,
+            nodes: Vec::new(),
             workload: Some(translate::workload(&pod, &names)),
             options: None,
             restrict_to_node_names: vec![node.clone()],
             node_refs: Vec::new(),
         };
-        let result = match self.service.allocate_request(req).await {
+        let result = match self.service.allocate_prepared(req, &snap.prepared).await {
             Ok(r) => r,
             Err(e) => return BindOutcome::Failed(service_error_text(&e)),
         };

@@ -96,6 +96,42 @@ async fn sends_references_after_the_first_call_and_answers_the_same() {
 }
 
 #[tokio::test]
+async fn prepared_nodes_go_as_node_set_changes_and_answer_the_same() {
+    use gpusched_client::PreparedNode;
+    let (server, metrics) = start_at("127.0.0.1:0").await;
+    let addr = server.grpc_addr.to_string();
+    let client = ClientBuilder::new(&addr).connect().await.unwrap();
+    let reference = whole(&addr).await;
+    let mut nodes = cluster(20);
+    // Prepared once, as a cluster view keeps them; only the node that changed is rebuilt.
+    let mut prepared: Vec<Arc<PreparedNode>> = nodes
+        .iter()
+        .map(|n| Arc::new(PreparedNode::new(n)))
+        .collect();
+    for _ in 0..10 {
+        let want = reference.allocate(nodes.to_vec(), pod()).await.unwrap();
+        let req = v1::AllocateRequest {
+            workload: Some(pod()),
+            ..Default::default()
+        };
+        let got = client.allocate_prepared(req, &prepared).await.unwrap();
+        assert_eq!(got, want);
+        book(&mut nodes, &got);
+        let i = nodes.iter().position(|n| n.name == got.node_name).unwrap();
+        prepared[i] = Arc::new(PreparedNode::new(&nodes[i]));
+    }
+    // As with whole nodes: the first call whole (converted back from the prepared form), the
+    // second kept as a set, the eight later ones changes only.
+    assert_eq!(metrics.node_sets.inserts.get(), 1);
+    assert_eq!(metrics.node_sets.hits.get(), 8);
+    assert_eq!(
+        metrics.node_cache.hits[0].get(),
+        8,
+        "one changed node per call"
+    );
+}
+
+#[tokio::test]
 async fn two_clients_share_one_server() {
     let (server, metrics) = start_at("127.0.0.1:0").await;
     let addr = server.grpc_addr.to_string();

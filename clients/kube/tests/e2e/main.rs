@@ -64,10 +64,10 @@ async fn e2e_on_a_real_control_plane() {
     }
     let mut ours = None;
     if h.env.wants("burst") {
-        ours = Some(scenarios::burst::with_extender(&h).await);
+        ours = Some(scenarios::burst::with_extender(&h, shim.pid()).await);
     }
     if h.env.wants("baseline") {
-        let base = scenarios::burst::baseline(&h).await;
+        let base = scenarios::burst::baseline(&h, shim.pid()).await;
         if let Some(o) = &ours {
             h.result(format!(
                 "throughput ratio (extender / plain kube-scheduler): {:.1} / {:.1} pods/s = {:.2}",
