@@ -476,7 +476,8 @@ impl Snapshot {
             .cloned()
             .collect();
         let wanted: HashSet<&str> = names.iter().map(String::as_str).collect();
-        self.nodes.retain(|node| wanted.contains(node.name.as_str()));
+        self.nodes
+            .retain(|node| wanted.contains(node.name.as_str()));
         missing
     }
 }

@@ -360,11 +360,14 @@ fn weights_parse_with_typed_errors() {
 #[test]
 fn a_stop_hook_abandons_a_decision_between_nodes() {
     use gpusched_engine::{
-        Abandoned, BatchMode, allocate_batch, allocate_batch_until, allocate_until,
-        evaluate_until,
+        Abandoned, BatchMode, allocate_batch, allocate_batch_until, allocate_until, evaluate_until,
     };
     use std::cell::Cell;
-    let s = snapshot((0..50).map(|i| node(&format!("n{i:02}"), 2, 8000)).collect());
+    let s = snapshot(
+        (0..50)
+            .map(|i| node(&format!("n{i:02}"), 2, 8000))
+            .collect(),
+    );
     let w = pod().gpus(1).workload();
     let opts = DecideOptions::default();
     // Never stopped: the same answers as without a hook.
@@ -379,7 +382,12 @@ fn a_stop_hook_abandons_a_decision_between_nodes() {
     let ws = vec![w.clone(), w.clone()];
     assert_eq!(
         allocate_batch_until(s.clone(), &ws, BatchMode::AllOrNothing, opts, &|| false),
-        Ok(allocate_batch(s.clone(), &ws, BatchMode::AllOrNothing, opts))
+        Ok(allocate_batch(
+            s.clone(),
+            &ws,
+            BatchMode::AllOrNothing,
+            opts
+        ))
     );
     // Stopped after 10 questions: abandoned, and no node is evaluated after the hook said so.
     let asked = Cell::new(0u32);
@@ -415,7 +423,11 @@ fn a_stop_hook_abandons_a_decision_between_nodes() {
 fn long_lists_give_the_same_answers_as_short_ones() {
     // Restrict names, cordons and pair scores are looked up in sets and maps: the same results
     // as the list scans they replace, duplicates and unknown names included.
-    let mut s = snapshot((0..20).map(|i| node(&format!("n{i:02}"), 2, 8000)).collect());
+    let mut s = snapshot(
+        (0..20)
+            .map(|i| node(&format!("n{i:02}"), 2, 8000))
+            .collect(),
+    );
     let mut names: Vec<String> = (0..5_000).map(|i| format!("other{i}")).collect();
     names.push("n03".into());
     names.push("n03".into());

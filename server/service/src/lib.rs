@@ -8,11 +8,13 @@ pub mod call;
 pub mod config;
 pub mod convert;
 pub mod error;
+pub mod intake;
 pub mod inventory;
 pub mod metrics;
 pub mod node_cache;
 pub mod noderef;
 pub mod placement;
+pub mod prescan;
 pub mod server;
 pub mod telemetry;
 #[cfg(feature = "testing")]
