@@ -15,6 +15,10 @@
 //! - **Slow bodies end.** The body must arrive whole, up to its end, within
 //!   `limits.body_timeout`, or the call ends DEADLINE_EXCEEDED and its memory is released.
 //!
+//! - **Large calls off the async workers.** A message of 64 KiB or more is counted, decoded and
+//!   decided on one blocking-pool thread, so decoding megabytes never delays health checks or
+//!   the intake of other calls.
+//!
 //! The estimates travel to the handler as a request extension ([`Admission`]).
 
 use std::collections::VecDeque;
@@ -140,6 +144,7 @@ impl<S, R> tower::Service<http::Request<Body>> for Intake<S>
 where
     S: tower::Service<http::Request<Body>, Response = http::Response<R>> + Clone + Send + 'static,
     S::Future: Send + 'static,
+    S::Error: Send + 'static,
     R: Default + Send + 'static,
 {
     type Response = http::Response<R>;
@@ -161,19 +166,54 @@ where
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
             let (mut parts, body) = req.into_parts();
-            match shared.receive(rpc, body).await {
-                Ok(received) => {
-                    if let Some(a) = received.admission {
-                        parts.extensions.insert(a);
-                    }
-                    let response = inner
-                        .call(http::Request::from_parts(parts, received.body))
-                        .await;
-                    // The call's memory is released once its answer is ready.
-                    drop(received.charge);
-                    response
+            let received = match shared.receive(body).await {
+                Ok(r) => r,
+                Err(e) => return Ok(refusal(rpc, e)),
+            };
+            let offload = received
+                .counted
+                .as_ref()
+                .is_some_and(|m| m.len() >= OFFLOAD_BYTES);
+            let serve = async move {
+                let received = match shared.admit(rpc, received) {
+                    Ok(r) => r,
+                    Err(e) => return Ok(refusal(rpc, e)),
+                };
+                if let Some(mut a) = received.admission {
+                    a.offloaded = offload;
+                    parts.extensions.insert(a);
                 }
-                Err(e) => Ok(refusal(rpc, e)),
+                let response = inner
+                    .call(http::Request::from_parts(parts, received.body))
+                    .await;
+                // The call's memory is released once its answer is ready.
+                drop(received.charge);
+                response
+            };
+            if !offload {
+                return serve.await;
+            }
+            // When this future is dropped (the caller reset the stream, or tonic's timer for its
+            // grpc-timeout fired), `gone` ends the offloaded call too: its handler is dropped,
+            // which stops its decision.
+            let (_here, gone) = tokio::sync::oneshot::channel::<()>();
+            let handle = tokio::runtime::Handle::current();
+            let offloaded = tokio::task::spawn_blocking(move || {
+                handle.block_on(async move {
+                    tokio::select! {
+                        biased;
+                        _ = gone => None,
+                        response = serve => Some(response),
+                    }
+                })
+            });
+            match offloaded.await {
+                Ok(Some(response)) => response,
+                Ok(None) => Ok(tonic::Status::cancelled("the caller went away").into_http()),
+                Err(e) => Ok(refusal(
+                    rpc,
+                    ServiceError::Internal(format!("call task failed: {e}")),
+                )),
             }
         })
     }
@@ -195,13 +235,20 @@ fn refusal<R: Default>(rpc: Rpc, e: ServiceError) -> http::Response<R> {
 struct Received {
     body: Body,
     charge: Option<OwnedSemaphorePermit>,
+    /// The whole message, prefix included, still to be counted (uncompressed ones).
+    counted: Option<Bytes>,
     admission: Option<Admission>,
 }
+
+/// Messages from this size on are counted, decoded and decided on the blocking pool (one
+/// thread for the whole call), off the async workers that answer health and receive the other
+/// calls.
+const OFFLOAD_BYTES: usize = 64 << 10;
 
 impl Shared {
     /// Receives the first message of the body within the body timeout, charging the budget;
     /// counts it; hands on a body that replays it.
-    async fn receive(&self, rpc: Rpc, mut body: Body) -> Result<Received, ServiceError> {
+    async fn receive(&self, mut body: Body) -> Result<Received, ServiceError> {
         let limits = &self.limits;
         let deadline = Instant::now() + limits.body_timeout;
         let mut chunks: VecDeque<Bytes> = VecDeque::new();
@@ -264,6 +311,7 @@ impl Shared {
             return Ok(Received {
                 body: Body::new(Replay::new(chunks, end, body, false, deadline, limits)),
                 charge,
+                counted: None,
                 admission: None,
             });
         };
@@ -275,15 +323,9 @@ impl Shared {
                 "a unary call carries exactly one request message",
             ));
         }
-        let admission = if compressed {
-            // This server accepts no compressed requests: tonic refuses them undecoded.
-            None
-        } else {
-            let a = prescan::scan(rpc, &all[PREFIX..], limits)?;
-            charge = Some(self.budget.charge(charge, a.memory.max(framed))?);
-            Some(a)
-        };
         Ok(Received {
+            // This server accepts no compressed requests: tonic refuses them undecoded.
+            counted: (!compressed).then(|| all.clone()),
             body: Body::new(Replay::new(
                 VecDeque::from([all]),
                 end,
@@ -293,8 +335,22 @@ impl Shared {
                 limits,
             )),
             charge,
-            admission,
+            admission: None,
         })
+    }
+
+    /// Counts a whole message ([`prescan::scan`]) and charges its estimate.
+    fn admit(&self, rpc: Rpc, mut received: Received) -> Result<Received, ServiceError> {
+        let Some(message) = received.counted.take() else {
+            return Ok(received);
+        };
+        let a = prescan::scan(rpc, &message[PREFIX..], &self.limits)?;
+        received.charge = Some(
+            self.budget
+                .charge(received.charge.take(), a.memory.max(message.len()))?,
+        );
+        received.admission = Some(a);
+        Ok(received)
     }
 }
 

@@ -70,12 +70,13 @@ pub fn inputs(
     Ok((s, w, explain))
 }
 
-/// The request's estimated work, as counted at intake ([`Admission`]); `fallback` when the
-/// call did not come through the intake layer.
+/// The request's estimated work, as counted at intake ([`Admission`]), deciding inline or on
+/// the blocking pool: 0 (inline) for a call that already runs on the blocking pool; `fallback`
+/// when the call did not come through the intake layer.
 pub fn estimated_work(extensions: &tonic::Extensions, fallback: impl FnOnce() -> usize) -> usize {
     extensions
         .get::<Admission>()
-        .map_or_else(fallback, |a| a.work)
+        .map_or_else(fallback, |a| if a.offloaded { 0 } else { a.work })
 }
 
 /// Cards of a request, for choosing inline or blocking-pool decisions (references estimated).

@@ -64,6 +64,9 @@ pub struct Admission {
     /// Estimated work, in card evaluations: cards x (containers + 1) x workloads (twice with
     /// explanations), plus one per counted entry (conversion) and per card and filter entry.
     pub work: usize,
+    /// The call already runs on the blocking pool (a large message, see `intake`): its
+    /// decision runs there inline.
+    pub offloaded: bool,
 }
 
 /// Bytes of memory charged per byte of the encoded request, on top of the per-entry costs: the
@@ -941,6 +944,7 @@ impl<'l> Scan<'l> {
             .saturating_mul(self.overrides.saturating_add(1))
             .saturating_add(self.links);
         Admission {
+            offloaded: false,
             memory,
             work: self
                 .entries
