@@ -261,7 +261,7 @@ fn empty_cards(bytes: usize) -> Bytes {
 
 /// Opens `streams` calls on one connection, each sending a gRPC prefix that declares
 /// `declared` bytes followed by `send` bytes of them, never ending the stream; returns the
-/// grpc-status of each answer (waiting up to `wait`), `None` when none came.
+/// grpc-status of each answer (waiting up to `wait` for all), `None` when none came.
 async fn unfinished(
     addr: &str,
     streams: usize,
@@ -296,8 +296,9 @@ async fn unfinished(
         pending.push(resp);
     }
     let mut codes = Vec::new();
+    let deadline = tokio::time::Instant::now() + wait;
     for resp in pending {
-        let code = match tokio::time::timeout(wait, resp).await {
+        let code = match tokio::time::timeout_at(deadline, resp).await {
             Ok(Ok(r)) => r
                 .headers()
                 .get("grpc-status")
@@ -918,4 +919,68 @@ fn measure_attacks() {
     let idle = server.rss_kib();
     let rows = rt.block_on(memory_attacks(&mut server, false));
     print(&format!("memory attacks on {bin}, no cap"), &rows, idle);
+    // Requests within the limits: peak RSS over the idle RSS per request byte (the worst of
+    // which `prescan::WIRE_FACTOR` and the per-entry costs must cover).
+    let long = |n: usize| "x".repeat(n);
+    let cases: Vec<(&str, v1::FilterRequest)> = vec![
+        (
+            "200,000 cards (10,000 nodes x 20)",
+            v1::FilterRequest {
+                nodes: nodes(10_000, 20),
+                workload: Some(typed(1, 1)),
+                ..Default::default()
+            },
+        ),
+        (
+            "10,000 nodes, one 1.5 KB annotation each",
+            v1::FilterRequest {
+                nodes: (0..10_000)
+                    .map(|i| v1::Node {
+                        name: format!("node-{i:05}"),
+                        cards: vec![card(i, 0)],
+                        annotations: [("note".to_owned(), long(1_500))].into(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                workload: Some(typed(1, 1)),
+                ..Default::default()
+            },
+        ),
+        (
+            "10,000 nodes named with 1.5 KB",
+            v1::FilterRequest {
+                nodes: (0..10_000)
+                    .map(|i| v1::Node {
+                        name: format!("{}-{i:05}", long(1_500)),
+                        cards: vec![card(i, 0)],
+                        ..Default::default()
+                    })
+                    .collect(),
+                workload: Some(typed(1, 1)),
+                ..Default::default()
+            },
+        ),
+    ];
+    let channel = rt.block_on(async {
+        Channel::from_shared(server.url())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    });
+    for (name, req) in cases {
+        let wire = Bytes::from(req.encode_to_vec());
+        std::thread::sleep(Duration::from_millis(300));
+        let before = server.rss_kib();
+        server.reset_peak();
+        let r = rt.block_on(raw_call(&channel, FILTER, wire.clone(), None));
+        let grew = (server.peak_kib().saturating_sub(before) * 1024) as f64;
+        println!(
+            "  {name:<50} {:>5.1} MB: {:?}, peak RSS +{:.0} MiB, {:.2} bytes of RSS per request byte",
+            wire.len() as f64 / 1e6,
+            r.map_err(|s| s.code()),
+            grew / (1 << 20) as f64,
+            grew / wire.len() as f64
+        );
+    }
 }
