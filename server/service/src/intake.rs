@@ -165,6 +165,7 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
+            let arrived = Instant::now();
             let (mut parts, body) = req.into_parts();
             let received = match shared.receive(body).await {
                 Ok(r) => r,
@@ -183,6 +184,7 @@ where
                     a.offloaded = offload;
                     parts.extensions.insert(a);
                 }
+                remaining_timeout(&mut parts.headers, arrived);
                 let response = inner
                     .call(http::Request::from_parts(parts, received.body))
                     .await;
@@ -216,6 +218,26 @@ where
                 )),
             }
         })
+    }
+}
+
+/// The caller's `grpc-timeout` counts from the call's arrival: the time spent receiving and
+/// counting its message is taken off, so the handler's deadline (and the decision's) is the
+/// caller's, not one restarted after decoding.
+fn remaining_timeout(headers: &mut http::HeaderMap, arrived: Instant) {
+    let md = tonic::metadata::MetadataMap::from_headers(headers.clone());
+    let Some(timeout) = crate::call::grpc_timeout(&md) else {
+        return;
+    };
+    let left = timeout.saturating_sub(arrived.elapsed());
+    // At most 8 digits (the gRPC wire format): microseconds up to 100 s, then milliseconds.
+    let value = if left.as_micros() < 100_000_000 {
+        format!("{}u", left.as_micros())
+    } else {
+        format!("{}m", left.as_millis().min(99_999_999))
+    };
+    if let Ok(v) = http::HeaderValue::from_str(&value) {
+        headers.insert("grpc-timeout", v);
     }
 }
 
