@@ -108,11 +108,23 @@ pub struct LimitsConfig {
     /// Graceful stop: how long health answers NOT_SERVING before the listener closes.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
-    /// Requests with at least this many cards run on the blocking pool, off the async workers.
+    /// Requests with at least this much estimated work (card evaluations, see
+    /// `intake::Admission::work`) run on the blocking pool, off the async workers.
     pub blocking_threshold_cards: usize,
     /// Graceful stop: how long in-flight calls and open streams may run before they are cut.
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
+    /// Most entries of any repeated field without a limit of its own (cordoned ids, pair
+    /// scores and annotations per node, workload lists and maps, overrides, links per card).
+    pub max_list_entries: NonZeroUsize,
+    /// Estimated memory of every request being received, decoded and decided at once, bytes
+    /// (the process-wide memory budget for calls).
+    pub max_in_flight_bytes: NonZeroUsize,
+    /// How long a request's body may take to arrive, from its headers to its end.
+    #[serde(with = "humantime_serde")]
+    pub body_timeout: Duration,
+    /// HTTP/2 streams (calls) open at once on one connection (advertised to clients).
+    pub max_concurrent_streams: std::num::NonZeroU32,
 }
 
 /// `[policy]`.
@@ -316,6 +328,14 @@ pub struct Limits {
     pub blocking_threshold_cards: usize,
     /// Graceful stop limit.
     pub drain_timeout: Duration,
+    /// Most entries of a repeated field without its own limit.
+    pub max_list_entries: usize,
+    /// Memory budget of the requests in flight, bytes (estimated).
+    pub max_in_flight_bytes: usize,
+    /// Time limit for receiving a request body.
+    pub body_timeout: Duration,
+    /// HTTP/2 streams per connection.
+    pub max_concurrent_streams: u32,
 }
 
 fn err(key: &str, message: impl Into<String>) -> ConfigError {
@@ -393,7 +413,22 @@ impl FileConfig {
             shutdown_grace: l.shutdown_grace,
             blocking_threshold_cards: l.blocking_threshold_cards,
             drain_timeout: l.drain_timeout,
+            max_list_entries: l.max_list_entries.get(),
+            max_in_flight_bytes: l.max_in_flight_bytes.get(),
+            body_timeout: nonzero_duration("limits.body_timeout", l.body_timeout)?,
+            max_concurrent_streams: l.max_concurrent_streams.get(),
         };
+        // A request of the largest size must be admissible: receiving it is charged twice its
+        // size (see `intake`).
+        if limits.max_message_bytes > limits.max_in_flight_bytes / 2 {
+            return Err(err(
+                "limits.max_in_flight_bytes",
+                format!(
+                    "{} must be at least twice limits.max_message_bytes ({})",
+                    limits.max_in_flight_bytes, limits.max_message_bytes
+                ),
+            ));
+        }
         let p = &self.policy;
         let node_policy = p.node_scheduler_policy.parse::<NodePolicy>().map_err(|e| {
             err(

@@ -40,6 +40,21 @@ pub enum ServiceError {
     /// Every decision slot stayed busy until the deadline.
     #[error("server busy: {0} decisions in progress")]
     Busy(usize),
+    /// The requests in flight hold the memory budget this one needs (`limits.max_in_flight_bytes`).
+    #[error(
+        "server busy: this request needs an estimated {needed} bytes of memory, {free} of the {limit} bytes of limits.max_in_flight_bytes are free"
+    )]
+    MemoryBusy {
+        /// Estimated bytes this request needs.
+        needed: usize,
+        /// Bytes free now.
+        free: usize,
+        /// The budget.
+        limit: usize,
+    },
+    /// The request body did not arrive whole within `limits.body_timeout`.
+    #[error("request body not received within {0:?} (limits.body_timeout)")]
+    BodyTimeout(std::time::Duration),
     /// The call's deadline (or the server's request timeout) passed.
     #[error("deadline exceeded after {0:?}")]
     DeadlineExceeded(std::time::Duration),
@@ -145,8 +160,12 @@ impl ServiceError {
         match self {
             ServiceError::InvalidArgument(_) => Code::InvalidArgument,
             ServiceError::Missing(_) | ServiceError::MissingSet(..) => Code::FailedPrecondition,
-            ServiceError::TooLarge(_) | ServiceError::Busy(_) => Code::ResourceExhausted,
-            ServiceError::DeadlineExceeded(_) => Code::DeadlineExceeded,
+            ServiceError::TooLarge(_) | ServiceError::Busy(_) | ServiceError::MemoryBusy { .. } => {
+                Code::ResourceExhausted
+            }
+            ServiceError::DeadlineExceeded(_) | ServiceError::BodyTimeout(_) => {
+                Code::DeadlineExceeded
+            }
             ServiceError::ShuttingDown => Code::Unavailable,
             ServiceError::Internal(_) => Code::Internal,
         }
@@ -157,8 +176,10 @@ impl ServiceError {
         match self {
             ServiceError::InvalidArgument(_) => "invalid_argument",
             ServiceError::Missing(_) | ServiceError::MissingSet(..) => "failed_precondition",
-            ServiceError::TooLarge(_) | ServiceError::Busy(_) => "resource_exhausted",
-            ServiceError::DeadlineExceeded(_) => "deadline_exceeded",
+            ServiceError::TooLarge(_) | ServiceError::Busy(_) | ServiceError::MemoryBusy { .. } => {
+                "resource_exhausted"
+            }
+            ServiceError::DeadlineExceeded(_) | ServiceError::BodyTimeout(_) => "deadline_exceeded",
             ServiceError::ShuttingDown => "unavailable",
             ServiceError::Internal(_) => "internal",
         }
@@ -256,12 +277,16 @@ impl From<ServiceError> for Status {
                 set_error_info(&mut d, v);
                 d
             }
-            ServiceError::Busy(_) | ServiceError::ShuttingDown => {
+            ServiceError::Busy(_)
+            | ServiceError::MemoryBusy { .. }
+            | ServiceError::ShuttingDown => {
                 let mut d = ErrorDetails::new();
                 d.set_retry_info(Some(std::time::Duration::from_millis(100)));
                 d
             }
-            ServiceError::DeadlineExceeded(_) | ServiceError::Internal(_) => ErrorDetails::new(),
+            ServiceError::DeadlineExceeded(_)
+            | ServiceError::BodyTimeout(_)
+            | ServiceError::Internal(_) => ErrorDetails::new(),
         };
         Status::with_error_details(code, message, details)
     }

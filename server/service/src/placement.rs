@@ -8,8 +8,9 @@ use gpusched_engine as engine;
 use gpusched_engine::{BatchMode, DecideOptions, Snapshot, Workload};
 use tonic::{Request, Response, Status};
 
-use crate::call::{Record, State, run};
+use crate::call::{Cancel, Record, State, run};
 use crate::error::{ServiceError, within_limit};
+use crate::prescan::Admission;
 use crate::{convert, noderef, nodeset};
 
 const SERVICE: &str = "gpusched.v1.PlacementService";
@@ -70,14 +71,18 @@ pub fn inputs(
     Ok((s, w, explain))
 }
 
-/// Cards of a request, for choosing inline or blocking-pool decisions (references and a base
-/// set estimated).
-fn card_count(nodes: &[v1::Node], refs: &[v1::NodeRef], set: Option<&v1::NodeSetRef>) -> usize {
-    let base = set.and_then(|s| s.base.as_ref()).map_or(0, |d| {
-        usize::try_from(d.size_bytes / 64).unwrap_or(usize::MAX)
-    });
-    nodes.iter().map(|n| n.cards.len()).sum::<usize>()
-        + refs.len().saturating_add(base) * noderef::ASSUMED_CARDS_PER_REF
+/// The request's estimated work, as counted at intake ([`Admission`]), deciding inline or on
+/// the blocking pool: 0 (inline) for a call that already runs on the blocking pool; `fallback`
+/// when the call did not come through the intake layer.
+pub fn estimated_work(extensions: &tonic::Extensions, fallback: impl FnOnce() -> usize) -> usize {
+    extensions
+        .get::<Admission>()
+        .map_or_else(fallback, |a| if a.offloaded { 0 } else { a.work })
+}
+
+/// Cards of a request, for choosing inline or blocking-pool decisions (references estimated).
+fn card_count(nodes: &[v1::Node], refs: &[v1::NodeRef]) -> usize {
+    nodes.iter().map(|n| n.cards.len()).sum::<usize>() + refs.len() * noderef::ASSUMED_CARDS_PER_REF
 }
 
 /// The synchronous decision of `Filter` (the handler runs it through `call::run`; public for
@@ -86,6 +91,7 @@ pub fn decide_filter(
     state: &State,
     req: v1::FilterRequest,
     record: &mut Record,
+    cancel: &Cancel,
 ) -> Result<v1::FilterResponse, ServiceError> {
     let v1::FilterRequest {
         nodes,
@@ -96,7 +102,8 @@ pub fn decide_filter(
     } = req;
     let (s, w, explain) = inputs(state, nodes, node_refs, node_set, workload, options)?;
     describe(record, &w, &s);
-    let e = engine::evaluate(&s, &w, explain);
+    let e = engine::evaluate_until(&s, &w, explain, &|| cancel.stopped())
+        .map_err(|_| cancel.abandoned())?;
     record.add_rejections(e.failed.iter().map(|f| &f.failure));
     record.result = if !e.requests_gpu {
         "no_gpu"
@@ -128,6 +135,7 @@ pub fn decide_score(
     state: &State,
     req: v1::ScoreRequest,
     record: &mut Record,
+    cancel: &Cancel,
 ) -> Result<v1::ScoreResponse, ServiceError> {
     let v1::ScoreRequest {
         nodes,
@@ -138,7 +146,8 @@ pub fn decide_score(
     } = req;
     let (s, w, explain) = inputs(state, nodes, node_refs, node_set, workload, options)?;
     describe(record, &w, &s);
-    let e = engine::evaluate(&s, &w, explain);
+    let e = engine::evaluate_until(&s, &w, explain, &|| cancel.stopped())
+        .map_err(|_| cancel.abandoned())?;
     record.add_rejections(e.failed.iter().map(|f| &f.failure));
     record.result = if !e.requests_gpu {
         "no_gpu"
@@ -176,6 +185,7 @@ pub fn decide_allocate(
     state: &State,
     req: v1::AllocateRequest,
     record: &mut Record,
+    cancel: &Cancel,
 ) -> Result<v1::AllocateResponse, ServiceError> {
     let v1::AllocateRequest {
         nodes,
@@ -197,7 +207,8 @@ pub fn decide_allocate(
         }
     }
     describe(record, &w, &s);
-    let a = engine::allocate(&s, &w, explain);
+    let a = engine::allocate_until(&s, &w, explain, &|| cancel.stopped())
+        .map_err(|_| cancel.abandoned())?;
     record.add_rejections(a.failed.iter().map(|f| &f.failure));
     record.result = allocation_result(&a);
     record.decision = true;
@@ -217,6 +228,7 @@ pub fn decide_batch(
     state: &State,
     req: v1::AllocateBatchRequest,
     record: &mut Record,
+    cancel: &Cancel,
 ) -> Result<v1::AllocateBatchResponse, ServiceError> {
     let v1::AllocateBatchRequest {
         nodes,
@@ -275,7 +287,7 @@ pub fn decide_batch(
         .first()
         .map(|w| w.gpu_policy.to_string())
         .unwrap_or_default();
-    let out = engine::allocate_batch(
+    let out = engine::allocate_batch_until(
         s,
         &parsed,
         if all_or_nothing {
@@ -284,7 +296,9 @@ pub fn decide_batch(
             BatchMode::Independent
         },
         decide,
-    );
+        &|| cancel.stopped(),
+    )
+    .map_err(|_| cancel.abandoned())?;
     record.add_rejections(
         out.items
             .iter()
@@ -336,6 +350,7 @@ pub fn decide_validate(
     state: &State,
     req: v1::ValidateWorkloadRequest,
     record: &mut Record,
+    _cancel: &Cancel,
 ) -> Result<v1::ValidateWorkloadResponse, ServiceError> {
     let v1::ValidateWorkloadRequest { workload, options } = req;
     let settings = &state.settings;
@@ -432,18 +447,18 @@ impl PlacementService for PlacementApi {
         &self,
         request: Request<v1::FilterRequest>,
     ) -> Result<Response<v1::FilterResponse>, Status> {
-        let (metadata, _, msg) = request.into_parts();
+        let (metadata, extensions, msg) = request.into_parts();
         self.state
             .metrics
             .observe_request_bytes("Filter", prost::Message::encoded_len(&msg));
-        let cards = card_count(&msg.nodes, &msg.node_refs, msg.node_set.as_ref());
+        let work = estimated_work(&extensions, || card_count(&msg.nodes, &msg.node_refs));
         run(
             Arc::clone(&self.state),
             SERVICE,
             "Filter",
             &metadata,
-            cards,
-            move |st, r| decide_filter(st, msg, r),
+            work,
+            move |st, r, c| decide_filter(st, msg, r, c),
         )
         .await
         .map_or_else(|e| Err(advertised(e)), |r| Ok(advertised(r)))
@@ -453,18 +468,18 @@ impl PlacementService for PlacementApi {
         &self,
         request: Request<v1::ScoreRequest>,
     ) -> Result<Response<v1::ScoreResponse>, Status> {
-        let (metadata, _, msg) = request.into_parts();
+        let (metadata, extensions, msg) = request.into_parts();
         self.state
             .metrics
             .observe_request_bytes("Score", prost::Message::encoded_len(&msg));
-        let cards = card_count(&msg.nodes, &msg.node_refs, msg.node_set.as_ref());
+        let work = estimated_work(&extensions, || card_count(&msg.nodes, &msg.node_refs));
         run(
             Arc::clone(&self.state),
             SERVICE,
             "Score",
             &metadata,
-            cards,
-            move |st, r| decide_score(st, msg, r),
+            work,
+            move |st, r, c| decide_score(st, msg, r, c),
         )
         .await
         .map_or_else(|e| Err(advertised(e)), |r| Ok(advertised(r)))
@@ -474,18 +489,18 @@ impl PlacementService for PlacementApi {
         &self,
         request: Request<v1::AllocateRequest>,
     ) -> Result<Response<v1::AllocateResponse>, Status> {
-        let (metadata, _, msg) = request.into_parts();
+        let (metadata, extensions, msg) = request.into_parts();
         self.state
             .metrics
             .observe_request_bytes("Allocate", prost::Message::encoded_len(&msg));
-        let cards = card_count(&msg.nodes, &msg.node_refs, msg.node_set.as_ref());
+        let work = estimated_work(&extensions, || card_count(&msg.nodes, &msg.node_refs));
         run(
             Arc::clone(&self.state),
             SERVICE,
             "Allocate",
             &metadata,
-            cards,
-            move |st, r| decide_allocate(st, msg, r),
+            work,
+            move |st, r, c| decide_allocate(st, msg, r, c),
         )
         .await
         .map_or_else(|e| Err(advertised(e)), |r| Ok(advertised(r)))
@@ -495,19 +510,20 @@ impl PlacementService for PlacementApi {
         &self,
         request: Request<v1::AllocateBatchRequest>,
     ) -> Result<Response<v1::AllocateBatchResponse>, Status> {
-        let (metadata, _, msg) = request.into_parts();
+        let (metadata, extensions, msg) = request.into_parts();
         self.state
             .metrics
             .observe_request_bytes("AllocateBatch", prost::Message::encoded_len(&msg));
-        let cards = card_count(&msg.nodes, &msg.node_refs, msg.node_set.as_ref())
-            .saturating_mul(msg.workloads.len().max(1));
+        let work = estimated_work(&extensions, || {
+            card_count(&msg.nodes, &msg.node_refs).saturating_mul(msg.workloads.len().max(1))
+        });
         run(
             Arc::clone(&self.state),
             SERVICE,
             "AllocateBatch",
             &metadata,
-            cards,
-            move |st, r| decide_batch(st, msg, r),
+            work,
+            move |st, r, c| decide_batch(st, msg, r, c),
         )
         .await
         .map_or_else(|e| Err(advertised(e)), |r| Ok(advertised(r)))
@@ -517,7 +533,7 @@ impl PlacementService for PlacementApi {
         &self,
         request: Request<v1::ValidateWorkloadRequest>,
     ) -> Result<Response<v1::ValidateWorkloadResponse>, Status> {
-        let (metadata, _, msg) = request.into_parts();
+        let (metadata, extensions, msg) = request.into_parts();
         self.state
             .metrics
             .observe_request_bytes("ValidateWorkload", prost::Message::encoded_len(&msg));
@@ -526,8 +542,8 @@ impl PlacementService for PlacementApi {
             SERVICE,
             "ValidateWorkload",
             &metadata,
-            0,
-            move |st, r| decide_validate(st, msg, r),
+            estimated_work(&extensions, || 0),
+            move |st, r, c| decide_validate(st, msg, r, c),
         )
         .await
         .map_or_else(|e| Err(advertised(e)), |r| Ok(advertised(r)))

@@ -130,7 +130,11 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
         addr: settings.listen,
         source,
     })?;
-    let mut builder = Server::builder();
+    // Per connection: streams at once (advertised in SETTINGS); per call: the intake layer
+    // (declared sizes, memory budget, limits on the wire, body timeout).
+    let mut builder =
+        Server::builder().max_concurrent_streams(settings.limits.max_concurrent_streams);
+    let intake = crate::intake::IntakeLayer::new(&settings.limits);
     if let Some(tls) = &settings.tls {
         builder = builder
             .tls_config(tls.load()?)
@@ -200,6 +204,7 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
 
     let router = builder
         .layer(edge)
+        .layer(intake)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
