@@ -129,54 +129,72 @@ fn counted(text: &str) -> BTreeMap<(String, String), u64> {
 }
 
 /// Attack: 1 MB of pair scores naming cards that do not exist (each a violation echoing a
-/// long id). Before: a 20.7 MB grpc-message. Now: INVALID_ARGUMENT, at most 20 violations
-/// listed plus one "and N more", metadata under 8 KiB.
+/// long id). Before: a 20.7 MB grpc-message. Now the 20,000 entries are over
+/// `limits.max_list_entries` and refused on the wire (RESOURCE_EXHAUSTED) before decoding; 4,000
+/// of them (under the cap) are INVALID_ARGUMENT with at most 20 violations listed plus one "and N
+/// more". Either way the metadata stays under 8 KiB.
 #[tokio::test]
 async fn pair_score_garbage_answers_in_bounded_trailers() {
     let server = TestServer::start(&[]).await;
     let long = "x".repeat(40);
-    let mut n = node("n", 2, 8000);
-    n.pair_scores = (0..20_000)
-        .map(|i| v1::CardPairScore {
-            card_id: format!("{long}{i}"),
-            peer_card_id: format!("{long}-peer-{i}"),
-            score: 1,
-        })
-        .collect();
-    let req = allocate_req(vec![n], gpu_pod());
-    let bytes = prost::Message::encode_to_vec(&req);
-    assert!(bytes.len() > 1_000_000);
-    let r = raw(
-        server.running.grpc_addr,
-        ALLOCATE,
-        "application/grpc",
-        &[],
-        frame(&bytes),
-    )
-    .await;
-    assert_eq!(r.code(), Code::InvalidArgument);
-    assert!(
-        r.metadata_bytes() < 8 * 1024,
-        "{} bytes of metadata",
-        r.metadata_bytes()
-    );
-    let status = server.placement().allocate(req).await.unwrap_err();
-    assert_eq!(status.code(), Code::InvalidArgument);
-    let d = status.get_error_details();
-    let br = d.bad_request().unwrap();
-    assert!(
-        br.field_violations.len() <= 21,
-        "{}",
-        br.field_violations.len()
-    );
-    assert!(
-        br.field_violations
-            .last()
-            .unwrap()
-            .description
-            .contains("more not listed")
-    );
-    assert_eq!(d.error_info().unwrap().metadata["violationCount"], "40000");
+    for (entries, code) in [
+        (20_000, Code::ResourceExhausted),
+        (4_000, Code::InvalidArgument),
+    ] {
+        let mut n = node("n", 2, 8000);
+        n.pair_scores = (0..entries)
+            .map(|i| v1::CardPairScore {
+                card_id: format!("{long}{i}"),
+                peer_card_id: format!("{long}-peer-{i}"),
+                score: 1,
+            })
+            .collect();
+        let req = allocate_req(vec![n], gpu_pod());
+        let bytes = prost::Message::encode_to_vec(&req);
+        assert!(
+            bytes.len() > 100 * entries,
+            "{entries}: {} bytes",
+            bytes.len()
+        );
+        let r = raw(
+            server.running.grpc_addr,
+            ALLOCATE,
+            "application/grpc",
+            &[],
+            frame(&bytes),
+        )
+        .await;
+        assert_eq!(r.code(), code, "{entries} pair scores");
+        assert!(
+            r.metadata_bytes() < 8 * 1024,
+            "{entries}: {} bytes of metadata",
+            r.metadata_bytes()
+        );
+        let status = server.placement().allocate(req).await.unwrap_err();
+        assert_eq!(status.code(), code);
+        if code != Code::InvalidArgument {
+            assert!(status.message().contains("max_list_entries"), "{status:?}");
+            continue;
+        }
+        let d = status.get_error_details();
+        let br = d.bad_request().unwrap();
+        assert!(
+            br.field_violations.len() <= 21,
+            "{}",
+            br.field_violations.len()
+        );
+        assert!(
+            br.field_violations
+                .last()
+                .unwrap()
+                .description
+                .contains("more not listed")
+        );
+        assert_eq!(
+            d.error_info().unwrap().metadata["violationCount"],
+            (2 * entries).to_string()
+        );
+    }
 }
 
 /// Attack: 50 nodes whose cards leave `health` unset. Before: trailers so large that grpcio
