@@ -207,9 +207,14 @@ async fn replicas_behind_one_channel_each_warm_on_their_own() {
     // Both replicas were asked and each converted the inventories and kept the set itself.
     for m in [&m1, &m2] {
         assert!(m.node_cache.inserts[0].get() >= 20, "every replica warmed");
-        assert!(m.node_sets.inserts.get() >= 1, "every replica kept the set");
-        assert!(m.node_sets.hits.get() >= 1, "and then answered changes");
+        assert!(m.node_sets.inserts.get() >= 1, "every replica kept a set");
     }
+    // Changes are answered by whichever replica holds the client's current set (the picker is
+    // random: which one, and how often, varies from run to run).
+    assert!(
+        m1.node_sets.hits.get() + m2.node_sets.hits.get() >= 1,
+        "changes were answered"
+    );
 }
 
 /// A server that predates `node_refs`: it decodes only `nodes` (the references are an unknown
