@@ -5,8 +5,9 @@
 # policies of deploy/ are applied to the apiserver (and every manifest is validated server-side),
 # gpusched-kube runs with a ServiceAccount token bound only by that RBAC, then
 # clients/kube/tests/e2e/ runs
-# the scenarios (admission, forged decisions, fail closed, seed stories, weights, mutex, bad nodes, bursts,
-# restart, two replicas).
+# the scenarios (admission, forged decisions, fail closed, seed stories, weights, mutex, bad nodes, traces,
+# bursts, restart, two replicas).
+# Jaeger (built by build-jaeger.sh, cached) receives both binaries' traces over OTLP.
 #
 #   deploy/e2e/test.sh                 # called by scripts/test.sh (stage e2e)
 #
@@ -14,10 +15,12 @@
 #      empty), CARGO_TARGET_DIR, E2E_KEEP=1 (leave the cluster and processes running),
 #      E2E_UPDATE_README=1 (write the measured numbers into deploy/e2e/README.md),
 #      E2E_RELEASE=1 (optimised gpusched-server and gpusched-kube, for the throughput numbers),
-#      GPUSCHED_SERVER_BIN (a prebuilt gpusched-server instead of the one built here),
-#      GPUSCHED_KUBE_BIN (a prebuilt gpusched-kube instead of the one built here),
+#      GPUSCHED_SERVER_BIN, GPUSCHED_KUBE_BIN (prebuilt gpusched-server/gpusched-kube instead of
+#      the ones built here),
 #      E2E_SHIM_LOG (gpusched-kube log filter, default info),
-#      E2E_FILTER (comma list: run only the scenarios whose name contains one of them).
+#      E2E_FILTER (comma list: run only the scenarios whose name contains one of them),
+#      E2E_TRACES=0 (no Jaeger, traces off, the traces scenario skipped).
+#      E2E_SCHEDULER_QPS (client QPS of both kube-schedulers, burst twice that; default 50/100).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -38,13 +41,15 @@ free_port() {
 }
 
 SERVER_PID=""
+JAEGER_PID=""
 cleanup() {
   local rc=$?
   if [[ "${E2E_KEEP:-0}" == 1 ]]; then
-    log "E2E_KEEP=1: leaving the cluster ($CLUSTER) and gpusched-server (pid $SERVER_PID) running"
+    log "E2E_KEEP=1: leaving the cluster ($CLUSTER), gpusched-server (pid $SERVER_PID) and Jaeger (pid ${JAEGER_PID:-none}, query ${E2E_JAEGER_QUERY:-off}) running"
     exit $rc
   fi
   if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then kill -TERM "$SERVER_PID" 2>/dev/null || true; fi
+  if [[ -n "$JAEGER_PID" ]] && kill -0 "$JAEGER_PID" 2>/dev/null; then kill -TERM "$JAEGER_PID" 2>/dev/null || true; fi
   "$HERE/cluster-down.sh" "$CLUSTER" >/dev/null 2>&1 || true
   if (( rc != 0 )); then
     log "logs: $WORK/*.log, $CLUSTER/logs/"
@@ -60,7 +65,9 @@ PROFILE=debug
 PROFILE_FLAG=()
 if [[ "${E2E_RELEASE:-0}" == 1 ]]; then PROFILE=release; PROFILE_FLAG=(--release); fi
 log "building gpusched-server, gpusched-kube ($PROFILE) and the e2e test"
-nice cargo build -q "${PROFILE_FLAG[@]}" -p gpusched-service -p gpusched-kube
+if [[ -z "${GPUSCHED_SERVER_BIN:-}" || -z "${GPUSCHED_KUBE_BIN:-}" ]]; then
+  nice cargo build -q "${PROFILE_FLAG[@]}" -p gpusched-service -p gpusched-kube
+fi
 nice cargo test -q -p gpusched-kube --test e2e --no-run 2>/dev/null
 SERVER_BIN="${GPUSCHED_SERVER_BIN:-$TARGET_DIR/$PROFILE/gpusched-server}"
 KUBE_SHIM_BIN="${GPUSCHED_KUBE_BIN:-$TARGET_DIR/$PROFILE/gpusched-kube}"
@@ -90,14 +97,42 @@ SCHED_SRC="$REPO/deploy/manifests/kube-scheduler-config.yaml"
 grep -q 'urlPrefix: "http://gpusched-kube.gpusched-system.svc:8888"' "$SCHED_SRC" ||
   die "$SCHED_SRC: extender urlPrefix not found (the sed below would not apply)"
 sed "s#http://gpusched-kube.gpusched-system.svc:8888#http://127.0.0.1:$EXT_PORT#" "$SCHED_SRC" >"$WORK/scheduler-config.yaml"
+# E2E_SCHEDULER_QPS (bench.sh): kube-scheduler's client rate limit, QPS and burst (default 50/100).
+if [[ -n "${E2E_SCHEDULER_QPS:-}" ]]; then
+  printf 'clientConnection:\n  qps: %s\n  burst: %s\n' "$E2E_SCHEDULER_QPS" "$((2 * E2E_SCHEDULER_QPS))" >>"$WORK/scheduler-config.yaml"
+fi
 log "starting a fresh control plane in $CLUSTER (extender at 127.0.0.1:$EXT_PORT)"
 "$HERE/cluster-down.sh" "$CLUSTER" >/dev/null 2>&1 || true
 KUBE_SCHEDULER_CONFIG="$WORK/scheduler-config.yaml" "$HERE/cluster-up.sh" "$CLUSTER" >/dev/null
 # shellcheck disable=SC1091
 . "$CLUSTER/env.sh"
 
+# ---- Jaeger: the service's and the shim's traces (OTLP/gRPC), read back through its query API --------
+SERVER_ENV=()
+if [[ "${E2E_TRACES:-1}" != 0 ]]; then
+  JAEGER_BIN="$("$HERE/build-jaeger.sh" | tail -n1)"
+  JAEGER_OTLP_GRPC_PORT="$(free_port)"; JAEGER_QUERY_PORT="$(free_port)"
+  JAEGER_QUERY_GRPC_PORT="$(free_port)"; JAEGER_HEALTH_PORT="$(free_port)"
+  export JAEGER_OTLP_GRPC_PORT JAEGER_QUERY_PORT JAEGER_QUERY_GRPC_PORT JAEGER_HEALTH_PORT
+  "$JAEGER_BIN" --config "$HERE/jaeger.yaml" >"$WORK/jaeger.log" 2>&1 &
+  JAEGER_PID=$!
+  for _ in $(seq 100); do
+    curl -fsS "http://127.0.0.1:$JAEGER_HEALTH_PORT/status" 2>/dev/null | grep -q '"healthy":true' && break
+    kill -0 "$JAEGER_PID" 2>/dev/null || die "Jaeger exited: $(tail -n 20 "$WORK/jaeger.log")"
+    sleep 0.2
+  done
+  curl -fsS "http://127.0.0.1:$JAEGER_HEALTH_PORT/status" 2>/dev/null | grep -q '"healthy":true' ||
+    die "Jaeger not healthy: $(tail -n 20 "$WORK/jaeger.log")"
+  OTLP="http://127.0.0.1:$JAEGER_OTLP_GRPC_PORT"
+  export E2E_JAEGER_QUERY="127.0.0.1:$JAEGER_QUERY_PORT"
+  # Each binary's own OTLP key; spans batched every 500 ms instead of 5 s.
+  SERVER_ENV=("GPUSCHED_SERVER_TELEMETRY__OTLP_ENDPOINT=$OTLP" OTEL_BSP_SCHEDULE_DELAY=500)
+  export GPUSCHED_KUBE_TELEMETRY__OTLP_ENDPOINT="$OTLP" OTEL_BSP_SCHEDULE_DELAY=500
+  log "Jaeger $("$JAEGER_BIN" version 2>/dev/null | sed -n 's/.*"gitVersion":"\([^"]*\)".*/\1/p'): OTLP $OTLP, query http://$E2E_JAEGER_QUERY"
+fi
+
 # ---- gpusched-server -------------------------------------------------------------------------------
-"$SERVER_BIN" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 >"$WORK/server.out" 2>"$WORK/server.log" &
+env "${SERVER_ENV[@]}" "$SERVER_BIN" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 >"$WORK/server.out" 2>"$WORK/server.log" &
 SERVER_PID=$!
 SERVICE_ADDR=""
 for _ in $(seq 100); do
@@ -108,6 +143,10 @@ for _ in $(seq 100); do
 done
 [[ -n "$SERVICE_ADDR" ]] || die "gpusched-server did not print its address"
 log "gpusched-server at $SERVICE_ADDR"
+# For the bursts' measurements (CPU per pod, node-set hits; see deploy/e2e/bench.sh).
+export E2E_SERVER_PID="$SERVER_PID"
+E2E_SERVER_METRICS="$(sed -n 's/.*metrics=\([^ ]*\).*/\1/p' "$WORK/server.out" | head -n1)"
+export E2E_SERVER_METRICS
 
 # ---- manifests of deploy/: all validated by the apiserver; RBAC and webhooks applied --------------
 log "validating every manifest of deploy/ server-side (kubectl apply --dry-run=server -k deploy/)"

@@ -144,7 +144,7 @@ check "default: service, shim, scheduler, agent, PDB, NetworkPolicies, no CRD ki
   get("Deployment","gpusched")["spec"]["replicas"] == 2 and get("Deployment","gpusched-kube")
   and get("Deployment","gpusched-scheduler") and get("DaemonSet","gpusched-agent")
   and get("PodDisruptionBudget","gpusched") and get("Service","gpusched") and get("Service","gpusched-kube")
-  and {n["metadata"]["name"] for n in kinds("NetworkPolicy")} == {"gpusched","gpusched-kube"}
+  and {n["metadata"]["name"] for n in kinds("NetworkPolicy")} == {"gpusched","gpusched-kube","gpusched-agent"}
   and not [d for d in docs if d["apiVersion"].startswith(("cert-manager.io","monitoring.coreos.com"))]'
 check "default: webhooks fail closed (Fail, 3s) with matchConditions on all 4 resources, ignore-label selectors" py_docs "$D" '
   all(w["timeoutSeconds"] == 3 and w["failurePolicy"] == "Fail"
@@ -183,6 +183,18 @@ check "default: NetworkPolicy lets only kube-scheduler pods reach the extender p
     == [{"podSelector":{"matchLabels":{"app.kubernetes.io/name":"gpusched-scheduler"}}}]
   and [r for r in get("NetworkPolicy","gpusched")["spec"]["ingress"] if r["ports"][0]["port"] == 50051][0]["from"][0]
     == {"podSelector":{"matchLabels":{"app.kubernetes.io/name":"gpusched-kube"}}}'
+check "default: agent metrics: headless Service port metrics -> the health port 9465, NetworkPolicy open to it" py_docs "$D" '
+  get("Service","gpusched-agent")["spec"]["clusterIP"] == "None"
+  and get("Service","gpusched-agent")["spec"]["ports"] == [{"name":"metrics","port":9465,"targetPort":"health","protocol":"TCP"}]
+  and get("Service","gpusched-agent")["spec"]["selector"] == get("DaemonSet","gpusched-agent")["spec"]["selector"]["matchLabels"]
+  and {"name":"health","containerPort":9465} in get("DaemonSet","gpusched-agent")["spec"]["template"]["spec"]["containers"][0]["ports"]
+  and {"name":"GPUSCHED_AGENT_HTTP__LISTEN","value":"0.0.0.0:9465"} in get("DaemonSet","gpusched-agent")["spec"]["template"]["spec"]["containers"][0]["env"]
+  and get("NetworkPolicy","gpusched-agent")["spec"]["ingress"] == [{"ports":[{"port":9465,"protocol":"TCP"}]}]'
+no_agent_metrics() {
+  local out; out="$(tmpl "${FULL[@]}" --set agent.metrics.enabled=false)" || return 1
+  ! grep -q 'name: gpusched-agent$' <<<"$(grep -A3 -E '^kind: (Service|ServiceMonitor)$' <<<"$out")"
+}
+check "agent.metrics.enabled=false: no agent Service nor ServiceMonitor" no_agent_metrics
 check "default: kube-scheduler image follows --kube-version ($KUBE_VERSION)" py_docs "$D" \
   "get('Deployment','gpusched-scheduler')['spec']['template']['spec']['containers'][0]['image'] == 'registry.k8s.io/kube-scheduler:$KUBE_VERSION'"
 sched_image() { "$HELM" template gpusched "$CHART" -n "$NS" --show-only templates/scheduler.yaml "$@" | grep -o 'image: .*' ; }
@@ -205,12 +217,19 @@ check "full: mTLS wired (server tls + client_ca, shim https + client cert, agent
   and {"name":"GPUSCHED_AGENT_SERVICE__TLS__CERT","value":"/etc/gpusched/client-tls/tls.crt"} in get("DaemonSet","gpusched-agent")["spec"]["template"]["spec"]["containers"][0]["env"]
   and get("Deployment","gpusched")["spec"]["template"]["spec"]["volumes"][1]["secret"]["secretName"] == "gpusched-server-tls"'
 check "full: ServiceMonitors, PrometheusRule, dashboard ConfigMap, registry + pull secret" py_docs "$F" '
-  {s["metadata"]["name"] for s in kinds("ServiceMonitor")} == {"gpusched","gpusched-kube"}
+  {s["metadata"]["name"] for s in kinds("ServiceMonitor")} == {"gpusched","gpusched-kube","gpusched-agent"}
   and len(get("PrometheusRule","gpusched")["spec"]["groups"][0]["rules"]) >= 3
   and get("ConfigMap","gpusched-dashboard")["metadata"]["labels"]["grafana_dashboard"] == "1"
   and __import__("json").loads(get("ConfigMap","gpusched-dashboard")["data"]["gpusched.json"])["uid"] == "gpusched-red"
   and get("Deployment","gpusched")["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example.com/gpusched/gpusched-server:0.1.0"
   and get("Deployment","gpusched")["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name":"regcred"}]'
+check "full: agent ServiceMonitor scrapes port metrics of the agent Service (node label); NetworkPolicy from metricsFrom" py_docs "$F" '
+  get("ServiceMonitor","gpusched-agent")["spec"]["selector"]["matchLabels"] == get("Service","gpusched-agent")["spec"]["selector"]
+  and get("ServiceMonitor","gpusched-agent")["spec"]["endpoints"] == [{"port":"metrics","path":"/metrics","interval":"30s",
+        "relabelings":[{"sourceLabels":["__meta_kubernetes_pod_node_name"],"targetLabel":"node"}]}]
+  and [p["name"] for p in get("Service","gpusched-agent")["spec"]["ports"]] == ["metrics"]
+  and get("NetworkPolicy","gpusched-agent")["spec"]["ingress"][0]["from"] == [{"namespaceSelector":{"matchLabels":{"name":"monitoring"}}}]
+  and get("ServiceMonitor","gpusched")["spec"]["endpoints"][0]["port"] == "metrics"'
 check "PrometheusRule: every metric and label exists in metrics.rs" \
   python3 "$HERE/check_metrics.py" server/service/src/metrics.rs --rules "$F"
 
@@ -323,9 +342,9 @@ CRD
       -n "$NS" --no-hooks --timeout 60s
     objects_exist() {
       K -n "$NS" get deploy/gpusched deploy/gpusched-kube deploy/gpusched-scheduler ds/gpusched-agent \
-        svc/gpusched svc/gpusched-kube pdb/gpusched cm/gpusched-server-config cm/gpusched-kube-config \
+        svc/gpusched svc/gpusched-kube svc/gpusched-agent pdb/gpusched cm/gpusched-server-config cm/gpusched-kube-config \
         cm/gpusched-scheduler-config sa/gpusched-kube sa/gpusched-scheduler sa/gpusched-agent \
-        networkpolicy/gpusched networkpolicy/gpusched-kube role/gpusched-kube-leader-election &&
+        networkpolicy/gpusched networkpolicy/gpusched-kube networkpolicy/gpusched-agent role/gpusched-kube-leader-election &&
       K get validatingwebhookconfiguration/gpusched-kube mutatingwebhookconfiguration/gpusched-kube \
         clusterrole/gpusched-kube clusterrole/gpusched-agent clusterrolebinding/gpusched-scheduler \
         validatingadmissionpolicy/gpusched-agent-own-node validatingadmissionpolicy/gpusched-kube-decisions \

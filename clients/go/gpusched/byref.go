@@ -307,6 +307,28 @@ func withNodes[R any](ctx context.Context, b *byRef, nodes []*v1.Node, call func
 				p = plan{keep: true}
 				continue
 			}
+			if e.MissingMore {
+				// Only some missing parts listed: every part inline, once.
+				var every []partKey
+				for _, n := range prepared {
+					every = append(every, n.invKey)
+					if n.usageKey != nil {
+						every = append(every, *n.usageKey)
+					}
+				}
+				all := true
+				for _, k := range every {
+					all = all && force[k]
+				}
+				if all {
+					return zero, e
+				}
+				b.forget(every)
+				for _, k := range every {
+					force[k] = true
+				}
+				continue
+			}
 			// Resend each missing part inline once; a part missing again after it went inline
 			// (impossible with a conforming server) ends the call.
 			if len(missing) == 0 || again {

@@ -392,3 +392,29 @@ func TestLiveNodeSetsWithReplicasBehindOneAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestLiveTruncatedMissingListSendsEverythingInlineOnce: after a restart the new server misses
+// 60+ parts but lists at most 20 (and a MORE entry); the client sends every part inline at once
+// instead of paging through the list, so each inventory misses exactly once.
+func TestLiveTruncatedMissingListSendsEverythingInlineOnce(t *testing.T) {
+	first := startTestServer(t, nil, nil)
+	addr := first.addr
+	client := dial(t, addr)
+	nodes := cluster("go-more", 60)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for range 2 {
+		r, err := client.Allocate(ctx, &v1.AllocateRequest{Nodes: nodes, Workload: smallPod()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		book(nodes, r.GetResult())
+	}
+	first.stop()
+	second := startTestServer(t, []string{"--listen", addr}, nil)
+	whole := dial(t, addr, gpusched.WithByReference(false))
+	allocateBoth(t, client, whole, nodes, grpc.WaitForReady(true))
+	if got := metric(t, scrape(t, second), invMisses); got != 60 {
+		t.Errorf("inventory misses %v, want 60 (each once, not once per listed page)", got)
+	}
+}

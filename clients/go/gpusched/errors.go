@@ -93,6 +93,9 @@ type Error struct {
 	// violations of type MISSING (FAILED_PRECONDITION: node parts referenced by digest that the
 	// server does not hold).
 	MissingDigests []string
+	// MissingMore is set when the server listed only some of the missing parts (a violation of
+	// type MORE): the client then sends every part inline.
+	MissingMore bool
 	// RetryDelay is the google.rpc.RetryInfo delay (server busy or shutting down); 0 when absent.
 	RetryDelay time.Duration
 	// ErrorInfo is the google.rpc.ErrorInfo detail; nil when absent (the server sends one with
@@ -216,8 +219,11 @@ func fromStatus(st *status.Status) *Error {
 			e.ErrorInfo = &ErrorInfo{Reason: d.GetReason(), Domain: d.GetDomain(), Metadata: d.GetMetadata()}
 		case *errdetails.PreconditionFailure:
 			for _, v := range d.GetViolations() {
-				if v.GetType() == "MISSING" {
+				switch v.GetType() {
+				case "MISSING":
 					e.MissingDigests = append(e.MissingDigests, v.GetSubject())
+				case "MORE":
+					e.MissingMore = true
 				}
 			}
 		case *errdetails.RetryInfo:

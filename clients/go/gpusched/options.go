@@ -16,8 +16,8 @@ import (
 const DefaultTimeout = 30 * time.Second
 
 // DefaultMaxMessageBytes is the default send and receive limit of a Client: answers with
-// explanations over many nodes exceed gRPC's 4 MiB default. It matches the server's default
-// limits.max_message_bytes.
+// explanations over many nodes exceed gRPC's 4 MiB default. It is above the server's default
+// limits.max_message_bytes (16 MiB), which bounds what the server accepts and answers.
 const DefaultMaxMessageBytes = 64 << 20
 
 // Option configures Dial.

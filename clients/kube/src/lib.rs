@@ -8,7 +8,7 @@
 //!
 //! Layers (each imports only those above it): wire types ([`extender_v1`]; admission reviews
 //! are kube's) ← answers and logic ([`answer`], [`admission`], [`shim`], over [`view`],
-//! [`translate`], [`leader`], [`metrics`]) ← HTTP handlers ([`extender`], [`webhook`]) ←
+//! [`translate`], [`leader`], [`metrics`], [`traces`]) ← HTTP handlers ([`extender`], [`webhook`]) ←
 //! start-up ([`run`]).
 
 pub mod admission;
@@ -21,6 +21,7 @@ pub mod leader;
 pub mod metrics;
 pub mod run;
 pub mod shim;
+pub mod traces;
 pub mod translate;
 pub mod view;
 pub mod webhook;

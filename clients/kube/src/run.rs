@@ -18,6 +18,7 @@ use crate::config::Settings;
 use crate::leader::{self, Leadership};
 use crate::metrics::Metrics;
 use crate::shim::Shim;
+use crate::traces::PodTraces;
 use crate::view::ClusterView;
 use crate::webhook::{self, TlsListener, WebhookState};
 
@@ -62,7 +63,7 @@ pub fn main(settings: Settings) -> anyhow::Result<()> {
 }
 
 async fn serve(settings: Settings) -> anyhow::Result<()> {
-    let _telemetry = gpusched_runtime::logging::init(&settings.telemetry, "gpusched_kube")?;
+    let telemetry = gpusched_runtime::logging::init(&settings.telemetry, "gpusched_kube")?;
     let client = kube_client(&settings).await?;
     let service = service_client(&settings)?;
     let names = settings.names.clone();
@@ -146,6 +147,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         recorder: Some(recorder),
         reserve: settings.reserve,
         metrics: Metrics::default(),
+        traces: PodTraces::new(telemetry.tracer()),
     });
 
     let ext_listener = tokio::net::TcpListener::bind(settings.extender_listen)
@@ -165,6 +167,8 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         Some((l, _)) => l.local_addr()?.to_string(),
         None => "off".to_owned(),
     };
+    // Handlers installed before the start-up line: a SIGTERM right after it is graceful.
+    let stop = gpusched_runtime::shutdown::signal();
     println!("gpusched-kube listening extender={ext_addr} webhook={webhook_text}");
     tracing::info!(extender = %ext_addr, webhook = %webhook_text, "serving");
 
@@ -204,7 +208,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         tasks.spawn(async move { listener.serve(router, rx, Duration::from_secs(10)).await });
     }
 
-    gpusched_runtime::shutdown::signal().await;
+    stop.await;
     tracing::info!("shutting down: releasing the lease, draining connections");
     let _ = shutdown_tx.send(true);
     if let Some(t) = leader_task {

@@ -4,16 +4,19 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use gpusched_client::v1;
+use gpusched_client::{PreparedNode, v1};
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{Api, Resource};
+use opentelemetry::KeyValue;
+use opentelemetry::context::FutureExt as _;
 
 use crate::answer::{filter_error, filter_result, invalid_pod, pass_all, priorities};
 use crate::extender_v1::{ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority};
 use crate::leader::Leadership;
 use crate::metrics::{ExtenderCall, ExtenderOutcome, Metrics};
+use crate::traces::{PodRef, PodTraces};
 use crate::translate;
 use crate::view::{Assumed, ClusterView};
 
@@ -47,6 +50,8 @@ pub struct Shim {
     pub reserve: bool,
     /// Metric families (served through [`Shim::registry`]).
     pub metrics: Metrics,
+    /// The extender calls' spans, one trace per pod (see [`crate::traces`]).
+    pub traces: PodTraces,
 }
 
 impl std::fmt::Debug for Shim {
@@ -116,18 +121,26 @@ impl Shim {
     /// The snapshot of these candidates; nodes the informer has not shown yet (kube-scheduler
     /// may know a node a few milliseconds earlier) are read from the API.
     async fn snapshot(&self, candidates: &[String], uid: &str) -> crate::view::Snapshot {
-        let missing = self.view.missing_nodes(candidates);
+        let snap = self.view.snapshot(candidates, uid);
+        // Not in the cache yet: the only reason a candidate is unusable but resolvable.
+        let missing: Vec<String> = snap
+            .unusable
+            .iter()
+            .filter(|u| !u.2)
+            .map(|u| u.0.clone())
+            .collect();
+        let (false, Some(kube)) = (missing.is_empty(), &self.kube) else {
+            return snap;
+        };
         let mut fetched = std::collections::HashMap::new();
-        if let (false, Some(kube)) = (missing.is_empty(), &self.kube) {
-            let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(kube.clone());
-            for name in missing {
-                match api.get_opt(&name).await {
-                    Ok(Some(n)) => {
-                        fetched.insert(name, n);
-                    }
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!(node = %name, error = %e, "cannot read node"),
+        let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(kube.clone());
+        for name in missing {
+            match api.get_opt(&name).await {
+                Ok(Some(n)) => {
+                    fetched.insert(name, n);
                 }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(node = %name, error = %e, "cannot read node"),
             }
         }
         self.view.snapshot_with(candidates, uid, &fetched)
@@ -154,7 +167,12 @@ impl Shim {
     /// `/filter`: every feasible candidate, and why the others fail.
     pub async fn filter(&self, args: &ExtenderArgs) -> ExtenderFilterResult {
         let start = Instant::now();
-        let r = self.filter_inner(args).await;
+        let span = self.traces.start(
+            ExtenderCall::Filter,
+            PodRef::of(args.pod.as_ref()),
+            vec![candidates_attribute(args)],
+        );
+        let r = self.filter_inner(args).with_context(span.context()).await;
         let outcome = if r.error.is_empty() {
             ExtenderOutcome::Ok
         } else {
@@ -162,14 +180,20 @@ impl Shim {
         };
         self.metrics
             .extender(ExtenderCall::Filter, outcome, start.elapsed().as_secs_f64());
+        let feasible = r.node_names.as_ref().map_or(0, Vec::len);
         tracing::debug!(
             pod = ?args.pod.as_ref().and_then(|p| p.metadata.name.as_deref()),
-            feasible = r.node_names.as_ref().map_or(0, Vec::len),
+            feasible,
             us = start.elapsed().as_micros() as u64, "filter"
         );
         if !r.error.is_empty() {
-            tracing::info!(error = %r.error, "filter error");
+            tracing::info!(error = %r.error, trace_id = %span.trace_id(), "filter error");
         }
+        span.set(vec![KeyValue::new(
+            "gpusched.feasible_nodes",
+            i64::try_from(feasible).unwrap_or(i64::MAX),
+        )]);
+        span.end(outcome, Some(r.error.as_str()).filter(|e| !e.is_empty()));
         r
     }
 
@@ -192,13 +216,13 @@ impl Shim {
         let snap = self.snapshot(&args.candidates(), &uid).await;
         let req = v1::FilterRequest {
             node_set: None,
-            nodes: snap.nodes,
+            nodes: Vec::new(),
             workload: Some(translate::workload(pod, names)),
             options: None,
             node_refs: Vec::new(),
         };
         let snap_us = t.elapsed().as_micros() as u64;
-        let resp = self.service.filter_request(req).await;
+        let resp = self.service.filter_prepared(req, &snap.prepared).await;
         tracing::trace!(
             snap_us,
             rpc_us = t.elapsed().as_micros() as u64 - snap_us,
@@ -230,7 +254,15 @@ impl Shim {
     /// `/prioritize`: the service's node scores on the extender's 0..10 scale.
     pub async fn prioritize(&self, args: &ExtenderArgs) -> Result<Vec<HostPriority>, String> {
         let start = Instant::now();
-        let r = self.prioritize_inner(args).await;
+        let span = self.traces.start(
+            ExtenderCall::Prioritize,
+            PodRef::of(args.pod.as_ref()),
+            vec![candidates_attribute(args)],
+        );
+        let r = self
+            .prioritize_inner(args)
+            .with_context(span.context())
+            .await;
         let outcome = if r.is_ok() {
             ExtenderOutcome::Ok
         } else {
@@ -245,6 +277,12 @@ impl Shim {
             pod = ?args.pod.as_ref().and_then(|p| p.metadata.name.as_deref()),
             us = start.elapsed().as_micros() as u64, "prioritize"
         );
+        if let Ok(list) = &r
+            && let Some(top) = list.iter().max_by_key(|h| h.score)
+        {
+            span.set(vec![KeyValue::new("gpusched.top_node", top.host.clone())]);
+        }
+        span.end(outcome, r.as_ref().err().map(String::as_str));
         r
     }
 
@@ -262,21 +300,21 @@ impl Shim {
         let snap = self.snapshot(&candidates, &uid).await;
         let req = v1::ScoreRequest {
             node_set: None,
-            nodes: snap.nodes.clone(),
+            nodes: Vec::new(),
             workload: Some(translate::workload(pod, names)),
             options: None,
             node_refs: Vec::new(),
         };
         let resp = self
             .service
-            .score_request(req)
+            .score_prepared(req, &snap.prepared)
             .await
             .map_err(|e| service_error_text(&e))?;
         let list = priorities(&candidates, &resp.scores);
         // The top node is where kube-scheduler will assume the pod (the extender's 10 outweighs
         // its plugins): reserve the cards Allocate would give there until the bind comes.
         if let Some(top) = resp.scores.first()
-            && let Some(node) = snap.nodes.into_iter().find(|n| n.name == top.node_name)
+            && let Some(node) = snap.prepared.into_iter().find(|n| n.name == top.node_name)
         {
             self.reserve(pod, &uid, &top.node_name, Some(node)).await;
         }
@@ -286,7 +324,7 @@ impl Shim {
     /// Books, tentatively, what `Allocate` gives the pod on `node` (see
     /// [`crate::view::Assumed::tentative`]): the next pods' filter and prioritize then see the
     /// capacity kube-scheduler has already assumed taken, instead of finding out at bind.
-    async fn reserve(&self, pod: &Pod, uid: &str, node: &str, current: Option<v1::Node>) {
+    async fn reserve(&self, pod: &Pod, uid: &str, node: &str, current: Option<Arc<PreparedNode>>) {
         if !self.reserve || uid.is_empty() {
             return;
         }
@@ -294,7 +332,7 @@ impl Shim {
             Some(n) => n,
             None => {
                 let snap = self.snapshot(&[node.to_owned()], uid).await;
-                match snap.nodes.into_iter().next() {
+                match snap.prepared.into_iter().next() {
                     Some(n) => n,
                     None => return,
                 }
@@ -302,13 +340,13 @@ impl Shim {
         };
         let req = v1::AllocateRequest {
             node_set: None,
-            nodes: vec![node_msg],
+            nodes: Vec::new(),
             workload: Some(translate::workload(pod, self.view.names())),
             options: None,
             restrict_to_node_names: vec![node.to_owned()],
             node_refs: Vec::new(),
         };
-        match self.service.allocate_request(req).await {
+        match self.service.allocate_prepared(req, &[node_msg]).await {
             Ok(r) if r.placed && r.requests_gpu => self.view.reserve(Assumed {
                 namespace: pod.metadata.namespace.clone().unwrap_or_default(),
                 name: pod.metadata.name.clone().unwrap_or_default(),
@@ -330,7 +368,16 @@ impl Shim {
     /// decision are written atomically, so no crash can leave one without the other.
     pub async fn bind(&self, args: &ExtenderBindingArgs) -> BindOutcome {
         let start = Instant::now();
-        let out = self.bind_inner(args).await;
+        let span = self.traces.start(
+            ExtenderCall::Bind,
+            PodRef {
+                namespace: &args.pod_namespace,
+                name: &args.pod_name,
+                uid: &args.pod_uid,
+            },
+            vec![KeyValue::new("k8s.node.name", args.node.clone())],
+        );
+        let out = self.bind_inner(args).with_context(span.context()).await;
         let outcome = match &out {
             BindOutcome::Bound {
                 devices: Some(_), ..
@@ -345,18 +392,26 @@ impl Shim {
                 tracing::info!(
                     pod = %args.pod_name, namespace = %args.pod_namespace, node = %node,
                     devices = devices.as_deref().unwrap_or(""),
-                    ms = start.elapsed().as_millis() as u64, "bound"
+                    ms = start.elapsed().as_millis() as u64, trace_id = %span.trace_id(), "bound"
                 );
+                if let Some(d) = devices {
+                    span.set(vec![KeyValue::new("gpusched.devices", d.clone())]);
+                }
             }
             BindOutcome::Failed(e) => {
                 self.view.forget_reservation(&args.pod_uid);
                 tracing::warn!(
                     pod = %args.pod_name, namespace = %args.pod_namespace, node = %args.node,
-                    error = %e, "bind failed"
+                    error = %e, trace_id = %span.trace_id(), "bind failed"
                 );
                 self.publish_failure(args, e);
             }
         }
+        let error = match &out {
+            BindOutcome::Failed(e) => Some(e.as_str()),
+            BindOutcome::Bound { .. } => None,
+        };
+        span.end(outcome, error);
         out
     }
 
@@ -459,13 +514,13 @@ impl Shim {
         }
         let req = v1::AllocateRequest {
             node_set: None,
-            nodes: snap.nodes,
+            nodes: Vec::new(),
             workload: Some(translate::workload(&pod, &names)),
             options: None,
             restrict_to_node_names: vec![node.clone()],
             node_refs: Vec::new(),
         };
-        let result = match self.service.allocate_request(req).await {
+        let result = match self.service.allocate_prepared(req, &snap.prepared).await {
             Ok(r) => r,
             Err(e) => return BindOutcome::Failed(service_error_text(&e)),
         };
@@ -524,6 +579,23 @@ impl Shim {
             }
         }
     }
+}
+
+/// `gpusched.candidate_nodes`: how many nodes kube-scheduler offered.
+fn candidates_attribute(args: &ExtenderArgs) -> KeyValue {
+    let n = match &args.node_names {
+        Some(names) => names.len(),
+        None => args
+            .nodes
+            .as_ref()
+            .and_then(|l| l.get("items"))
+            .and_then(|i| i.as_array())
+            .map_or(0, Vec::len),
+    };
+    KeyValue::new(
+        "gpusched.candidate_nodes",
+        i64::try_from(n).unwrap_or(i64::MAX),
+    )
 }
 
 /// Creates the pod's Binding (with the uid as precondition), carrying annotations and labels

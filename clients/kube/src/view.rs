@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use gpusched_client::v1;
+use gpusched_client::{PreparedNode, v1};
 use gpusched_hami::Booking;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -88,7 +88,10 @@ pub fn assumed_fate(
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     /// Nodes with a readable inventory, with usage.
-    pub nodes: Vec<v1::Node>,
+    pub nodes: Vec<Arc<v1::Node>>,
+    /// The same nodes serialized and digested for the service (kept with the view and rebuilt
+    /// only when a node's inventory or usage changes).
+    pub prepared: Vec<Arc<PreparedNode>>,
     /// Nodes left out: name, reason, unresolvable.
     pub unusable: Vec<(String, String, bool)>,
 }
@@ -107,11 +110,54 @@ pub struct ClusterView {
     /// Decoded inventories by node name, valid for one resourceVersion.
     inventories: std::sync::Mutex<HashMap<String, (String, Arc<translate::Inventory>)>>,
     /// Decoded pod usage by uid, valid for one resourceVersion.
-    usages: std::sync::Mutex<HashMap<String, CachedUsage>>,
+    usages: std::sync::Mutex<UsageCache>,
+    /// The usage of each assumed decision by uid, kept while the decision is unchanged (so that
+    /// a node's prepared form is reused while nothing on it changes).
+    assumed_usages: std::sync::Mutex<HashMap<String, Arc<PodUsage>>>,
+    /// Each node's prepared form, and what it was built from.
+    prepared: std::sync::Mutex<HashMap<String, PreparedEntry>>,
+}
+
+/// A node's whole and prepared forms, valid while its inventory and the usages counted on it
+/// are the very same objects (held here, so they cannot be freed and their addresses reused).
+#[derive(Debug)]
+struct PreparedEntry {
+    /// The informer's object it was built from (None: read from the API).
+    source: Option<Arc<Node>>,
+    inventory: Arc<translate::Inventory>,
+    usages: Vec<Arc<PodUsage>>,
+    node: Arc<v1::Node>,
+    prepared: Arc<PreparedNode>,
+}
+
+impl PreparedEntry {
+    fn built_from(&self, inventory: &Arc<translate::Inventory>, usages: &[Arc<PodUsage>]) -> bool {
+        Arc::ptr_eq(&self.inventory, inventory)
+            && self.usages.len() == usages.len()
+            && self
+                .usages
+                .iter()
+                .zip(usages)
+                .all(|(a, b)| Arc::ptr_eq(a, b))
+    }
 }
 
 /// A pod's decoded usage and the resourceVersion it was decoded from.
-type CachedUsage = (String, Option<Arc<PodUsage>>);
+#[derive(Debug)]
+struct CachedUsage {
+    rv: String,
+    usage: Option<Arc<PodUsage>>,
+    /// The last [`UsageCache::generation`] that saw the pod in the store.
+    generation: u64,
+}
+
+/// Decoded pod usages by uid, and a counter of the calls that refreshed them (entries of pods
+/// gone from the store are dropped by it).
+#[derive(Debug, Default)]
+struct UsageCache {
+    generation: u64,
+    by_uid: HashMap<String, CachedUsage>,
+}
 
 type UsageByNode = HashMap<String, Vec<Arc<PodUsage>>>;
 
@@ -128,7 +174,9 @@ impl ClusterView {
             locks: std::sync::Mutex::new(HashMap::new()),
             synced: AtomicBool::new(false),
             inventories: std::sync::Mutex::new(HashMap::new()),
-            usages: std::sync::Mutex::new(HashMap::new()),
+            usages: std::sync::Mutex::new(UsageCache::default()),
+            assumed_usages: std::sync::Mutex::new(HashMap::new()),
+            prepared: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -227,35 +275,46 @@ impl ClusterView {
     fn usage(&self, wanted: &dyn Fn(&str) -> bool, exclude_uid: &str) -> UsageByNode {
         // One consistent copy of the store: the assumed entries are judged against the very
         // objects counted here (the informer may update the store meanwhile). Decoded usages are
-        // reused while a pod's resourceVersion is unchanged.
+        // kept while a pod's resourceVersion is unchanged: a call allocates only for pods that
+        // changed since the last one.
         let pods = self.pods.state();
-        let mut current: HashMap<String, Option<Arc<PodUsage>>> =
-            HashMap::with_capacity(pods.len());
-        {
-            let mut cache = match self.usages.lock() {
-                Ok(c) => c,
-                Err(p) => p.into_inner(),
-            };
-            let mut fresh = HashMap::with_capacity(pods.len());
-            for p in &pods {
-                let uid = p.metadata.uid.clone().unwrap_or_default();
-                let rv = p.metadata.resource_version.clone().unwrap_or_default();
-                let u = match cache.remove(&uid) {
-                    Some((old_rv, u)) if old_rv == rv && !rv.is_empty() => u,
-                    _ => translate::pod_usage(p, &self.names).map(Arc::new),
-                };
-                current.insert(uid.clone(), u.clone());
-                fresh.insert(uid, (rv, u));
+        let mut cache = match self.usages.lock() {
+            Ok(c) => c,
+            Err(p) => p.into_inner(),
+        };
+        let cache = &mut *cache;
+        cache.generation = cache.generation.wrapping_add(1);
+        let generation = cache.generation;
+        for p in &pods {
+            let uid = p.metadata.uid.as_deref().unwrap_or("");
+            let rv = p.metadata.resource_version.as_deref().unwrap_or("");
+            match cache.by_uid.get_mut(uid) {
+                Some(e) if e.rv == rv && !rv.is_empty() => e.generation = generation,
+                _ => {
+                    cache.by_uid.insert(
+                        uid.to_owned(),
+                        CachedUsage {
+                            rv: rv.to_owned(),
+                            usage: translate::pod_usage(p, &self.names).map(Arc::new),
+                            generation,
+                        },
+                    );
+                }
             }
-            *cache = fresh;
         }
+        cache.by_uid.retain(|_, e| e.generation == generation);
+        let current = &cache.by_uid;
         let now = Instant::now();
-        let mut assumed_usage: Vec<(String, Arc<PodUsage>)> = Vec::new();
+        let mut assumed_usage: HashMap<String, Arc<PodUsage>> = HashMap::new();
+        let mut old_arcs = match self.assumed_usages.lock() {
+            Ok(mut m) => std::mem::take(&mut *m),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        };
         if let Ok(mut assumed) = self.assumed.lock() {
             assumed.retain(|uid, a| {
                 let observed = match current.get(uid) {
                     None => Observed::Absent,
-                    Some(u) => Observed::Present(u.as_deref().cloned()),
+                    Some(e) => Observed::Present(e.usage.as_deref().cloned()),
                 };
                 let ttl = if a.tentative {
                     self.reservation_ttl
@@ -264,64 +323,66 @@ impl ClusterView {
                 };
                 match assumed_fate(a, &observed, now, ttl) {
                     Some(true) => {
-                        assumed_usage.push((
-                            uid.clone(),
-                            Arc::new(PodUsage {
+                        let u = match old_arcs.remove(uid) {
+                            Some(u)
+                                if u.node == a.node
+                                    && u.annotation == a.annotation
+                                    && u.bookings == a.bookings =>
+                            {
+                                u
+                            }
+                            _ => Arc::new(PodUsage {
                                 node: a.node.clone(),
                                 bookings: a.bookings.clone(),
                                 annotation: a.annotation.clone(),
                             }),
-                        ));
+                        };
+                        assumed_usage.insert(uid.clone(), u);
                         true
                     }
                     Some(false) | None => false,
                 }
             });
         }
+        if let Ok(mut m) = self.assumed_usages.lock() {
+            m.clone_from(&assumed_usage);
+        }
         // An assumed decision replaces whatever older decision the store shows for the pod.
-        for (uid, u) in assumed_usage {
-            current.insert(uid, Some(u));
-        }
-        if !exclude_uid.is_empty() {
-            current.remove(exclude_uid);
-        }
         let mut by_node: UsageByNode = HashMap::new();
-        for u in current.into_values().flatten() {
-            if wanted(&u.node) {
-                by_node.entry(u.node.clone()).or_default().push(u);
+        let store_usages = current.iter().filter_map(|(uid, e)| {
+            if assumed_usage.contains_key(uid) {
+                return None;
+            }
+            Some((uid, e.usage.as_ref()?))
+        });
+        for (uid, u) in store_usages.chain(assumed_usage.iter()) {
+            if uid != exclude_uid && wanted(&u.node) {
+                by_node.entry(u.node.clone()).or_default().push(u.clone());
             }
         }
         by_node
     }
 
     fn inventory(&self, node: &Node) -> Arc<translate::Inventory> {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        let rv = node.metadata.resource_version.clone().unwrap_or_default();
+        let name = node.metadata.name.as_deref().unwrap_or("");
+        let rv = node.metadata.resource_version.as_deref().unwrap_or("");
         let mut cache = match self.inventories.lock() {
             Ok(c) => c,
             Err(p) => p.into_inner(),
         };
-        if let Some((old_rv, inv)) = cache.get(&name)
-            && *old_rv == rv
+        if let Some((old_rv, inv)) = cache.get(name)
+            && old_rv == rv
             && !rv.is_empty()
         {
             return inv.clone();
         }
+        let (name, rv) = (name.to_owned(), rv.to_owned());
         let inv = Arc::new(translate::inventory(node, &self.names));
         if cache.len() > 4 * self.nodes.len().max(16) {
             cache.clear();
         }
         cache.insert(name, (rv, inv.clone()));
         inv
-    }
-
-    /// Candidates the node informer has not shown yet (just created nodes).
-    pub fn missing_nodes(&self, node_names: &[String]) -> Vec<String> {
-        node_names
-            .iter()
-            .filter(|n| self.nodes.get(&ObjectRef::new(n)).is_none())
-            .cloned()
-            .collect()
     }
 
     /// The candidate nodes with their cards and current usage.
@@ -340,8 +401,23 @@ impl ClusterView {
         let set: std::collections::HashSet<&str> = node_names.iter().map(String::as_str).collect();
         let usage = self.usage(&|n| set.contains(n), exclude_uid);
         let mut snap = Snapshot::default();
+        let mut prepared = match self.prepared.lock() {
+            Ok(c) => c,
+            Err(p) => p.into_inner(),
+        };
+        if prepared.len() > 4 * self.nodes.len().max(16) {
+            prepared.clear();
+        }
         for name in node_names {
             let cached = self.nodes.get(&ObjectRef::new(name));
+            let entry = prepared.get(name.as_str());
+            // The very object the entry was built from: its inventory is the same.
+            let kept_inventory = match (&cached, entry) {
+                (Some(c), Some(e)) if e.source.as_ref().is_some_and(|s| Arc::ptr_eq(s, c)) => {
+                    Some(e.inventory.clone())
+                }
+                _ => None,
+            };
             let Some(node) = cached.as_deref().or_else(|| fetched.get(name)) else {
                 snap.unusable.push((
                     name.clone(),
@@ -350,18 +426,39 @@ impl ClusterView {
                 ));
                 continue;
             };
-            let inv = self.inventory(node);
+            let inv = kept_inventory.unwrap_or_else(|| self.inventory(node));
             if let Some(problem) = &inv.problem {
                 snap.unusable.push((name.clone(), problem.clone(), true));
                 continue;
             }
-            let pods = usage.get(name);
-            snap.nodes.push(translate::node_with_usage(
+            let mut pods: Vec<Arc<PodUsage>> = usage.get(name).cloned().unwrap_or_default();
+            pods.sort_by_key(|u| Arc::as_ptr(u) as usize);
+            if let Some(e) = entry
+                && e.built_from(&inv, &pods)
+            {
+                snap.nodes.push(e.node.clone());
+                snap.prepared.push(e.prepared.clone());
+                continue;
+            }
+            let node = Arc::new(translate::node_with_usage(
                 name,
                 &inv,
-                pods.into_iter().flatten().map(|u| u.bookings.as_slice()),
+                pods.iter().map(|u| u.bookings.as_slice()),
                 &self.names,
             ));
+            let p = Arc::new(PreparedNode::new(&node));
+            snap.nodes.push(node.clone());
+            snap.prepared.push(p.clone());
+            prepared.insert(
+                name.clone(),
+                PreparedEntry {
+                    source: cached,
+                    inventory: inv,
+                    usages: pods,
+                    node,
+                    prepared: p,
+                },
+            );
         }
         snap
     }
@@ -545,6 +642,61 @@ mod tests {
             seen: false,
             tentative: false,
         }
+    }
+
+    #[test]
+    fn prepared_nodes_are_kept_until_their_inventory_or_usage_changes() {
+        let with_rv = |mut n: Node| {
+            n.metadata.resource_version = Some("1".into());
+            n
+        };
+        let mut a = pod(
+            "a",
+            "ua",
+            "gpusched-scheduler",
+            Some("n1"),
+            "n1-gpu0,NVIDIA,1000,10:;",
+        );
+        a.metadata.resource_version = Some("5".into());
+        let (v, mut w) = view(
+            vec![with_rv(gpu_node("n1", 2)), with_rv(gpu_node("n2", 2))],
+            vec![a.clone()],
+        );
+        let names = ["n1".to_owned(), "n2".to_owned()];
+        let same =
+            |x: &Snapshot, y: &Snapshot, i: usize| Arc::ptr_eq(&x.prepared[i], &y.prepared[i]);
+        let s1 = v.snapshot(&names, "");
+        let s2 = v.snapshot(&names, "");
+        assert!(same(&s1, &s2, 0) && same(&s1, &s2, 1), "nothing changed");
+        for (n, p) in s1.nodes.iter().zip(&s1.prepared) {
+            assert_eq!(p.to_node(), **n, "the prepared form is the node");
+        }
+        // A decision on n2 rebuilds n2 only; the same decision again keeps it.
+        v.assume(assumed("ub", "b", "n2", "n2-gpu1,NVIDIA,4000,0:;"));
+        let s3 = v.snapshot(&names, "");
+        assert!(same(&s1, &s3, 0));
+        assert!(!same(&s1, &s3, 1));
+        assert_eq!(used(&s3, "n2", 1), (1, 4000, 0));
+        assert_eq!(s3.prepared[1].to_node(), *s3.nodes[1]);
+        let s4 = v.snapshot(&names, "");
+        assert!(same(&s3, &s4, 0) && same(&s3, &s4, 1));
+        // Leaving out the pod being placed changes n1's usage.
+        let s5 = v.snapshot(&names, "ua");
+        assert!(!same(&s4, &s5, 0));
+        assert_eq!(used(&s5, "n1", 0), (0, 0, 0));
+        assert_eq!(s5.prepared[0].to_node(), *s5.nodes[0]);
+        // The pod's decision changes (new resourceVersion): n1 is rebuilt with it.
+        let s6 = v.snapshot(&names, "");
+        a.metadata.resource_version = Some("6".into());
+        a.metadata.annotations.as_mut().unwrap().insert(
+            "hami.io/vgpu-devices-allocated".into(),
+            "n1-gpu1,NVIDIA,3000,0:;".into(),
+        );
+        w.apply_watcher_event(&Event::Apply(a));
+        let s7 = v.snapshot(&names, "");
+        assert!(!same(&s6, &s7, 0) && same(&s6, &s7, 1));
+        assert_eq!(used(&s7, "n1", 0), (0, 0, 0));
+        assert_eq!(used(&s7, "n1", 1), (1, 3000, 0));
     }
 
     #[test]

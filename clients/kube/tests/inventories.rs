@@ -180,6 +180,7 @@ async fn shim(nodes: Vec<Node>) -> (gpusched_service::Running, Shim) {
         recorder: None,
         reserve: false,
         metrics: Metrics::default(),
+        traces: gpusched_kube::traces::PodTraces::off(),
     };
     (server, shim)
 }

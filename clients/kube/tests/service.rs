@@ -91,6 +91,7 @@ async fn fixture(nodes: Vec<Node>, pods: Vec<Pod>, leader: Arc<Leadership>) -> F
         recorder: None,
         reserve: true,
         metrics: Metrics::default(),
+        traces: gpusched_kube::traces::PodTraces::off(),
     });
     Fixture {
         _server: server,

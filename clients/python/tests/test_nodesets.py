@@ -263,6 +263,29 @@ def test_a_restart_between_calls_is_transparent(tmp_path: Path) -> None:
             second.stop()
 
 
+
+@pytest.mark.server
+def test_a_truncated_missing_list_sends_every_part_inline_once(tmp_path: Path) -> None:
+    """After a restart the new server misses 60+ parts but lists at most 20 (plus a ``MORE``
+    entry): the client sends every part inline at once instead of paging through the list."""
+    first = start_server([], tmp_path / "first.log")
+    addr = first.address
+    nodes = _nodes("py-more", 60)
+    with gpusched.Client(addr, wait_for_ready=True) as client:
+        try:
+            for _ in range(2):
+                r = client.allocate(v1.AllocateRequest(nodes=nodes, workload=_pod()))
+                _book(nodes, r.result)
+        finally:
+            first.stop()
+        second = start_server(["--listen", addr], tmp_path / "second.log")
+        try:
+            with gpusched.Client(addr, by_reference=False, wait_for_ready=True) as whole:
+                _allocate_both(client, whole, nodes)
+                assert _scrape(second)[INV_MISSES] == 60, "each inventory missed once"
+        finally:
+            second.stop()
+
 class _RefsOnly(v1.PlacementServiceServicer):
     """A server that reads ``node_refs`` (and says so) but predates node sets: it sets no
     ``gpusched-node-sets`` header, counts requests naming a set and asks the real server."""

@@ -106,6 +106,22 @@ impl PreparedNode {
         }
     }
 
+    /// The whole node again (inventory with its usage), for a server that does not read
+    /// references.
+    pub fn to_node(&self) -> v1::Node {
+        let mut node = v1::Node::decode(self.inventory.as_slice()).unwrap_or_default();
+        if !self.usage.is_empty()
+            && let Ok(u) = v1::NodeUsage::decode(self.usage.as_slice())
+        {
+            for e in u.cards {
+                if let Some(c) = node.cards.iter_mut().find(|c| c.id == e.card_id) {
+                    c.usage = e.usage;
+                }
+            }
+        }
+        node
+    }
+
     /// The inventory's digest.
     pub fn inventory_key(&self) -> Key {
         self.inventory_key
@@ -426,6 +442,8 @@ impl ByRef {
 pub(crate) trait NodesRequest: Clone {
     /// Takes the whole nodes out, when the request has no references of its own.
     fn take_nodes(&mut self) -> Option<Vec<v1::Node>>;
+    /// Puts whole nodes in.
+    fn put_nodes(&mut self, nodes: Vec<v1::Node>);
     /// Sets the references and the node set.
     fn set_refs(&mut self, refs: Vec<v1::NodeRef>, set: Option<v1::NodeSetRef>);
 }
@@ -436,6 +454,9 @@ macro_rules! nodes_request {
             fn take_nodes(&mut self) -> Option<Vec<v1::Node>> {
                 (self.node_refs.is_empty() && !self.nodes.is_empty() && self.node_set.is_none())
                     .then(|| std::mem::take(&mut self.nodes))
+            }
+            fn put_nodes(&mut self, nodes: Vec<v1::Node>) {
+                self.nodes = nodes;
             }
             fn set_refs(&mut self, refs: Vec<v1::NodeRef>, set: Option<v1::NodeSetRef>) {
                 self.node_refs = refs;
@@ -507,6 +528,7 @@ mod tests {
             used_cores: 5,
         });
         let busy = PreparedNode::new(&n);
+        assert_eq!(busy.to_node(), n);
         assert_eq!(idle.inventory_key, busy.inventory_key);
         assert!(idle.usage_key.is_none());
         let u = v1::NodeUsage::decode(busy.usage.as_slice()).unwrap();

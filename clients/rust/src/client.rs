@@ -16,7 +16,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::builder::RetryPolicy;
-use crate::byref::{ByRef, NodesRequest, Plan, SET_SUBJECT_PREFIX, field_back, parse_subject};
+use crate::byref::{
+    ByRef, NodesRequest, Plan, PreparedNode, SET_SUBJECT_PREFIX, field_back, parse_subject,
+};
 use crate::error::{ApiError, Error};
 
 /// A connected client (cheap to clone; calls may run concurrently).
@@ -40,6 +42,19 @@ impl Injector for MetadataInjector<'_> {
         ) {
             self.0.insert(k, v);
         }
+    }
+}
+
+/// The trace context a call carries: the current `tracing` span's when it has an OpenTelemetry
+/// span, otherwise OpenTelemetry's current context (a span the caller made with the
+/// OpenTelemetry API and attached, e.g. with `opentelemetry::context::FutureExt::with_context`).
+fn current_context() -> opentelemetry::Context {
+    use opentelemetry::trace::TraceContextExt as _;
+    let cx = tracing::Span::current().context();
+    if cx.span().span_context().is_valid() {
+        cx
+    } else {
+        opentelemetry::Context::current()
     }
 }
 
@@ -104,20 +119,45 @@ impl Client {
             return self.with_retry(msg, call).await;
         };
         let prepared = byref.prepare(nodes);
+        self.with_prepared(msg, &prepared, call).await
+    }
+
+    /// Sends `msg` with `prepared` as its nodes: by reference (and as changes to the kept node
+    /// set) when the automatic mode is on and the server reads references, else whole.
+    async fn with_prepared<T, R, F, Fut>(
+        &self,
+        mut msg: T,
+        prepared: &[Arc<PreparedNode>],
+        call: F,
+    ) -> Result<R, Error>
+    where
+        T: NodesRequest,
+        F: FnMut(tonic::Request<T>) -> Fut + Clone,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        let byref = match &self.byref {
+            Some(b) if b.server_reads_refs() => b,
+            _ => {
+                msg.put_nodes(prepared.iter().map(|p| p.to_node()).collect());
+                msg.set_refs(Vec::new(), None);
+                return self.with_retry(msg, call).await;
+            }
+        };
+        msg.put_nodes(Vec::new());
         let mut force_inline: HashSet<crate::byref::Key> = HashSet::new();
-        let mut plan = byref.plan(&prepared);
+        let mut plan = byref.plan(prepared);
         loop {
             let mut m = msg.clone();
-            let (set, refs) = plan.request(byref, &prepared, &force_inline);
+            let (set, refs) = plan.request(byref, prepared, &force_inline);
             m.set_refs(refs, set);
             match self.with_retry(m, call.clone()).await {
                 Ok(r) => {
                     match &plan {
                         Plan::Full { keep: true } => {
-                            byref.acknowledge(&prepared);
-                            byref.kept(&prepared);
+                            byref.acknowledge(prepared);
+                            byref.kept(prepared);
                         }
-                        Plan::Full { keep: false } => byref.acknowledge(&prepared),
+                        Plan::Full { keep: false } => byref.acknowledge(prepared),
                         Plan::Delta { changed, .. } => {
                             let sent: Vec<_> =
                                 changed.iter().map(|&i| Arc::clone(&prepared[i])).collect();
@@ -148,6 +188,20 @@ impl Client {
                         plan = Plan::Full { keep: true };
                         continue;
                     }
+                    // Only some missing parts listed: send every part inline (once).
+                    if e.missing_more {
+                        let all: HashSet<_> = prepared
+                            .iter()
+                            .flat_map(|p| [Some(p.inventory_key()), p.usage_key()])
+                            .flatten()
+                            .collect();
+                        if all.is_subset(&force_inline) {
+                            return Err(Error::Api(e));
+                        }
+                        byref.forget(&all);
+                        force_inline.extend(all);
+                        continue;
+                    }
                     // Resend each missing part inline once; a part missing again after it was
                     // sent inline (impossible with a conforming server) ends the call.
                     if missing.is_empty() || !missing.is_disjoint(&force_inline) {
@@ -174,15 +228,16 @@ impl Client {
         }
     }
 
-    /// A request with the deadline and the current span's trace context.
+    /// A request with the deadline and the current trace context (see [`current_context`]).
     fn request<T>(&self, msg: T) -> tonic::Request<T> {
         let mut req = tonic::Request::new(msg);
         if let Some(t) = self.timeout {
             req.set_timeout(t);
         }
-        let cx = tracing::Span::current().context();
-        TraceContextPropagator::new()
-            .inject_context(&cx, &mut MetadataInjector(req.metadata_mut()));
+        TraceContextPropagator::new().inject_context(
+            &current_context(),
+            &mut MetadataInjector(req.metadata_mut()),
+        );
         req
     }
 
@@ -243,6 +298,53 @@ impl Client {
         let c = self.placement.clone();
         let resp: v1::AllocateResponse = self
             .with_nodes(req, move |r| {
+                let mut c = c.clone();
+                async move { c.allocate(r).await }
+            })
+            .await?;
+        resp.result
+            .ok_or(Error::Malformed("AllocateResponse.result"))
+    }
+
+    /// [`Client::filter_request`] over nodes prepared by the caller (kept beside its cluster
+    /// view and rebuilt only when a node changes); `req.nodes` and `req.node_refs` are ignored.
+    /// Nothing is converted per call: unchanged nodes go as the kept node set.
+    pub async fn filter_prepared(
+        &self,
+        req: v1::FilterRequest,
+        nodes: &[Arc<PreparedNode>],
+    ) -> Result<v1::FilterResponse, Error> {
+        let c = self.placement.clone();
+        self.with_prepared(req, nodes, move |r| {
+            let mut c = c.clone();
+            async move { c.filter(r).await }
+        })
+        .await
+    }
+
+    /// [`Client::score_request`] over prepared nodes (see [`Client::filter_prepared`]).
+    pub async fn score_prepared(
+        &self,
+        req: v1::ScoreRequest,
+        nodes: &[Arc<PreparedNode>],
+    ) -> Result<v1::ScoreResponse, Error> {
+        let c = self.placement.clone();
+        self.with_prepared(req, nodes, move |r| {
+            let mut c = c.clone();
+            async move { c.score(r).await }
+        })
+        .await
+    }
+
+    /// [`Client::allocate_request`] over prepared nodes (see [`Client::filter_prepared`]).
+    pub async fn allocate_prepared(
+        &self,
+        req: v1::AllocateRequest,
+        nodes: &[Arc<PreparedNode>],
+    ) -> Result<v1::AllocationResult, Error> {
+        let c = self.placement.clone();
+        let resp: v1::AllocateResponse = self
+            .with_prepared(req, nodes, move |r| {
                 let mut c = c.clone();
                 async move { c.allocate(r).await }
             })

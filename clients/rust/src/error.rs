@@ -79,6 +79,9 @@ pub struct ApiError {
     /// `google.rpc.PreconditionFailure` subjects of type `MISSING` (FAILED_PRECONDITION: node
     /// parts referenced by digest that the server does not hold), `sha256/<hex>/<size>`.
     pub missing_digests: Vec<String>,
+    /// The server listed only some of the missing parts (a violation of type `MORE`): the
+    /// client then sends every part inline.
+    pub missing_more: bool,
 }
 
 impl ApiError {
@@ -135,6 +138,9 @@ impl ApiError {
                         .collect()
                 })
                 .unwrap_or_default(),
+            missing_more: details
+                .precondition_failure()
+                .is_some_and(|p| p.violations.iter().any(|v| v.r#type == "MORE")),
         }
     }
 

@@ -3,8 +3,9 @@
 //! A Rust client of the gpusched v1 API. Connect with [`ClientBuilder`] (address, TLS or mutual
 //! TLS, a default deadline per call, retry with backoff on `UNAVAILABLE` only), call the typed
 //! RPCs, and read errors as [`ApiError`] with the server's field violations. The caller's
-//! `tracing` span (when it carries an OpenTelemetry context) is propagated as W3C
-//! `traceparent` metadata.
+//! trace context is propagated as W3C `traceparent` metadata: the current `tracing` span's when
+//! it carries an OpenTelemetry context, else OpenTelemetry's current context (a span made with
+//! the OpenTelemetry API and attached to the call's future).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), gpusched_client::Error> {

@@ -96,6 +96,42 @@ async fn sends_references_after_the_first_call_and_answers_the_same() {
 }
 
 #[tokio::test]
+async fn prepared_nodes_go_as_node_set_changes_and_answer_the_same() {
+    use gpusched_client::PreparedNode;
+    let (server, metrics) = start_at("127.0.0.1:0").await;
+    let addr = server.grpc_addr.to_string();
+    let client = ClientBuilder::new(&addr).connect().await.unwrap();
+    let reference = whole(&addr).await;
+    let mut nodes = cluster(20);
+    // Prepared once, as a cluster view keeps them; only the node that changed is rebuilt.
+    let mut prepared: Vec<Arc<PreparedNode>> = nodes
+        .iter()
+        .map(|n| Arc::new(PreparedNode::new(n)))
+        .collect();
+    for _ in 0..10 {
+        let want = reference.allocate(nodes.to_vec(), pod()).await.unwrap();
+        let req = v1::AllocateRequest {
+            workload: Some(pod()),
+            ..Default::default()
+        };
+        let got = client.allocate_prepared(req, &prepared).await.unwrap();
+        assert_eq!(got, want);
+        book(&mut nodes, &got);
+        let i = nodes.iter().position(|n| n.name == got.node_name).unwrap();
+        prepared[i] = Arc::new(PreparedNode::new(&nodes[i]));
+    }
+    // As with whole nodes: the first call whole (converted back from the prepared form), the
+    // second kept as a set, the eight later ones changes only.
+    assert_eq!(metrics.node_sets.inserts.get(), 1);
+    assert_eq!(metrics.node_sets.hits.get(), 8);
+    assert_eq!(
+        metrics.node_cache.hits[0].get(),
+        8,
+        "one changed node per call"
+    );
+}
+
+#[tokio::test]
 async fn two_clients_share_one_server() {
     let (server, metrics) = start_at("127.0.0.1:0").await;
     let addr = server.grpc_addr.to_string();
@@ -171,9 +207,14 @@ async fn replicas_behind_one_channel_each_warm_on_their_own() {
     // Both replicas were asked and each converted the inventories and kept the set itself.
     for m in [&m1, &m2] {
         assert!(m.node_cache.inserts[0].get() >= 20, "every replica warmed");
-        assert!(m.node_sets.inserts.get() >= 1, "every replica kept the set");
-        assert!(m.node_sets.hits.get() >= 1, "and then answered changes");
+        assert!(m.node_sets.inserts.get() >= 1, "every replica kept a set");
     }
+    // Changes are answered by whichever replica holds the client's current set (the picker is
+    // random: which one, and how often, varies from run to run).
+    assert!(
+        m1.node_sets.hits.get() + m2.node_sets.hits.get() >= 1,
+        "changes were answered"
+    );
 }
 
 /// A server that predates `node_refs`: it decodes only `nodes` (the references are an unknown
@@ -293,4 +334,31 @@ async fn a_repeated_node_name_is_reported_even_against_a_kept_set() {
     };
     assert_eq!(fields(&got), fields(&want));
     assert_eq!(fields(&got), vec!["nodes[20].name".to_owned()]);
+}
+
+#[tokio::test]
+async fn a_truncated_missing_list_makes_the_client_send_everything_inline_once() {
+    let (server, _) = start_at("127.0.0.1:0").await;
+    let addr = server.grpc_addr;
+    let client = ClientBuilder::new(addr.to_string())
+        .connect()
+        .await
+        .unwrap();
+    let mut nodes = cluster(60);
+    for _ in 0..2 {
+        let r = client.allocate(nodes.to_vec(), pod()).await.unwrap();
+        book(&mut nodes, &r);
+    }
+    server.shutdown().await.unwrap();
+    let (server, metrics) = start_at(&addr.to_string()).await;
+    // The new replica holds nothing: the full call by digest misses 60+ parts, of which the
+    // answer lists at most 20 (plus a MORE entry); the client then sends every part inline at
+    // once instead of paging through the list (which would miss the rest again and again).
+    let reference = whole(&addr.to_string()).await;
+    let want = reference.allocate(nodes.to_vec(), pod()).await.unwrap();
+    let got = client.allocate(nodes.to_vec(), pod()).await.unwrap();
+    assert_eq!(got, want);
+    let misses = metrics.node_cache.misses[0].get();
+    assert_eq!(misses, 60, "each inventory missed once, not once per page");
+    server.shutdown().await.unwrap();
 }

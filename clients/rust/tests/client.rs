@@ -321,6 +321,38 @@ async fn propagates_the_current_trace() {
     );
 }
 
+/// Without a `tracing` span, the OpenTelemetry context the caller attached to the future (a span
+/// made with the OpenTelemetry API, as gpusched-kube does for its per-pod traces) is sent.
+#[tokio::test]
+async fn propagates_an_attached_opentelemetry_context() {
+    use opentelemetry::context::FutureExt as _;
+    use opentelemetry::trace::{Span as _, Tracer as _};
+    let peer = Scripted::default();
+    let seen = Arc::clone(&peer.traceparent);
+    let addr = scripted(peer).await;
+    let client = ClientBuilder::new(addr.to_string())
+        .connect()
+        .await
+        .unwrap();
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+    let tracer = provider.tracer("test");
+    let trace_id =
+        opentelemetry::trace::TraceId::from_hex("0af7651916cd43dd8448eb211c80319c").unwrap();
+    let span = tracer
+        .span_builder("caller")
+        .with_trace_id(trace_id)
+        .start_with_context(&tracer, &opentelemetry::Context::new());
+    let span_id = span.span_context().span_id();
+    let cx = opentelemetry::Context::new().with_span(span);
+    client
+        .allocate(vec![], pod())
+        .with_context(cx)
+        .await
+        .unwrap();
+    let header = seen.lock().unwrap().clone().expect("traceparent sent");
+    assert_eq!(header, format!("00-{trace_id}-{span_id}-01"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpuschedctl_allocate_explain_and_errors() {
     let server = live().await;

@@ -83,13 +83,16 @@ pub struct InProcess {
 }
 
 impl InProcess {
-    /// Starts one with the embedded defaults, larger message and time limits.
+    /// Starts one with the embedded defaults, larger message, memory and time limits.
     pub async fn start() -> anyhow::Result<InProcess> {
         let flags = [
             ("listen", "127.0.0.1:0"),
             ("metrics.enabled", "false"),
             ("limits.max_message_bytes", "268435456"),
+            ("limits.max_in_flight_bytes", "8589934592"),
             ("limits.request_timeout", "300s"),
+            // In-process: no load balancer to tell before stopping.
+            ("limits.shutdown_grace", "0s"),
         ];
         let settings = gpusched_service::config::SPEC
             .load_pairs::<gpusched_service::FileConfig>(None, &[], &flags)?

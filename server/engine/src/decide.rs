@@ -125,6 +125,65 @@ pub struct Allocation {
     pub explanations: Vec<NodeExplanation>,
 }
 
+/// A decision given up because the caller's `stop` hook asked for it (its deadline passed, it
+/// went away): there is no answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("decision abandoned: the caller asked to stop")]
+pub struct Abandoned;
+
+/// The hook of the `*_until` decisions: asked before each node is evaluated (and before each
+/// workload of a batch); `true` abandons the decision. The engine keeps no clock: the caller
+/// decides (a deadline, a cancellation flag).
+pub type Stop<'a> = &'a dyn Fn() -> bool;
+
+fn never() -> bool {
+    false
+}
+
+fn finished<T>((value, abandoned): (T, bool)) -> Result<T, Abandoned> {
+    if abandoned { Err(Abandoned) } else { Ok(value) }
+}
+
+/// [`evaluate`], abandoned as soon as `stop` says so (checked before each node).
+pub fn evaluate_until(
+    snapshot: &Snapshot,
+    workload: &Workload,
+    options: DecideOptions,
+    stop: Stop<'_>,
+) -> Result<Evaluation, Abandoned> {
+    finished(PreparedWorkload::new(workload).evaluate_with(snapshot, options, stop))
+}
+
+/// [`allocate`], abandoned as soon as `stop` says so (checked before each node).
+pub fn allocate_until(
+    snapshot: &Snapshot,
+    workload: &Workload,
+    options: DecideOptions,
+    stop: Stop<'_>,
+) -> Result<Allocation, Abandoned> {
+    let prepared = PreparedWorkload::new(workload);
+    let mut scratch = Scratch::default();
+    finished(allocate_with(
+        snapshot,
+        &prepared,
+        options,
+        &mut scratch,
+        stop,
+    ))
+}
+
+/// [`allocate_batch`], abandoned as soon as `stop` says so (checked before each workload and
+/// each node).
+pub fn allocate_batch_until(
+    snapshot: Snapshot,
+    workloads: &[Workload],
+    mode: BatchMode,
+    options: DecideOptions,
+    stop: Stop<'_>,
+) -> Result<BatchOutcome, Abandoned> {
+    finished(batch_with(snapshot, workloads, mode, options, stop))
+}
+
 /// Evaluates every node of `snapshot` for `workload` (Filter and Score).
 pub fn evaluate(snapshot: &Snapshot, workload: &Workload, options: DecideOptions) -> Evaluation {
     PreparedWorkload::new(workload).evaluate(snapshot, options)
@@ -138,7 +197,9 @@ pub fn allocate(snapshot: &Snapshot, workload: &Workload, options: DecideOptions
         &PreparedWorkload::new(workload),
         options,
         &mut scratch,
+        &never,
     )
+    .0
 }
 
 /// Whether one node can host a prepared workload ([`PreparedWorkload::fit`]).
@@ -213,13 +274,28 @@ impl<'w> PreparedWorkload<'w> {
 
     /// [`evaluate`] for the prepared workload.
     pub fn evaluate(&self, snapshot: &Snapshot, options: DecideOptions) -> Evaluation {
+        self.evaluate_with(snapshot, options, &never).0
+    }
+
+    /// The evaluation, and whether `stop` abandoned it (then it is partial).
+    fn evaluate_with(
+        &self,
+        snapshot: &Snapshot,
+        options: DecideOptions,
+        stop: Stop<'_>,
+    ) -> (Evaluation, bool) {
         let workload = self.prep.workload;
         let mut scratch = Scratch::default();
         let mut feasible = Vec::new();
         let mut failed = Vec::new();
         let mut explanations = Vec::new();
         let requests_gpu = workload.requests_gpu();
+        let mut abandoned = false;
         for (id, node) in snapshot.iter() {
+            if requests_gpu && stop() {
+                abandoned = true;
+                break;
+            }
             if !requests_gpu {
                 feasible.push(FeasibleNode {
                     node: id,
@@ -246,18 +322,21 @@ impl<'w> PreparedWorkload<'w> {
             normalize(&mut feasible, workload.node_policy);
             sort_by_preference(&mut feasible, workload.node_policy);
         }
-        Evaluation {
-            requests_gpu,
-            feasible,
-            failed,
-            explanations,
-        }
+        (
+            Evaluation {
+                requests_gpu,
+                feasible,
+                failed,
+                explanations,
+            },
+            abandoned,
+        )
     }
 
     /// [`allocate`] for the prepared workload.
     pub fn allocate(&self, snapshot: &Snapshot, options: DecideOptions) -> Allocation {
         let mut scratch = Scratch::default();
-        allocate_with(snapshot, self, options, &mut scratch)
+        allocate_with(snapshot, self, options, &mut scratch, &never).0
     }
 }
 
@@ -306,30 +385,40 @@ fn better(policy: NodePolicy, candidate: i64, best: i64) -> bool {
     }
 }
 
+/// The allocation, and whether `stop` abandoned it (then it is partial).
 fn allocate_with(
     snapshot: &Snapshot,
     prepared: &PreparedWorkload<'_>,
     options: DecideOptions,
     scratch: &mut Scratch,
-) -> Allocation {
+    stop: Stop<'_>,
+) -> (Allocation, bool) {
     let prep = &prepared.prep;
     let workload = prep.workload;
     let explain = options.explain;
     let requests_gpu = workload.requests_gpu();
     if !requests_gpu {
-        return Allocation {
-            requests_gpu,
-            placement: None,
-            failed: Vec::new(),
-            feasible_count: snapshot.len(),
-            explanations: Vec::new(),
-        };
+        return (
+            Allocation {
+                requests_gpu,
+                placement: None,
+                failed: Vec::new(),
+                feasible_count: snapshot.len(),
+                explanations: Vec::new(),
+            },
+            false,
+        );
     }
     let policy = workload.node_policy;
     let mut failed = Vec::new();
     let mut best: Option<(NodeId, NodeScore)> = None;
     let mut keys: Vec<i64> = Vec::new();
+    let mut abandoned = false;
     for (id, node) in snapshot.iter() {
+        if stop() {
+            abandoned = true;
+            break;
+        }
         match evaluate_node(node, prep, scratch, false, None) {
             NodeOutcome::Fit(score) => {
                 keys.push(score.key);
@@ -341,7 +430,7 @@ fn allocate_with(
         }
     }
     let mut explanations = Vec::new();
-    let placement = best.and_then(|(id, score)| {
+    let placement = best.filter(|_| !abandoned).and_then(|(id, score)| {
         let node = snapshot.node(id)?;
         let mut ex = explain.then(|| NodeExplanation {
             node: id,
@@ -384,8 +473,12 @@ fn allocate_with(
             booked,
         })
     });
-    if placement.is_none() && explain {
+    if placement.is_none() && explain && !abandoned {
         for (id, node) in snapshot.iter() {
+            if stop() {
+                abandoned = true;
+                break;
+            }
             let mut ex = NodeExplanation {
                 node: id,
                 containers: Vec::new(),
@@ -394,13 +487,16 @@ fn allocate_with(
             explanations.push(ex);
         }
     }
-    Allocation {
-        requests_gpu,
-        placement,
-        failed,
-        feasible_count: keys.len(),
-        explanations,
-    }
+    (
+        Allocation {
+            requests_gpu,
+            placement,
+            failed,
+            feasible_count: keys.len(),
+            explanations,
+        },
+        abandoned,
+    )
 }
 
 /// One workload's result in a batch.
@@ -439,15 +535,35 @@ pub fn allocate_batch(
     mode: BatchMode,
     options: DecideOptions,
 ) -> BatchOutcome {
+    batch_with(snapshot, workloads, mode, options, &never).0
+}
+
+/// The batch, and whether `stop` abandoned it (then it is partial).
+fn batch_with(
+    snapshot: Snapshot,
+    workloads: &[Workload],
+    mode: BatchMode,
+    options: DecideOptions,
+    stop: Stop<'_>,
+) -> (BatchOutcome, bool) {
     // Cheap: the nodes are shared, and the ones placed on are copied when changed.
     let original = (mode == BatchMode::AllOrNothing).then(|| snapshot.clone());
     let mut current = snapshot;
     let mut scratch = Scratch::default();
     let mut items = Vec::with_capacity(workloads.len());
     let mut all_placed = true;
+    let mut abandoned = false;
     for workload in workloads {
+        if stop() {
+            abandoned = true;
+            break;
+        }
         let prepared = PreparedWorkload::new(workload);
-        let allocation = allocate_with(&current, &prepared, options, &mut scratch);
+        let (allocation, stopped) = allocate_with(&current, &prepared, options, &mut scratch, stop);
+        if stopped {
+            abandoned = true;
+            break;
+        }
         if let Some(p) = &allocation.placement {
             // Decided on `current` itself: its final usage is exactly the usage plus the booking.
             if let Some(node) = current.nodes.get_mut(p.node.index()) {
@@ -467,11 +583,14 @@ pub fn allocate_batch(
         }
         current = original;
     }
-    BatchOutcome {
-        items,
-        all_placed,
-        snapshot: current,
-    }
+    (
+        BatchOutcome {
+            items,
+            all_placed,
+            snapshot: current,
+        },
+        abandoned,
+    )
 }
 
 /// Per-dimension `after - before` (never negative for a placement: the final usage is at

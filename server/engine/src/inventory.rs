@@ -1,7 +1,7 @@
 //! Inventory normalisation: raw card facts (as a node agent reads them from NVML) and the
 //! cluster's split count and scaling become the schedulable card list, HAMi's way.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::{InvalidInput, Violation, ViolationKind};
 use crate::model::{Card, CardMode, CardUsage, PairScore};
@@ -163,14 +163,33 @@ impl NormalizationConfig {
 
     /// The settings in force for one card of `node_name` with model `model`.
     pub fn resolve(&self, node_name: &str, model: &str) -> (u32, f64, f64) {
-        let (mut split, mut mem, mut core) =
-            (self.split_count, self.memory_scaling, self.core_scaling);
+        NodeOverrides::new(self, node_name).resolve(model)
+    }
+}
+
+/// The overrides that concern one node, model substrings upper-cased once (not once per card).
+struct NodeOverrides<'a> {
+    config: &'a NormalizationConfig,
+    overrides: Vec<(&'a NormalizationOverride, String)>,
+}
+
+impl<'a> NodeOverrides<'a> {
+    fn new(config: &'a NormalizationConfig, node_name: &str) -> Self {
+        let overrides = config
+            .overrides
+            .iter()
+            .filter(|o| o.node_name.is_empty() || o.node_name == node_name)
+            .map(|o| (o, o.model_contains.to_uppercase()))
+            .collect();
+        NodeOverrides { config, overrides }
+    }
+
+    fn resolve(&self, model: &str) -> (u32, f64, f64) {
+        let c = self.config;
+        let (mut split, mut mem, mut core) = (c.split_count, c.memory_scaling, c.core_scaling);
         let model_upper = model.to_uppercase();
-        for o in &self.overrides {
-            let node_ok = o.node_name.is_empty() || o.node_name == node_name;
-            let model_ok = o.model_contains.is_empty()
-                || model_upper.contains(&o.model_contains.to_uppercase());
-            if node_ok && model_ok {
+        for (o, contains_upper) in &self.overrides {
+            if contains_upper.is_empty() || model_upper.contains(contains_upper.as_str()) {
                 split = o.split_count.unwrap_or(split);
                 mem = o.memory_scaling.unwrap_or(mem);
                 core = o.core_scaling.unwrap_or(core);
@@ -228,6 +247,7 @@ pub fn normalize_inventory(
     if !violations.is_empty() {
         return Err(InvalidInput { violations });
     }
+    let overrides = NodeOverrides::new(config, node_name);
     let mut cards = Vec::new();
     let mut skipped = Vec::new();
     for c in raw {
@@ -239,7 +259,7 @@ pub fn normalize_inventory(
             ));
             continue;
         }
-        let (split, mem_scaling, core_scaling) = config.resolve(node_name, &c.model_name);
+        let (split, mem_scaling, core_scaling) = overrides.resolve(&c.model_name);
         let (mode, total_mem_mib, total_cores) = if c.mig_enabled {
             // HAMi applies no scaling to MIG cards.
             (CardMode::Mig, mib, 100)
@@ -265,13 +285,14 @@ pub fn normalize_inventory(
         });
     }
     cards.sort_by(|a, b| a.index.cmp(&b.index).then_with(|| a.id.cmp(&b.id)));
+    let kept: BTreeSet<&str> = cards.iter().map(|k| k.id.as_str()).collect();
     let mut pairs: BTreeMap<(String, String), i64> = BTreeMap::new();
     for c in raw {
-        if !cards.iter().any(|k| k.id == c.uuid) {
+        if !kept.contains(c.uuid.as_str()) {
             continue;
         }
         for link in &c.links {
-            if link.peer_uuid == c.uuid || !cards.iter().any(|k| k.id == link.peer_uuid) {
+            if link.peer_uuid == c.uuid || !kept.contains(link.peer_uuid.as_str()) {
                 continue;
             }
             *pairs

@@ -19,6 +19,9 @@
 //!   workloads one after another ([`BatchMode::AllOrNothing`] for gangs). What they collect
 //!   besides the answer is a [`DecideOptions`] (`DecideOptions::default()` is the fast path).
 //!   "Does not fit" is a value: a [`FailedNode`] with a typed [`NodeFailure`], never an error.
+//!   [`evaluate_until`], [`allocate_until`] and [`allocate_batch_until`] take a [`Stop`] hook,
+//!   asked before each node, so a caller can abandon a decision at its deadline
+//!   ([`Abandoned`]); the engine itself keeps no clock.
 //! - **One node at a time.** [`PreparedWorkload::new`] does the per-workload work once;
 //!   [`PreparedWorkload::fit`] asks one [`Node`] and gives a [`NodeVerdict`] (fits with its
 //!   [`NodeScore`], or a [`NodeFailure`]) that agrees with [`evaluate`].
@@ -83,9 +86,10 @@ mod workload;
 
 pub use changes::ChangeError;
 pub use decide::{
-    Allocation, AssignedCard, BatchItem, BatchMode, BatchOutcome, BookingError,
+    Abandoned, Allocation, AssignedCard, BatchItem, BatchMode, BatchOutcome, BookingError,
     ContainerAssignment, DecideOptions, Evaluation, FailedNode, FeasibleNode, NodeVerdict,
-    Placement, PreparedWorkload, allocate, allocate_batch, apply, evaluate, release,
+    Placement, PreparedWorkload, Stop, allocate, allocate_batch, allocate_batch_until,
+    allocate_until, apply, evaluate, evaluate_until, release,
 };
 pub use error::{InvalidInput, Violation, ViolationKind};
 pub use explain::{CardExplanation, ContainerExplanation, NodeExplanation};

@@ -1,5 +1,6 @@
 //! Nodes, cards and their usage: the snapshot a decision is made on.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::ops::Index;
 use std::sync::Arc;
@@ -484,6 +485,7 @@ impl Snapshot {
 
     /// Keeps only the named nodes. Returns the names that are not in the snapshot. Handles of
     /// the snapshot before are not valid after.
+    /// Linear in nodes and names (a set of the names; the nodes are searched by name).
     pub fn retain_names(&mut self, names: &[String]) -> Vec<String> {
         let missing: Vec<String> = names
             .iter()
@@ -494,7 +496,9 @@ impl Snapshot {
             })
             .cloned()
             .collect();
-        self.nodes.retain(|node| names.contains(&node.name));
+        let wanted: HashSet<&str> = names.iter().map(String::as_str).collect();
+        self.nodes
+            .retain(|node| wanted.contains(node.name.as_str()));
         missing
     }
 }
@@ -545,7 +549,9 @@ fn violation_position(field: &str) -> usize {
 
 /// Card ids non-blank and unique on the node; capacities within [`MAX_CARD_SLOTS`],
 /// [`MAX_CARD_MEM_MIB`], [`MAX_CARD_CORES`]; pair scores and cordons naming cards of the node.
+/// Linear in cards, cordons and pair scores (a map of the card ids).
 fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
+    let positions = card_positions(&spec.cards);
     for (j, card) in spec.cards.iter().enumerate() {
         if card.id.chars().all(char::is_whitespace) {
             violations.push(Violation::new(
@@ -557,7 +563,9 @@ fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
                     "card id must not be blank"
                 },
             ));
-        } else if let Some(first) = spec.cards.iter().take(j).position(|c| c.id == card.id) {
+        } else if let Some(&first) = positions.get(card.id.as_str())
+            && first < j
+        {
             violations.push(Violation::new(
                 ViolationKind::DuplicateId,
                 format!("nodes[{i}].cards[{j}].id"),
@@ -595,7 +603,7 @@ fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
         }
     }
     for (k, id) in spec.cordoned.iter().enumerate() {
-        if !spec.cards.iter().any(|c| c.id == *id) {
+        if !positions.contains_key(id.as_str()) {
             violations.push(Violation::new(
                 ViolationKind::UnknownReference,
                 format!("nodes[{i}].cordoned[{k}]"),
@@ -608,7 +616,7 @@ fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
             ("card_id", &pair.card_id),
             ("peer_card_id", &pair.peer_card_id),
         ] {
-            if !spec.cards.iter().any(|c| c.id == *id) {
+            if !positions.contains_key(id.as_str()) {
                 violations.push(Violation::new(
                     ViolationKind::UnknownReference,
                     format!("nodes[{i}].pair_scores[{k}].{field}"),
@@ -619,20 +627,32 @@ fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
     }
 }
 
+/// The position of the first card with each id.
+fn card_positions(cards: &[Card]) -> HashMap<&str, usize> {
+    let mut positions = HashMap::with_capacity(cards.len());
+    for (j, c) in cards.iter().enumerate() {
+        positions.entry(c.id.as_str()).or_insert(j);
+    }
+    positions
+}
+
 impl Node {
+    /// Linear in cards, cordoned ids and pair scores (sets and maps, no list scans).
     fn from_spec(spec: NodeSpec) -> Node {
+        let cordoned_set: HashSet<&str> = spec.cordoned.iter().map(String::as_str).collect();
         let cordoned = spec
             .cards
             .iter()
-            .map(|c| spec.cordoned.contains(&c.id))
+            .map(|c| cordoned_set.contains(c.id.as_str()))
             .collect();
         let n = spec.cards.len();
         let mut pairs = Vec::new();
         if !spec.pair_scores.is_empty() {
+            let positions = card_positions(&spec.cards);
             pairs = vec![0; n * n];
             for p in &spec.pair_scores {
-                let from = spec.cards.iter().position(|c| c.id == p.card_id);
-                let to = spec.cards.iter().position(|c| c.id == p.peer_card_id);
+                let from = positions.get(p.card_id.as_str()).copied();
+                let to = positions.get(p.peer_card_id.as_str()).copied();
                 if let (Some(from), Some(to)) = (from, to)
                     && let Some(slot) = pairs.get_mut(from * n + to)
                 {

@@ -191,6 +191,9 @@ pub struct CardFilters {
     pub vgpu_mode: Option<String>,
     use_types_upper: Vec<String>,
     nouse_types_upper: Vec<String>,
+    /// `use_uuids` and `nouse_uuids` sorted, for lookups by binary search (not list scans).
+    use_uuids_sorted: Vec<String>,
+    nouse_uuids_sorted: Vec<String>,
 }
 
 impl CardFilters {
@@ -210,13 +213,23 @@ impl CardFilters {
         };
         let use_types = clean(use_types);
         let nouse_types = clean(nouse_types);
+        let use_uuids = clean(use_uuids);
+        let nouse_uuids = clean(nouse_uuids);
+        let sorted = |v: &[String]| {
+            let mut v = v.to_vec();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
         CardFilters {
             use_types_upper: use_types.iter().map(|s| s.to_uppercase()).collect(),
             nouse_types_upper: nouse_types.iter().map(|s| s.to_uppercase()).collect(),
+            use_uuids_sorted: sorted(&use_uuids),
+            nouse_uuids_sorted: sorted(&nouse_uuids),
             use_types,
             nouse_types,
-            use_uuids: clean(use_uuids),
-            nouse_uuids: clean(nouse_uuids),
+            use_uuids,
+            nouse_uuids,
             vgpu_mode,
         }
     }
@@ -260,10 +273,11 @@ impl CardFilters {
 
     /// Check 5: the id lists accept the card.
     pub fn uuid_allows(&self, card: &Card) -> bool {
-        if !self.use_uuids.is_empty() && !self.use_uuids.contains(&card.id) {
+        let listed = |sorted: &[String]| sorted.binary_search(&card.id).is_ok();
+        if !self.use_uuids_sorted.is_empty() && !listed(&self.use_uuids_sorted) {
             return false;
         }
-        !self.nouse_uuids.contains(&card.id)
+        !listed(&self.nouse_uuids_sorted)
     }
 }
 

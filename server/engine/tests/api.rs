@@ -356,3 +356,95 @@ fn weights_parse_with_typed_errors() {
         "expected slot=<int>,core=<int>,memory=<int>: duplicate key \"slot\""
     );
 }
+
+#[test]
+fn a_stop_hook_abandons_a_decision_between_nodes() {
+    use gpusched_engine::{
+        Abandoned, BatchMode, allocate_batch, allocate_batch_until, allocate_until, evaluate_until,
+    };
+    use std::cell::Cell;
+    let s = snapshot(
+        (0..50)
+            .map(|i| node(&format!("n{i:02}"), 2, 8000))
+            .collect(),
+    );
+    let w = pod().gpus(1).workload();
+    let opts = DecideOptions::default();
+    // Never stopped: the same answers as without a hook.
+    assert_eq!(
+        evaluate_until(&s, &w, opts, &|| false),
+        Ok(evaluate(&s, &w, opts))
+    );
+    assert_eq!(
+        allocate_until(&s, &w, opts, &|| false),
+        Ok(allocate(&s, &w, opts))
+    );
+    let ws = vec![w.clone(), w.clone()];
+    assert_eq!(
+        allocate_batch_until(s.clone(), &ws, BatchMode::AllOrNothing, opts, &|| false),
+        Ok(allocate_batch(
+            s.clone(),
+            &ws,
+            BatchMode::AllOrNothing,
+            opts
+        ))
+    );
+    // Stopped after 10 questions: abandoned, and no node is evaluated after the hook said so.
+    let asked = Cell::new(0u32);
+    let stop = || {
+        asked.set(asked.get() + 1);
+        asked.get() > 10
+    };
+    assert_eq!(evaluate_until(&s, &w, opts, &stop), Err(Abandoned));
+    assert_eq!(asked.get(), 11);
+    asked.set(0);
+    assert_eq!(allocate_until(&s, &w, opts, &stop), Err(Abandoned));
+    assert_eq!(asked.get(), 11);
+    asked.set(0);
+    assert_eq!(
+        allocate_batch_until(s.clone(), &ws, BatchMode::Independent, opts, &stop),
+        Err(Abandoned)
+    );
+    assert_eq!(asked.get(), 11);
+    // Explained allocations that place nothing ask again while explaining every node.
+    let too_big = pod().gpus(3).workload();
+    asked.set(0);
+    assert_eq!(
+        allocate_until(&s, &too_big, DecideOptions::explained(), &|| {
+            asked.set(asked.get() + 1);
+            asked.get() > 60
+        }),
+        Err(Abandoned)
+    );
+    assert_eq!(asked.get(), 61);
+}
+
+#[test]
+fn long_lists_give_the_same_answers_as_short_ones() {
+    // Restrict names, cordons and pair scores are looked up in sets and maps: the same results
+    // as the list scans they replace, duplicates and unknown names included.
+    let mut s = snapshot(
+        (0..20)
+            .map(|i| node(&format!("n{i:02}"), 2, 8000))
+            .collect(),
+    );
+    let mut names: Vec<String> = (0..5_000).map(|i| format!("other{i}")).collect();
+    names.push("n03".into());
+    names.push("n03".into());
+    names.push("n07".into());
+    let missing = s.retain_names(&names);
+    assert_eq!(missing.len(), 5_000);
+    assert_eq!(missing[0], "other0");
+    let kept: Vec<&str> = s.nodes().map(Node::name).collect();
+    assert_eq!(kept, vec!["n03", "n07"]);
+    let mut spec = node("c", 3, 8000);
+    spec.cordoned = vec![spec.cards[1].id.clone(); 5_000];
+    let c = Node::new(spec.clone()).unwrap();
+    assert!(!c.is_cordoned(0) && c.is_cordoned(1) && !c.is_cordoned(2));
+    // A cordon naming no card of the node makes the node invalid (contract section 1.1), found
+    // through the same map, however long the list.
+    spec.cordoned.push("retired".into());
+    let e = Node::new(spec).unwrap_err();
+    assert_eq!(e.violations.len(), 1);
+    assert_eq!(e.violations[0].field, "cordoned[5000]");
+}

@@ -72,8 +72,28 @@ impl Spec {
         )
     }
 
-    /// The top-level keys of the defaults: variables outside them are not configuration (so
-    /// `GPUSCHED_SERVER_BIN` of the test scripts is ignored).
+    /// Refuses a variable that looks like this binary's configuration but names no key (a
+    /// typo such as `GPUSCHED_SERVER_LIMTS__MAX_NODES` or `GPUSCHED_SERVER_LIMITS_MAX_NODES`),
+    /// by the rule of [`classify`].
+    fn check_env(&self, env: &BTreeMap<String, String>, top: &[String]) -> Result<(), ConfigError> {
+        for name in env.keys() {
+            if let EnvRole::Unknown(first) = classify(self, name, top) {
+                let p = self.env_prefix;
+                return Err(ConfigError::new(
+                    name.clone(),
+                    format!(
+                        "unknown variable: {first:?} is not a configuration key; expected \
+                         {p}_<KEY> or {p}_<SECTION>__<KEY> with <KEY>/<SECTION> one of: {}",
+                        top.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The top-level keys of the defaults: a variable's first segment must be one of them
+    /// ([`classify`]).
     fn top_level_keys(&self) -> Vec<String> {
         self.defaults
             .parse::<toml::Table>()
@@ -137,6 +157,7 @@ impl Spec {
             builder = builder.add_source(config::File::from_str(&text, format));
         }
         let top = self.top_level_keys();
+        self.check_env(sources.env, &top)?;
         if let Some(legacy) = self.legacy_env_prefix {
             builder = builder.add_source(self.env_source(legacy, sources.env, &top));
         }
@@ -147,6 +168,85 @@ impl Spec {
                 .map_err(|e| ConfigError::new(key, e.to_string()))?;
         }
         Ok(builder)
+    }
+}
+
+/// The prefixes of gpusched's binaries (without the trailing `_`): each binary reads the
+/// variables under its own prefix, and no other binary's.
+pub const BINARY_PREFIXES: [&str; 4] = [
+    "GPUSCHED_SERVER",
+    "GPUSCHED_KUBE",
+    "GPUSCHED_AGENT",
+    "GPUSCHED_SLURM",
+];
+
+/// Variables under a binary's prefix that are not configuration: the project's scripts and
+/// tests set them for other purposes (the binary to test, end-to-end switches). Nothing else
+/// under a binary's prefix may be anything but configuration.
+pub const NOT_CONFIG: [&str; 7] = [
+    "GPUSCHED_SERVER_BIN",
+    "GPUSCHED_SERVER_START_TIMEOUT",
+    "GPUSCHED_KUBE_BIN",
+    "GPUSCHED_KUBE_E2E",
+    "GPUSCHED_AGENT_BIN",
+    "GPUSCHED_AGENT_E2E",
+    "GPUSCHED_SLURM_BIN",
+];
+
+/// What an environment variable is to a binary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvRole {
+    /// One of its configuration keys.
+    Config,
+    /// Not its business: another binary's, a tool's, or outside `GPUSCHED_`.
+    Ignored,
+    /// Looks like its configuration (see [`classify`]) but names no key: an error. Holds the
+    /// first segment, lower-cased.
+    Unknown(String),
+}
+
+/// The rule for variables, for a binary with prefix `P` (e.g. `GPUSCHED_SERVER`) and top-level
+/// keys `top`:
+///
+/// 1. `P_<REST>`: configuration, except the names in [`NOT_CONFIG`]. The first segment of REST
+///    (before `__`, lower-cased) must be a top-level key, else the variable is an error.
+/// 2. The legacy prefix `L` (the server's bare `GPUSCHED`), for names under no binary's prefix
+///    ([`BINARY_PREFIXES`], and `P`) and not in [`NOT_CONFIG`]: `L_<REST>` with `__` in REST is
+///    configuration and must name a key (an error otherwise); without `__` it is configuration
+///    when REST is a top-level key (`GPUSCHED_LISTEN`) and otherwise a tool's variable, ignored
+///    (`GPUSCHED_CACHE`, `GPUSCHED_E2E`, the Slurm adapter's `GPUSCHED_ADDRESS`).
+/// 3. Anything else is ignored.
+pub fn classify(spec: &Spec, name: &str, top: &[String]) -> EnvRole {
+    if NOT_CONFIG.contains(&name) {
+        return EnvRole::Ignored;
+    }
+    let first = |rest: &str| rest.split("__").next().unwrap_or("").to_ascii_lowercase();
+    let known = |rest: &str| {
+        let f = first(rest);
+        if top.contains(&f) {
+            EnvRole::Config
+        } else {
+            EnvRole::Unknown(f)
+        }
+    };
+    if let Some(rest) = name.strip_prefix(&format!("{}_", spec.env_prefix)) {
+        return known(rest);
+    }
+    let Some(legacy) = spec.legacy_env_prefix else {
+        return EnvRole::Ignored;
+    };
+    let Some(rest) = name.strip_prefix(&format!("{legacy}_")) else {
+        return EnvRole::Ignored;
+    };
+    if BINARY_PREFIXES
+        .iter()
+        .any(|p| name.starts_with(&format!("{p}_")))
+    {
+        return EnvRole::Ignored;
+    }
+    match known(rest) {
+        EnvRole::Unknown(_) if !rest.contains("__") => EnvRole::Ignored,
+        role => role,
     }
 }
 

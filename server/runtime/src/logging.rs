@@ -3,7 +3,7 @@
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, filter};
@@ -32,6 +32,23 @@ pub struct TelemetryGuard {
     provider: Option<SdkTracerProvider>,
     /// Flushes the log writer thread when dropped.
     _logs: Option<tracing_appender::non_blocking::WorkerGuard>,
+    tracer: Option<SdkTracer>,
+}
+
+impl TelemetryGuard {
+    /// The OpenTelemetry tracer of the pipeline (same resource, sampler and exporter as the
+    /// `tracing` spans), when traces are on: for spans whose trace id the binary chooses
+    /// itself, which `tracing` spans cannot do (e.g. `gpusched-kube`'s one trace per pod).
+    pub fn tracer(&self) -> Option<SdkTracer> {
+        self.tracer.clone()
+    }
+
+    /// Exports the spans ended so far now instead of at the next batch.
+    pub fn force_flush(&self) {
+        if let Some(p) = &self.provider {
+            let _ = p.force_flush();
+        }
+    }
 }
 
 impl Drop for TelemetryGuard {
@@ -102,6 +119,7 @@ pub fn init(t: &Telemetry, span_target: &'static str) -> Result<TelemetryGuard, 
             .boxed(),
     };
     let mut provider = None;
+    let mut tracer_out = None;
     let otel = match &t.otlp_endpoint {
         None => None,
         Some(endpoint) => {
@@ -122,6 +140,7 @@ pub fn init(t: &Telemetry, span_target: &'static str) -> Result<TelemetryGuard, 
                 .with_resource(resource(t))
                 .build();
             let tracer = p.tracer(t.service_name.clone());
+            tracer_out = Some(tracer.clone());
             provider = Some(p);
             let spans = filter::Targets::new().with_target(span_target, tracing::Level::INFO);
             Some(
@@ -144,5 +163,6 @@ pub fn init(t: &Telemetry, span_target: &'static str) -> Result<TelemetryGuard, 
     Ok(TelemetryGuard {
         provider,
         _logs: Some(logs),
+        tracer: tracer_out,
     })
 }

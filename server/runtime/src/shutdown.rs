@@ -1,24 +1,35 @@
 //! Signals: the future a binary waits on before it stops gracefully.
 
-/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
-pub async fn signal() {
+use std::future::Future;
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM. The handlers are installed when this is called, not
+/// when the future is first polled: call it before announcing readiness (the start-up line), so
+/// that a SIGTERM sent right after that line stops the process gracefully instead of killing
+/// it. Needs a tokio runtime.
+pub fn signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                    }
                 }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

@@ -86,8 +86,50 @@ pub struct ServerTlsFiles {
 }
 
 impl ServerTlsFiles {
-    /// The tonic server configuration.
+    /// Checks what the TLS stack will check when the server starts, naming the file and the
+    /// reason: the certificate chain and key parse, the key is of a supported type and matches
+    /// the certificate, and every client CA certificate is usable as a trust anchor.
+    pub fn check(&self) -> Result<(), TlsError> {
+        let key = certified_key(&self.cert, &self.key)?;
+        key.keys_match().map_err(|e| match e {
+            rustls::Error::InconsistentKeys(_) => TlsError {
+                path: self.key.clone(),
+                reason: format!(
+                    "the private key does not match the certificate of {}",
+                    self.cert.display()
+                ),
+            },
+            other => TlsError {
+                path: self.cert.clone(),
+                reason: format!("unusable certificate: {other}"),
+            },
+        })?;
+        if let Some(ca) = &self.client_ca {
+            let fail = |reason: String| TlsError {
+                path: ca.clone(),
+                reason,
+            };
+            let pem = read_certificates(ca)?;
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                let cert = cert.map_err(|e| fail(e.to_string()))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| fail(format!("unusable CA certificate: {e}")))?;
+            }
+            rustls::server::WebPkiClientVerifier::builder_with_provider(
+                std::sync::Arc::new(roots),
+                std::sync::Arc::new(rustls::crypto::ring::default_provider()),
+            )
+            .build()
+            .map_err(|e| fail(format!("unusable client CA: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// The tonic server configuration (after [`ServerTlsFiles::check`]).
     pub fn load(&self) -> Result<ServerTlsConfig, TlsError> {
+        self.check()?;
         let identity =
             Identity::from_pem(read_certificates(&self.cert)?, read_private_key(&self.key)?);
         let mut cfg = ServerTlsConfig::new().identity(identity);
@@ -209,6 +251,42 @@ mod tests {
         .load()
         .unwrap_err();
         assert_eq!(e.path, k);
+        // A key of another certificate: the key file, and why.
+        let other = rcgen::KeyPair::generate().unwrap();
+        let other_key = dir.path().join("other.key");
+        std::fs::write(&other_key, other.serialize_pem()).unwrap();
+        let e = ServerTlsFiles {
+            cert: c.clone(),
+            key: other_key.clone(),
+            client_ca: None,
+        }
+        .load()
+        .unwrap_err();
+        assert_eq!(e.path, other_key);
+        assert!(e.reason.contains("does not match"), "{e}");
+        // PEM armour around bytes that are no certificate.
+        let junk = dir.path().join("junk.pem");
+        std::fs::write(
+            &junk,
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let e = ServerTlsFiles {
+            cert: c.clone(),
+            key: k.clone(),
+            client_ca: Some(junk.clone()),
+        }
+        .load()
+        .unwrap_err();
+        assert_eq!(e.path, junk, "{e}");
+        let e = ServerTlsFiles {
+            cert: junk.clone(),
+            key: k.clone(),
+            client_ca: None,
+        }
+        .load()
+        .unwrap_err();
+        assert_eq!(e.path, junk, "{e}");
         let pem = ClientTlsFiles {
             ca: Some(c.clone()),
             identity: Some((c, k)),

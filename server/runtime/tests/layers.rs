@@ -119,7 +119,8 @@ fn layers_defaults_file_env_flags() {
     let e = [
         ("GPUSCHED_TEST_LISTEN", "127.0.0.1:2"),
         ("GPUSCHED_TEST_LIMITS__MAX_NODES", "8"),
-        ("GPUSCHED_TEST_BIN", "/not/config"),
+        ("GPUSCHED_SERVER_BIN", "/not/config"),
+        ("GPUSCHED_CACHE", "/not/config"),
         ("GPUSCHED_LIMITS__SPLIT", "4"),
     ];
     let flags = Flags {
@@ -233,6 +234,43 @@ fn unknown_keys_are_errors_naming_them() {
     let e = load(Some(&path), &[], &Flags::default()).unwrap_err();
     assert_eq!(e.key, "--config");
     assert!(!e.to_string().contains('\n'), "{e}");
+}
+
+#[test]
+fn unknown_variables_are_errors_naming_them() {
+    // Typos under the binary's own prefix: a section, a missing second underscore, a key.
+    for var in [
+        "GPUSCHED_TEST_LIMTS__MAX_NODES",
+        "GPUSCHED_TEST_LIMITS_MAX_NODES",
+        "GPUSCHED_TEST_LISTN",
+        "GPUSCHED_TEST_BIN",
+    ] {
+        let e = error(&[(var, "3")]);
+        assert_eq!(e.key, var, "{e}");
+        assert!(e.message.starts_with("unknown variable"), "{e}");
+        assert!(e.message.contains("limits"), "names the accepted keys: {e}");
+    }
+    // Under the legacy prefix, a name with `__` is configuration and must name a key.
+    let e = error(&[("GPUSCHED_LIMTS__MAX_NODES", "3")]);
+    assert_eq!(e.key, "GPUSCHED_LIMTS__MAX_NODES", "{e}");
+    // Not this binary's: other binaries' variables (typos included: theirs to refuse), the
+    // scripts' own names, legacy names without `__` that are no key, anything else.
+    load(
+        None,
+        &[
+            ("GPUSCHED_SERVER_LIMTS__MAX_NODES", "3"),
+            ("GPUSCHED_KUBE_E2E", "1"),
+            ("GPUSCHED_AGENT_E2E", "1"),
+            ("GPUSCHED_SERVER_BIN", "/x"),
+            ("GPUSCHED_CACHE", "/x"),
+            ("GPUSCHED_E2E", "1"),
+            ("GPUSCHED_ADDRESS", "http://x"),
+            ("GPUSCHEDULER_X__Y", "1"),
+            ("PATH", "/bin"),
+        ],
+        &Flags::default(),
+    )
+    .unwrap();
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! and the one log line per decision.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use gpusched_engine::Reason;
@@ -27,13 +28,15 @@ pub struct State {
     pub node_cache: crate::node_cache::NodeCache,
     /// Candidate sets kept by digest (an optimisation; see `set_cache`).
     pub node_sets: crate::set_cache::SetCache,
-    permits: Semaphore,
+    permits: Arc<Semaphore>,
+    /// Calls waiting for a permit now (bounded by `limits.max_queued_requests`).
+    queued: AtomicUsize,
 }
 
 impl State {
     /// State for these settings and metrics.
     pub fn new(settings: Settings, metrics: Arc<Metrics>) -> Self {
-        let permits = Semaphore::new(settings.limits.max_concurrent_requests);
+        let permits = Arc::new(Semaphore::new(settings.limits.max_concurrent_requests));
         let node_cache =
             crate::node_cache::NodeCache::new(&settings.node_cache, metrics.node_cache.clone());
         let node_sets =
@@ -44,7 +47,45 @@ impl State {
             settings,
             metrics,
             permits,
+            queued: AtomicUsize::new(0),
         }
+    }
+
+    /// A decision slot: at once when one is free; else after waiting in the bounded queue at
+    /// most `limits.queue_timeout` and half of `remaining` (so a caller with a deadline reads
+    /// RESOURCE_EXHAUSTED and RetryInfo before its deadline, not DEADLINE_EXCEEDED); refused at
+    /// once when `limits.max_queued_requests` calls already wait.
+    async fn permit(
+        &self,
+        remaining: Duration,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, ServiceError> {
+        let limits = &self.settings.limits;
+        let busy = || ServiceError::Busy(limits.max_concurrent_requests);
+        match Arc::clone(&self.permits).try_acquire_owned() {
+            Ok(p) => return Ok(p),
+            Err(tokio::sync::TryAcquireError::Closed) => return Err(ServiceError::ShuttingDown),
+            Err(tokio::sync::TryAcquireError::NoPermits) => {}
+        }
+        let queued = self.queued.fetch_add(1, Ordering::AcqRel);
+        let _leave = Leave(&self.queued);
+        if queued >= limits.max_queued_requests {
+            return Err(busy());
+        }
+        let wait = limits.queue_timeout.min(remaining / 2);
+        match tokio::time::timeout(wait, Arc::clone(&self.permits).acquire_owned()).await {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(_)) => Err(ServiceError::ShuttingDown),
+            Err(_) => Err(busy()),
+        }
+    }
+}
+
+/// Leaves the queue when dropped (the call got its permit, gave up or was dropped).
+struct Leave<'a>(&'a AtomicUsize);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -120,19 +161,73 @@ pub fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
     })
 }
 
-/// Runs one call: `work` is the synchronous decision (it fills the record). `cards` is the
-/// request's size, deciding inline or on the blocking pool.
+/// When a call's work must stop: its deadline passed, or nobody waits for the answer any more
+/// (the caller went away, or the answer was already given as DEADLINE_EXCEEDED). The decision
+/// asks [`Cancel::stopped`] before each node (`engine::*_until`), so the work, and the decision
+/// slot it holds, end within one node's evaluation of that moment.
+#[derive(Clone, Debug)]
+pub struct Cancel {
+    flag: Arc<AtomicBool>,
+    deadline: Instant,
+    limit: Duration,
+}
+
+impl Cancel {
+    /// Stops at `limit` after `started`, or when [`Cancel::stop`] is called.
+    pub fn new(started: Instant, limit: Duration) -> Self {
+        Cancel {
+            flag: Arc::new(AtomicBool::new(false)),
+            deadline: started + limit,
+            limit,
+        }
+    }
+
+    /// Never stops by itself (in-process callers without a deadline).
+    pub fn never() -> Self {
+        Cancel::new(Instant::now(), Duration::from_secs(100 * 365 * 24 * 3600))
+    }
+
+    /// Whether the work should stop now.
+    pub fn stopped(&self) -> bool {
+        self.flag.load(Ordering::Relaxed) || Instant::now() >= self.deadline
+    }
+
+    /// Tells the work to stop.
+    pub fn stop(&self) {
+        self.flag.store(true, Ordering::Relaxed);
+    }
+
+    /// The error of abandoned work.
+    pub fn abandoned(&self) -> ServiceError {
+        ServiceError::DeadlineExceeded(self.limit)
+    }
+}
+
+/// Stops the work when dropped: the handler's future was dropped (the caller reset the stream)
+/// or returned.
+struct StopOnDrop(Cancel);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
+/// Runs one call: `work` is the synchronous decision (it fills the record and stops when
+/// [`Cancel`] says so). `work_estimate` is the request's estimated work (card evaluations,
+/// `prescan::Admission::work`), deciding inline or on the blocking pool. The decision slot is
+/// held by the work itself, so it is released only when the work has really ended.
 pub async fn run<T, F>(
     state: Arc<State>,
     service: &'static str,
     rpc: &'static str,
     metadata: &MetadataMap,
-    cards: usize,
+    work_estimate: usize,
     work: F,
 ) -> Result<tonic::Response<T>, tonic::Status>
 where
     T: Send + 'static,
-    F: FnOnce(&State, &mut Record) -> Result<T, ServiceError> + Send + 'static,
+    F: FnOnce(&State, &mut Record, &Cancel) -> Result<T, ServiceError> + Send + 'static,
 {
     let started = Instant::now();
     let _in_flight = state.metrics.in_flight();
@@ -160,26 +255,24 @@ where
     let deadline = grpc_timeout(metadata)
         .map(|t| t.saturating_sub((t / 20).min(Duration::from_millis(2))))
         .map_or(limits.request_timeout, |t| t.min(limits.request_timeout));
-    let blocking = cards >= limits.blocking_threshold_cards;
+    let blocking = work_estimate >= limits.blocking_threshold_cards;
+    let cancel = Cancel::new(started, deadline);
+    let _stop_on_drop = StopOnDrop(cancel.clone());
     let st = Arc::clone(&state);
     let outcome = async move {
-        let permit = match tokio::time::timeout(deadline, st.permits.acquire()).await {
-            Ok(Ok(p)) => p,
-            Ok(Err(_)) => return Err(ServiceError::ShuttingDown),
-            Err(_) => {
-                return Err(ServiceError::Busy(
-                    st.settings.limits.max_concurrent_requests,
-                ));
-            }
-        };
+        let permit = st.permit(deadline).await?;
         let remaining = deadline.saturating_sub(started.elapsed());
         let task = {
             let st = Arc::clone(&st);
+            let cancel = cancel.clone();
             move || {
+                // The slot is the work's: released when the work ends, not when the caller
+                // stops waiting.
+                let _permit = permit;
                 let mut record = Record::default();
                 // Defence in depth: a bug must fail one call, never the server.
                 let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    work(&st, &mut record)
+                    work(&st, &mut record, &cancel)
                 }))
                 .unwrap_or_else(|_| Err(ServiceError::Internal("the decision panicked".into())));
                 (out, record)
@@ -193,10 +286,14 @@ where
                     Err(ServiceError::Internal(format!("decision task failed: {e}"))),
                     Record::default(),
                 ),
-                Err(_) => (
-                    Err(ServiceError::DeadlineExceeded(deadline)),
-                    Record::default(),
-                ),
+                Err(_) => {
+                    // The work stops at its next node and then releases its slot.
+                    cancel.stop();
+                    (
+                        Err(ServiceError::DeadlineExceeded(deadline)),
+                        Record::default(),
+                    )
+                }
             }
         } else {
             task()
@@ -207,7 +304,6 @@ where
         } else {
             result
         };
-        drop(permit);
         Ok(result)
     }
     .instrument(span.clone())
@@ -253,8 +349,8 @@ where
             span.record("otel.status_description", status.message());
         }
     }
+    // Calls are counted by code in `edge` (the code the client reads, whatever failed).
     let metrics = &state.metrics;
-    metrics.observe_call(rpc, outcome_label, started.elapsed().as_secs_f64());
     if record.nodes > 0 {
         metrics.observe_nodes(rpc, record.nodes);
     }
@@ -277,4 +373,69 @@ where
         Err(e) => tracing::debug!(rpc, error = %e.message(), code = ?e.code(), "call failed"),
     });
     result.map(tonic::Response::new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(slots: usize, queue: usize) -> State {
+        let mut settings = crate::config::default_settings().expect("defaults");
+        settings.limits.max_concurrent_requests = slots;
+        settings.limits.max_queued_requests = queue;
+        settings.limits.queue_timeout = Duration::from_secs(3600);
+        State::new(settings, Arc::new(Metrics::new()))
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_sheds_at_once() {
+        let st = state(1, 0);
+        let held = st
+            .permit(Duration::from_secs(3600))
+            .await
+            .expect("free slot");
+        // No queue: refused without waiting (the timeouts above are an hour).
+        let e = st.permit(Duration::from_secs(3600)).await.unwrap_err();
+        assert_eq!(e, ServiceError::Busy(1));
+        drop(held);
+        assert!(st.permit(Duration::from_secs(3600)).await.is_ok());
+        assert_eq!(st.queued.load(Ordering::Acquire), 0);
+    }
+
+    #[tokio::test]
+    async fn a_queued_call_gets_the_slot_when_it_frees() {
+        let st = Arc::new(state(1, 1));
+        let held = st
+            .permit(Duration::from_secs(3600))
+            .await
+            .expect("free slot");
+        let waiter = {
+            let st = Arc::clone(&st);
+            tokio::spawn(async move { st.permit(Duration::from_secs(3600)).await.is_ok() })
+        };
+        while st.queued.load(Ordering::Acquire) == 0 {
+            tokio::task::yield_now().await;
+        }
+        // The queue (of one) is full: the next is shed at once.
+        assert_eq!(
+            st.permit(Duration::from_secs(3600)).await.unwrap_err(),
+            ServiceError::Busy(1)
+        );
+        drop(held);
+        assert!(waiter.await.expect("waiter"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_call_gives_up_at_half_its_deadline() {
+        let st = state(1, 8);
+        let _held = st
+            .permit(Duration::from_secs(3600))
+            .await
+            .expect("free slot");
+        let started = tokio::time::Instant::now();
+        let e = st.permit(Duration::from_secs(10)).await.unwrap_err();
+        assert_eq!(e, ServiceError::Busy(1));
+        // Paused clock: exactly the wait the rule gives, not a measurement.
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+    }
 }

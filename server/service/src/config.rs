@@ -99,13 +99,33 @@ pub struct LimitsConfig {
     /// Server-side time limit per call (the caller's deadline applies when shorter).
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
-    /// Calls decided at the same time; others wait (up to their deadline).
+    /// Calls decided at the same time; others wait in a bounded queue.
     pub max_concurrent_requests: NonZeroUsize,
-    /// Requests with at least this many cards run on the blocking pool, off the async workers.
+    /// Calls waiting for a decision slot at once; more are refused at once.
+    pub max_queued_requests: usize,
+    /// Longest wait for a decision slot (at most half the call's remaining deadline too).
+    #[serde(with = "humantime_serde")]
+    pub queue_timeout: Duration,
+    /// Graceful stop: how long health answers NOT_SERVING before the listener closes.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    /// Requests with at least this much estimated work (card evaluations, see
+    /// `intake::Admission::work`) run on the blocking pool, off the async workers.
     pub blocking_threshold_cards: usize,
     /// Graceful stop: how long in-flight calls and open streams may run before they are cut.
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
+    /// Most entries of any repeated field without a limit of its own (cordoned ids, pair
+    /// scores and annotations per node, workload lists and maps, overrides, links per card).
+    pub max_list_entries: NonZeroUsize,
+    /// Estimated memory of every request being received, decoded and decided at once, bytes
+    /// (the process-wide memory budget for calls).
+    pub max_in_flight_bytes: NonZeroUsize,
+    /// How long a request's body may take to arrive, from its headers to its end.
+    #[serde(with = "humantime_serde")]
+    pub body_timeout: Duration,
+    /// HTTP/2 streams (calls) open at once on one connection (advertised to clients).
+    pub max_concurrent_streams: std::num::NonZeroU32,
 }
 
 /// `[policy]`.
@@ -299,10 +319,24 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// Concurrent decisions.
     pub max_concurrent_requests: usize,
+    /// Calls waiting for a decision slot at once.
+    pub max_queued_requests: usize,
+    /// Longest wait for a decision slot.
+    pub queue_timeout: Duration,
+    /// NOT_SERVING period before the listener closes on a graceful stop.
+    pub shutdown_grace: Duration,
     /// Cards from which a request runs on the blocking pool.
     pub blocking_threshold_cards: usize,
     /// Graceful stop limit.
     pub drain_timeout: Duration,
+    /// Most entries of a repeated field without its own limit.
+    pub max_list_entries: usize,
+    /// Memory budget of the requests in flight, bytes (estimated).
+    pub max_in_flight_bytes: usize,
+    /// Time limit for receiving a request body.
+    pub body_timeout: Duration,
+    /// HTTP/2 streams per connection.
+    pub max_concurrent_streams: u32,
 }
 
 fn err(key: &str, message: impl Into<String>) -> ConfigError {
@@ -375,9 +409,27 @@ impl FileConfig {
             max_containers: l.max_containers.get(),
             request_timeout: nonzero_duration("limits.request_timeout", l.request_timeout)?,
             max_concurrent_requests: l.max_concurrent_requests.get(),
+            max_queued_requests: l.max_queued_requests,
+            queue_timeout: l.queue_timeout,
+            shutdown_grace: l.shutdown_grace,
             blocking_threshold_cards: l.blocking_threshold_cards,
             drain_timeout: l.drain_timeout,
+            max_list_entries: l.max_list_entries.get(),
+            max_in_flight_bytes: l.max_in_flight_bytes.get(),
+            body_timeout: nonzero_duration("limits.body_timeout", l.body_timeout)?,
+            max_concurrent_streams: l.max_concurrent_streams.get(),
         };
+        // A request of the largest size must be admissible: receiving it is charged twice its
+        // size (see `intake`).
+        if limits.max_message_bytes > limits.max_in_flight_bytes / 2 {
+            return Err(err(
+                "limits.max_in_flight_bytes",
+                format!(
+                    "{} must be at least twice limits.max_message_bytes ({})",
+                    limits.max_in_flight_bytes, limits.max_message_bytes
+                ),
+            ));
+        }
         let p = &self.policy;
         let node_policy = p.node_scheduler_policy.parse::<NodePolicy>().map_err(|e| {
             err(

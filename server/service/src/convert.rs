@@ -575,8 +575,51 @@ pub fn workload_in(
     if !violations.is_empty() {
         return Err(ServiceError::InvalidArgument(violations));
     }
-    Workload::parse(meta, &spec, defaults, names)
-        .map_err(|e| ServiceError::from(e.prefixed(&spec_prefix)))
+    let w = Workload::parse(meta, &spec, defaults, names)
+        .map_err(|e| ServiceError::from(e.prefixed(&spec_prefix)))?;
+    check_filter_lists(&w, &spec, &spec_prefix, names, limits)?;
+    Ok(w)
+}
+
+/// The card filter lists of a parsed workload within `limits.max_list_entries` (annotations are
+/// split into lists only when parsed; each entry is compared with every card).
+fn check_filter_lists(
+    w: &Workload,
+    spec: &engine::WorkloadSpec,
+    spec_prefix: &str,
+    names: &KubeNames,
+    limits: &Limits,
+) -> Result<(), ServiceError> {
+    let a = &names.annotations;
+    let f = &w.filters;
+    let kube = matches!(spec, engine::WorkloadSpec::Kubernetes(_));
+    let mut too_large = Vec::new();
+    for (n, typed_field, key) in [
+        (f.use_types.len(), "use_gpu_types", &a.use_gpu_type),
+        (f.nouse_types.len(), "nouse_gpu_types", &a.nouse_gpu_type),
+        (f.use_uuids.len(), "use_gpu_uuids", &a.use_gpu_uuid),
+        (f.nouse_uuids.len(), "nouse_gpu_uuids", &a.nouse_gpu_uuid),
+    ] {
+        if n > limits.max_list_entries {
+            too_large.push(Violation::new(
+                ViolationKind::LimitExceeded,
+                if kube {
+                    format!("{spec_prefix}.annotations[{key:?}]")
+                } else {
+                    format!("{spec_prefix}.{typed_field}")
+                },
+                format!(
+                    "{n} entries exceed the limit of {} (limits.max_list_entries)",
+                    limits.max_list_entries
+                ),
+            ));
+        }
+    }
+    if too_large.is_empty() {
+        Ok(())
+    } else {
+        Err(ServiceError::TooLarge(too_large))
+    }
 }
 
 fn typed_in(

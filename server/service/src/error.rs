@@ -21,7 +21,8 @@ pub struct Missing {
 /// Why a call could not be answered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ServiceError {
-    /// Bad input: every violation, each naming its field or annotation.
+    /// Bad input: every violation, each naming its field or annotation (the answer lists at
+    /// most [`MAX_LISTED`] of them, see [`bounded`]).
     #[error("invalid argument: {}", join(.0))]
     InvalidArgument(Vec<Violation>),
     /// Node parts referenced by digest that this server does not hold (every one of them); the
@@ -39,6 +40,21 @@ pub enum ServiceError {
     /// Every decision slot stayed busy until the deadline.
     #[error("server busy: {0} decisions in progress")]
     Busy(usize),
+    /// The requests in flight hold the memory budget this one needs (`limits.max_in_flight_bytes`).
+    #[error(
+        "server busy: this request needs an estimated {needed} bytes of memory, {free} of the {limit} bytes of limits.max_in_flight_bytes are free"
+    )]
+    MemoryBusy {
+        /// Estimated bytes this request needs.
+        needed: usize,
+        /// Bytes free now.
+        free: usize,
+        /// The budget.
+        limit: usize,
+    },
+    /// The request body did not arrive whole within `limits.body_timeout`.
+    #[error("request body not received within {0:?} (limits.body_timeout)")]
+    BodyTimeout(std::time::Duration),
     /// The call's deadline (or the server's request timeout) passed.
     #[error("deadline exceeded after {0:?}")]
     DeadlineExceeded(std::time::Duration),
@@ -50,11 +66,86 @@ pub enum ServiceError {
     Internal(String),
 }
 
+/// The violations as one line for the status message and logs: each clipped to half of
+/// [`MAX_MESSAGE`] bytes, the line to [`MAX_MESSAGE`] bytes, the rest counted ("; and 7 more").
 fn join(v: &[Violation]) -> String {
-    v.iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+    let mut out = String::new();
+    for (i, x) in v.iter().enumerate() {
+        let item = format!(
+            "{}: {}",
+            clip(&x.field, MAX_ECHO),
+            clip(&x.description, MAX_ECHO)
+        );
+        let item = clip(&item, MAX_MESSAGE / 2);
+        // Room for the "; and N more" tail.
+        if i > 0 && out.len() + item.len() + 2 > MAX_MESSAGE - 24 {
+            out.push_str(&format!("; and {} more", v.len() - i));
+            return out;
+        }
+        if i > 0 {
+            out.push_str("; ");
+        }
+        out.push_str(&item);
+    }
+    out
+}
+
+/// At most this many violations (or missing digests) are listed in an error's details; one
+/// more entry says how many were left out.
+pub const MAX_LISTED: usize = 20;
+/// Bytes of one echoed field, description or subject in an error answer.
+pub const MAX_ECHO: usize = 256;
+/// Bytes of an error message (the service's part; `grpc-message` percent-encodes it, at most
+/// tripling non-ASCII bytes).
+pub const MAX_MESSAGE: usize = 512;
+/// Bytes of listed violations in `grpc-status-details-bin` (before base64): with the message
+/// and the other details, trailers stay under 8 KiB whatever the request held.
+pub const DETAILS_BUDGET: usize = 3 * 1024;
+
+/// `s` cut to at most `max` bytes at a character boundary, with `…` when cut.
+pub fn clip(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if s.len() <= max {
+        return s.into();
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end]).into()
+}
+
+/// The entries an error answer lists: at most [`MAX_LISTED`] and [`DETAILS_BUDGET`] bytes
+/// (`size` estimates one entry's encoded bytes), and how many were left out.
+pub fn bounded<T>(items: &[T], size: impl Fn(&T) -> usize) -> (&[T], usize) {
+    let mut used = 0;
+    let mut n = 0;
+    for x in items.iter().take(MAX_LISTED) {
+        used += size(x);
+        if n > 0 && used > DETAILS_BUDGET {
+            break;
+        }
+        n += 1;
+    }
+    (&items[..n], items.len() - n)
+}
+
+fn field_violation(x: &Violation) -> FieldViolation {
+    FieldViolation {
+        field: clip(&x.field, MAX_ECHO).into_owned(),
+        description: clip(&x.description, MAX_ECHO).into_owned(),
+        reason: x.kind.as_str().to_owned(),
+        localized_message: None,
+    }
+}
+
+/// Encoded bytes of one listed violation (field, description, reason, framing).
+fn violation_size(x: &Violation) -> usize {
+    x.field.len().min(MAX_ECHO) + x.description.len().min(MAX_ECHO) + x.kind.as_str().len() + 12
+}
+
+/// The "and N more" entry closing a cut list.
+fn more(omitted: usize) -> String {
+    format!("and {omitted} more not listed (at most {MAX_LISTED} are)")
 }
 
 impl From<InvalidInput> for ServiceError {
@@ -69,8 +160,12 @@ impl ServiceError {
         match self {
             ServiceError::InvalidArgument(_) => Code::InvalidArgument,
             ServiceError::Missing(_) | ServiceError::MissingSet(..) => Code::FailedPrecondition,
-            ServiceError::TooLarge(_) | ServiceError::Busy(_) => Code::ResourceExhausted,
-            ServiceError::DeadlineExceeded(_) => Code::DeadlineExceeded,
+            ServiceError::TooLarge(_) | ServiceError::Busy(_) | ServiceError::MemoryBusy { .. } => {
+                Code::ResourceExhausted
+            }
+            ServiceError::DeadlineExceeded(_) | ServiceError::BodyTimeout(_) => {
+                Code::DeadlineExceeded
+            }
             ServiceError::ShuttingDown => Code::Unavailable,
             ServiceError::Internal(_) => Code::Internal,
         }
@@ -81,11 +176,38 @@ impl ServiceError {
         match self {
             ServiceError::InvalidArgument(_) => "invalid_argument",
             ServiceError::Missing(_) | ServiceError::MissingSet(..) => "failed_precondition",
-            ServiceError::TooLarge(_) | ServiceError::Busy(_) => "resource_exhausted",
-            ServiceError::DeadlineExceeded(_) => "deadline_exceeded",
+            ServiceError::TooLarge(_) | ServiceError::Busy(_) | ServiceError::MemoryBusy { .. } => {
+                "resource_exhausted"
+            }
+            ServiceError::DeadlineExceeded(_) | ServiceError::BodyTimeout(_) => "deadline_exceeded",
             ServiceError::ShuttingDown => "unavailable",
             ServiceError::Internal(_) => "internal",
         }
+    }
+}
+
+/// RESOURCE_EXHAUSTED for an answer of `bytes` over `limit` (`limits.max_message_bytes`):
+/// checked before tonic encodes it (tonic would answer OUT_OF_RANGE "encoded message length
+/// too large" after building it).
+pub fn answer_too_large(bytes: usize, limit: usize) -> ServiceError {
+    ServiceError::TooLarge(vec![Violation::new(
+        gpusched_engine::ViolationKind::LimitExceeded,
+        "response",
+        format!(
+            "the answer would be {bytes} bytes or more, over the limit of {limit} \
+             (limits.max_message_bytes): ask for less (fewer nodes or workloads, no explain, \
+             no updated nodes)"
+        ),
+    )])
+}
+
+/// `msg` when its encoding fits in `limit` bytes, else [`answer_too_large`].
+pub fn within_limit<T: prost::Message>(msg: T, limit: usize) -> Result<T, ServiceError> {
+    let bytes = msg.encoded_len();
+    if bytes > limit {
+        Err(answer_too_large(bytes, limit))
+    } else {
+        Ok(msg)
     }
 }
 
@@ -106,7 +228,10 @@ fn set_error_info(d: &mut ErrorDetails, v: &[Violation]) {
         }
     }
     let metadata: HashMap<String, String> = [
-        ("field".to_owned(), first.field.clone()),
+        (
+            "field".to_owned(),
+            clip(&first.field, MAX_ECHO).into_owned(),
+        ),
         ("reasons".to_owned(), reasons.join(",")),
         ("violationCount".to_owned(), v.len().to_string()),
     ]
@@ -117,20 +242,21 @@ fn set_error_info(d: &mut ErrorDetails, v: &[Violation]) {
 impl From<ServiceError> for Status {
     fn from(e: ServiceError) -> Status {
         let code = e.code();
-        let message = e.to_string();
+        let message = clip(&e.to_string(), MAX_MESSAGE).into_owned();
         let details = match &e {
             ServiceError::InvalidArgument(v) => {
                 let mut d = ErrorDetails::new();
-                d.set_bad_request(
-                    v.iter()
-                        .map(|x| FieldViolation {
-                            field: x.field.clone(),
-                            description: x.description.clone(),
-                            reason: x.kind.as_str().to_owned(),
-                            localized_message: None,
-                        })
-                        .collect::<Vec<_>>(),
-                );
+                let (listed, omitted) = bounded(v, violation_size);
+                let mut list: Vec<FieldViolation> = listed.iter().map(field_violation).collect();
+                if omitted > 0 {
+                    list.push(FieldViolation {
+                        field: String::new(),
+                        description: more(omitted),
+                        reason: String::new(),
+                        localized_message: None,
+                    });
+                }
+                d.set_bad_request(list);
                 set_error_info(&mut d, v);
                 d
             }
@@ -138,25 +264,38 @@ impl From<ServiceError> for Status {
             ServiceError::MissingSet(set, m) => missing_details(Some(set), m),
             ServiceError::TooLarge(v) => {
                 let mut d = ErrorDetails::new();
-                for x in v {
-                    d.add_quota_failure_violation(x.field.clone(), x.description.clone());
+                let (listed, omitted) = bounded(v, violation_size);
+                for x in listed {
+                    d.add_quota_failure_violation(
+                        clip(&x.field, MAX_ECHO),
+                        clip(&x.description, MAX_ECHO),
+                    );
+                }
+                if omitted > 0 {
+                    d.add_quota_failure_violation("", more(omitted));
                 }
                 set_error_info(&mut d, v);
                 d
             }
-            ServiceError::Busy(_) | ServiceError::ShuttingDown => {
+            ServiceError::Busy(_)
+            | ServiceError::MemoryBusy { .. }
+            | ServiceError::ShuttingDown => {
                 let mut d = ErrorDetails::new();
                 d.set_retry_info(Some(std::time::Duration::from_millis(100)));
                 d
             }
-            ServiceError::DeadlineExceeded(_) | ServiceError::Internal(_) => ErrorDetails::new(),
+            ServiceError::DeadlineExceeded(_)
+            | ServiceError::BodyTimeout(_)
+            | ServiceError::Internal(_) => ErrorDetails::new(),
         };
         Status::with_error_details(code, message, details)
     }
 }
 
 /// PreconditionFailure of missing references: the base set first (subject
-/// `nodeset/sha256/<hex>/<size>`), then each node part (`sha256/<hex>/<size>`).
+/// `nodeset/sha256/<hex>/<size>`), then each node part (`sha256/<hex>/<size>`), bounded like every
+/// list of details; when parts were left out, a last violation of type `MORE` says how many
+/// (clients then send every part inline instead of calling again per page).
 fn missing_details(set: Option<&crate::node_cache::Digest>, m: &[Missing]) -> ErrorDetails {
     let mut d = ErrorDetails::new();
     if let Some(set) = set {
@@ -166,16 +305,20 @@ fn missing_details(set: Option<&crate::node_cache::Digest>, m: &[Missing]) -> Er
             "node_set.base is not held by this server; send the candidates in full (keep)",
         );
     }
-    for x in m {
+    let (listed, omitted) = bounded(m, |x| x.field.len().min(MAX_ECHO) + 160);
+    for x in listed {
         d.add_precondition_failure_violation(
             "MISSING",
             x.digest.to_string(),
             format!(
                 "{} ({}) is not held by this server; send its bytes inline",
-                x.field,
+                clip(&x.field, MAX_ECHO),
                 x.part.as_str()
             ),
         );
+    }
+    if omitted > 0 {
+        d.add_precondition_failure_violation("MORE", "", more(omitted));
     }
     d
 }
@@ -247,6 +390,113 @@ mod tests {
             let s: Status = e.into();
             assert!(s.get_error_details().error_info().is_none());
         }
+    }
+
+    /// Bytes of every header a status becomes (what a trailers-only answer sends).
+    fn header_bytes(s: Status) -> usize {
+        let mut h = http::HeaderMap::new();
+        s.add_header(&mut h).expect("headers");
+        h.iter().map(|(k, v)| k.as_str().len() + v.len()).sum()
+    }
+
+    #[test]
+    fn answers_stay_under_8_kib_whatever_the_violations() {
+        let long = "x\u{e9}\n".repeat(1_000);
+        let many: Vec<Violation> = (0..2_000)
+            .map(|i| {
+                Violation::new(
+                    ViolationKind::InvalidNodeReference,
+                    format!("nodes[{i}].pair_scores[0].{long}"),
+                    long.clone(),
+                )
+            })
+            .collect();
+        for e in [
+            ServiceError::InvalidArgument(many.clone()),
+            ServiceError::TooLarge(many.clone()),
+            ServiceError::InvalidArgument(many[..50].to_vec()),
+            ServiceError::Internal(long.clone()),
+        ] {
+            let s: Status = e.clone().into();
+            assert!(s.message().len() <= MAX_MESSAGE, "{}", s.message().len());
+            let d = s.get_error_details();
+            if let Some(br) = d.bad_request() {
+                assert!(br.field_violations.len() <= MAX_LISTED + 1);
+                for v in &br.field_violations {
+                    assert!(v.field.len() <= MAX_ECHO && v.description.len() <= MAX_ECHO);
+                }
+            }
+            let bytes = header_bytes(s);
+            assert!(
+                bytes < 8 * 1024,
+                "{bytes} bytes of trailers for {:?}",
+                e.code()
+            );
+        }
+        let s: Status = ServiceError::InvalidArgument(many).into();
+        let d = s.get_error_details();
+        let br = d.bad_request().expect("bad request");
+        let last = br.field_violations.last().expect("entries");
+        assert!(last.field.is_empty() && last.description.starts_with("and "));
+        assert!(
+            last.description.contains("more not listed"),
+            "{}",
+            last.description
+        );
+        assert_eq!(
+            d.error_info().expect("info").metadata["violationCount"],
+            "2000"
+        );
+        assert!(s.message().contains("more"), "{}", s.message());
+    }
+
+    #[test]
+    fn a_few_short_violations_are_all_listed_unchanged() {
+        let v: Vec<Violation> = (0..MAX_LISTED)
+            .map(|i| Violation::new(ViolationKind::MissingField, format!("f{i}"), "d"))
+            .collect();
+        let s: Status = ServiceError::InvalidArgument(v).into();
+        let d = s.get_error_details();
+        let br = d.bad_request().expect("bad request");
+        assert_eq!(br.field_violations.len(), MAX_LISTED);
+        assert!(br.field_violations.iter().all(|f| !f.reason.is_empty()));
+    }
+
+    #[test]
+    fn missing_lists_are_bounded_and_counted() {
+        use crate::node_cache::{Digest, Part};
+        let m: Vec<Missing> = (0..10_000u64)
+            .map(|i| Missing {
+                part: Part::Inventory,
+                digest: Digest::of(&i.to_le_bytes()),
+                field: format!("node_refs[{i}].inventory_digest"),
+            })
+            .collect();
+        let s: Status = ServiceError::Missing(m).into();
+        let d = s.get_error_details();
+        let pf = d.precondition_failure().expect("precondition failure");
+        let listed = pf
+            .violations
+            .iter()
+            .filter(|v| v.r#type == "MISSING")
+            .count();
+        assert!((1..=MAX_LISTED).contains(&listed), "{listed}");
+        let more = pf.violations.last().expect("entries");
+        assert_eq!(more.r#type, "MORE");
+        assert!(
+            more.description
+                .starts_with(&format!("and {} more", 10_000 - listed)),
+            "{}",
+            more.description
+        );
+        assert!(header_bytes(s) < 8 * 1024);
+    }
+
+    #[test]
+    fn clip_cuts_at_a_character_boundary() {
+        assert_eq!(clip("abc", 3), "abc");
+        let c = clip("ééééé", 6);
+        assert!(c.len() <= 6 && c.ends_with('…'), "{c}");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use gpusched_api::v1::inventory_service_server::InventoryService;
 use gpusched_engine as engine;
 use tonic::{Request, Response, Status};
 
-use crate::call::{Record, State, run};
+use crate::call::{Cancel, Record, State, run};
 use crate::convert;
 use crate::error::ServiceError;
 
@@ -26,10 +26,12 @@ impl InventoryApi {
     }
 }
 
-fn normalize(
+/// The synchronous work of `NormalizeInventory` (public for the fuzz targets).
+pub fn normalize(
     state: &State,
     req: v1::NormalizeInventoryRequest,
     record: &mut Record,
+    _cancel: &Cancel,
 ) -> Result<v1::NormalizeInventoryResponse, ServiceError> {
     let v1::NormalizeInventoryRequest {
         node_name,
@@ -59,15 +61,18 @@ fn normalize(
         pair_scores,
         skipped,
     } = inv;
-    Ok(v1::NormalizeInventoryResponse {
-        cards: cards.iter().map(convert::card_out).collect(),
-        pair_scores: convert::pairs_out(&pair_scores),
-        skipped: skipped
-            .into_iter()
-            .map(|(uuid, reason)| v1::SkippedCard { uuid, reason })
-            .collect(),
-        effective_config: Some(convert::normalization_out(&config)),
-    })
+    crate::error::within_limit(
+        v1::NormalizeInventoryResponse {
+            cards: cards.iter().map(convert::card_out).collect(),
+            pair_scores: convert::pairs_out(&pair_scores),
+            skipped: skipped
+                .into_iter()
+                .map(|(uuid, reason)| v1::SkippedCard { uuid, reason })
+                .collect(),
+            effective_config: Some(convert::normalization_out(&config)),
+        },
+        limits.max_message_bytes,
+    )
 }
 
 #[tonic::async_trait]
@@ -76,18 +81,18 @@ impl InventoryService for InventoryApi {
         &self,
         request: Request<v1::NormalizeInventoryRequest>,
     ) -> Result<Response<v1::NormalizeInventoryResponse>, Status> {
-        let (metadata, _, msg) = request.into_parts();
+        let (metadata, extensions, msg) = request.into_parts();
         self.state
             .metrics
             .observe_request_bytes("NormalizeInventory", prost::Message::encoded_len(&msg));
-        let cards = msg.cards.len();
+        let work = crate::placement::estimated_work(&extensions, || msg.cards.len());
         run(
             Arc::clone(&self.state),
             SERVICE,
             "NormalizeInventory",
             &metadata,
-            cards,
-            move |st, r| normalize(st, msg, r),
+            work,
+            move |st, r, c| normalize(st, msg, r, c),
         )
         .await
     }

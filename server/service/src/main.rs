@@ -90,12 +90,14 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         let metrics_text = running
             .metrics_addr
             .map_or_else(|| "off".to_owned(), |a| a.to_string());
+        // Handlers installed before the start-up line: a SIGTERM right after it is graceful.
+        let stop = gpusched_runtime::shutdown::signal();
         println!(
             "gpusched-server listening grpc={} metrics={metrics_text}",
             running.grpc_addr
         );
         tracing::info!(grpc = %running.grpc_addr, metrics = %metrics_text, "serving");
-        gpusched_runtime::shutdown::signal().await;
+        stop.await;
         tracing::info!("shutting down: health NOT_SERVING, draining in-flight calls");
         running.shutdown().await?;
         tracing::info!("stopped");

@@ -167,6 +167,8 @@ pub struct Metrics {
     nodes: Family<RpcOnly, Histogram, fn() -> Histogram>,
     request_bytes: Family<RpcOnly, Histogram, fn() -> Histogram>,
     in_flight: Gauge,
+    /// Accept errors of the gRPC listener (`gpusched_accept_errors_total`).
+    pub accept_errors: Counter,
     /// Handles of the node cache's metrics (`gpusched_node_cache_*`).
     pub node_cache: crate::node_cache::CacheMetrics,
     /// Handles of the node set cache's metrics (`gpusched_node_sets_*`).
@@ -193,7 +195,7 @@ impl Metrics {
             Family::<RpcOnly, Histogram, fn() -> Histogram>::new_with_constructor(nodes_histogram);
         registry.register(
             "requests",
-            "gRPC calls by RPC and outcome",
+            "gRPC calls by RPC (unknown for other paths) and outcome (the gRPC code the client reads, snake case)",
             requests.clone(),
         );
         registry.register(
@@ -229,9 +231,16 @@ impl Metrics {
             "gRPC calls being handled now",
             in_flight.clone(),
         );
+        let accept_errors = Counter::default();
+        registry.register(
+            "accept_errors",
+            "Errors accepting gRPC connections (e.g. the open-files limit), each followed by a back-off",
+            accept_errors.clone(),
+        );
         let node_cache = register_node_cache(&mut registry);
         let node_sets = register_node_sets(&mut registry);
         Metrics {
+            accept_errors,
             request_bytes,
             in_flight,
             node_cache,

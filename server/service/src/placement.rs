@@ -8,9 +8,10 @@ use gpusched_engine as engine;
 use gpusched_engine::{BatchMode, DecideOptions, Workload};
 use tonic::{Request, Response, Status};
 
-use crate::call::{Record, State, run};
-use crate::error::ServiceError;
+use crate::call::{Cancel, Record, State, run};
+use crate::error::{ServiceError, within_limit};
 use crate::invalid_node::Candidates;
+use crate::prescan::Admission;
 use crate::{convert, noderef, nodeset};
 
 const SERVICE: &str = "gpusched.v1.PlacementService";
@@ -44,9 +45,9 @@ fn describe(record: &mut Record, w: &Workload, c: &Candidates) {
     record.gpu_policy = w.gpu_policy.to_string();
 }
 
-/// Converts the common parts of Filter/Score/Allocate: nodes (whole and by reference; the
-/// invalid ones beside the snapshot), options, workload. Public for the load tester's
-/// in-process pipeline, which must convert exactly as the service does.
+/// Converts the common parts of Filter/Score/Allocate: nodes (whole and by reference), options,
+/// workload. Public for the load tester's in-process pipeline, which must convert exactly as
+/// the service does.
 pub fn inputs(
     state: &State,
     nodes: Vec<v1::Node>,
@@ -71,20 +72,27 @@ pub fn inputs(
     Ok((c, w, explain))
 }
 
-/// Cards of a request, for choosing inline or blocking-pool decisions (references and a base
-/// set estimated).
-fn card_count(nodes: &[v1::Node], refs: &[v1::NodeRef], set: Option<&v1::NodeSetRef>) -> usize {
-    let base = set.and_then(|s| s.base.as_ref()).map_or(0, |d| {
-        usize::try_from(d.size_bytes / 64).unwrap_or(usize::MAX)
-    });
-    nodes.iter().map(|n| n.cards.len()).sum::<usize>()
-        + refs.len().saturating_add(base) * noderef::ASSUMED_CARDS_PER_REF
+/// The request's estimated work, as counted at intake ([`Admission`]), deciding inline or on
+/// the blocking pool: 0 (inline) for a call that already runs on the blocking pool; `fallback`
+/// when the call did not come through the intake layer.
+pub fn estimated_work(extensions: &tonic::Extensions, fallback: impl FnOnce() -> usize) -> usize {
+    extensions
+        .get::<Admission>()
+        .map_or_else(fallback, |a| if a.offloaded { 0 } else { a.work })
 }
 
-fn decide_filter(
+/// Cards of a request, for choosing inline or blocking-pool decisions (references estimated).
+fn card_count(nodes: &[v1::Node], refs: &[v1::NodeRef]) -> usize {
+    nodes.iter().map(|n| n.cards.len()).sum::<usize>() + refs.len() * noderef::ASSUMED_CARDS_PER_REF
+}
+
+/// The synchronous decision of `Filter` (the handler runs it through `call::run`; public for
+/// the fuzz targets, which decide from raw bytes exactly as the service does).
+pub fn decide_filter(
     state: &State,
     req: v1::FilterRequest,
     record: &mut Record,
+    cancel: &Cancel,
 ) -> Result<v1::FilterResponse, ServiceError> {
     let v1::FilterRequest {
         nodes,
@@ -96,7 +104,8 @@ fn decide_filter(
     let (c, w, explain) = inputs(state, nodes, node_refs, node_set, workload, options)?;
     describe(record, &w, &c);
     let s = &c.snapshot;
-    let e = engine::evaluate(s, &w, explain);
+    let e = engine::evaluate_until(s, &w, explain, &|| cancel.stopped())
+        .map_err(|_| cancel.abandoned())?;
     record.add_rejections(
         e.failed
             .iter()
@@ -117,19 +126,23 @@ fn decide_filter(
         .filter_map(|f| s.node(f.node).map(|n| n.name().to_owned()))
         .collect();
     names.sort();
-    Ok(v1::FilterResponse {
+    let response = v1::FilterResponse {
         feasible_node_names: names,
         failed_nodes: c.failed_with_invalid(convert::failed_out(s, &w, &e.failed)),
         effective_policy: Some(convert::effective_out(&w)),
         requests_gpu: e.requests_gpu,
         explanations: convert::explanations_out(s, &w, &e.explanations),
-    })
+    };
+    within_limit(response, state.settings.limits.max_message_bytes)
 }
 
-fn decide_score(
+/// The synchronous decision of `Score` (the handler runs it through `call::run`; public for
+/// the fuzz targets, which decide from raw bytes exactly as the service does).
+pub fn decide_score(
     state: &State,
     req: v1::ScoreRequest,
     record: &mut Record,
+    cancel: &Cancel,
 ) -> Result<v1::ScoreResponse, ServiceError> {
     let v1::ScoreRequest {
         nodes,
@@ -141,7 +154,8 @@ fn decide_score(
     let (c, w, explain) = inputs(state, nodes, node_refs, node_set, workload, options)?;
     describe(record, &w, &c);
     let s = &c.snapshot;
-    let e = engine::evaluate(s, &w, explain);
+    let e = engine::evaluate_until(s, &w, explain, &|| cancel.stopped())
+        .map_err(|_| cancel.abandoned())?;
     record.add_rejections(
         e.failed
             .iter()
@@ -156,7 +170,7 @@ fn decide_score(
         "feasible"
     };
     record.decision = true;
-    Ok(v1::ScoreResponse {
+    let response = v1::ScoreResponse {
         scores: e
             .feasible
             .iter()
@@ -166,7 +180,8 @@ fn decide_score(
         effective_policy: Some(convert::effective_out(&w)),
         requests_gpu: e.requests_gpu,
         explanations: convert::explanations_out(s, &w, &e.explanations),
-    })
+    };
+    within_limit(response, state.settings.limits.max_message_bytes)
 }
 
 fn allocation_result(a: &engine::Allocation) -> &'static str {
@@ -177,10 +192,13 @@ fn allocation_result(a: &engine::Allocation) -> &'static str {
     }
 }
 
-fn decide_allocate(
+/// The synchronous decision of `Allocate` (the handler runs it through `call::run`; public for
+/// the fuzz targets, which decide from raw bytes exactly as the service does).
+pub fn decide_allocate(
     state: &State,
     req: v1::AllocateRequest,
     record: &mut Record,
+    cancel: &Cancel,
 ) -> Result<v1::AllocateResponse, ServiceError> {
     let v1::AllocateRequest {
         nodes,
@@ -202,7 +220,8 @@ fn decide_allocate(
         }
     }
     describe(record, &w, &c);
-    let a = engine::allocate(&c.snapshot, &w, explain);
+    let a = engine::allocate_until(&c.snapshot, &w, explain, &|| cancel.stopped())
+        .map_err(|_| cancel.abandoned())?;
     record.add_rejections(
         a.failed
             .iter()
@@ -214,15 +233,21 @@ fn decide_allocate(
     let mut result = convert::allocation_out(&c.snapshot, &w, &a, false);
     result.failed_nodes = c.failed_with_invalid(std::mem::take(&mut result.failed_nodes));
     record.chosen = (!result.node_name.is_empty()).then(|| result.node_name.clone());
-    Ok(v1::AllocateResponse {
-        result: Some(result),
-    })
+    within_limit(
+        v1::AllocateResponse {
+            result: Some(result),
+        },
+        state.settings.limits.max_message_bytes,
+    )
 }
 
-fn decide_batch(
+/// The synchronous decision of `AllocateBatch` (the handler runs it through `call::run`; public for
+/// the fuzz targets, which decide from raw bytes exactly as the service does).
+pub fn decide_batch(
     state: &State,
     req: v1::AllocateBatchRequest,
     record: &mut Record,
+    cancel: &Cancel,
 ) -> Result<v1::AllocateBatchResponse, ServiceError> {
     let v1::AllocateBatchRequest {
         nodes,
@@ -281,7 +306,7 @@ fn decide_batch(
         .first()
         .map(|w| w.gpu_policy.to_string())
         .unwrap_or_default();
-    let out = engine::allocate_batch(
+    let out = engine::allocate_batch_until(
         c.snapshot.clone(),
         &parsed,
         if all_or_nothing {
@@ -290,7 +315,9 @@ fn decide_batch(
             BatchMode::Independent
         },
         decide,
-    );
+        &|| cancel.stopped(),
+    )
+    .map_err(|_| cancel.abandoned())?;
     record.add_rejections(
         out.items
             .iter()
@@ -303,32 +330,48 @@ fn decide_batch(
         "unschedulable"
     };
     record.decision = true;
-    let results = out
-        .items
-        .iter()
-        .zip(&parsed)
-        .map(|(item, w)| {
-            let mut r =
-                convert::allocation_out(&out.snapshot, w, &item.allocation, item.rolled_back);
-            r.failed_nodes = c.failed_with_invalid(std::mem::take(&mut r.failed_nodes));
-            r
-        })
-        .collect();
-    Ok(v1::AllocateBatchResponse {
-        results,
-        all_placed: out.all_placed,
-        updated_nodes: if return_updated_nodes {
-            out.snapshot.nodes().map(convert::node_out).collect()
-        } else {
-            Vec::new()
+    // Converted one result at a time, the size counted as it grows: an answer over the limit
+    // stops at the first result that crosses it, not after all of them are built.
+    let limit = settings.limits.max_message_bytes;
+    let mut bytes = 0usize;
+    let mut results = Vec::with_capacity(out.items.len());
+    for (item, w) in out.items.iter().zip(&parsed) {
+        let mut r = convert::allocation_out(&out.snapshot, w, &item.allocation, item.rolled_back);
+        r.failed_nodes = c.failed_with_invalid(std::mem::take(&mut r.failed_nodes));
+        bytes += prost::encoding::message::encoded_len(1, &r);
+        if bytes > limit {
+            return Err(crate::error::answer_too_large(bytes, limit));
+        }
+        results.push(r);
+    }
+    let mut updated_nodes = Vec::new();
+    if return_updated_nodes {
+        for n in out.snapshot.nodes() {
+            let n = convert::node_out(n);
+            bytes += prost::encoding::message::encoded_len(3, &n);
+            if bytes > limit {
+                return Err(crate::error::answer_too_large(bytes, limit));
+            }
+            updated_nodes.push(n);
+        }
+    }
+    within_limit(
+        v1::AllocateBatchResponse {
+            results,
+            all_placed: out.all_placed,
+            updated_nodes,
         },
-    })
+        limit,
+    )
 }
 
-fn decide_validate(
+/// The synchronous decision of `ValidateWorkload` (the handler runs it through `call::run`; public for
+/// the fuzz targets, which decide from raw bytes exactly as the service does).
+pub fn decide_validate(
     state: &State,
     req: v1::ValidateWorkloadRequest,
     record: &mut Record,
+    _cancel: &Cancel,
 ) -> Result<v1::ValidateWorkloadResponse, ServiceError> {
     let v1::ValidateWorkloadRequest { workload, options } = req;
     let settings = &state.settings;
@@ -425,18 +468,18 @@ impl PlacementService for PlacementApi {
         &self,
         request: Request<v1::FilterRequest>,
     ) -> Result<Response<v1::FilterResponse>, Status> {
-        let (metadata, _, msg) = request.into_parts();
+        let (metadata, extensions, msg) = request.into_parts();
         self.state
             .metrics
             .observe_request_bytes("Filter", prost::Message::encoded_len(&msg));
-        let cards = card_count(&msg.nodes, &msg.node_refs, msg.node_set.as_ref());
+        let work = estimated_work(&extensions, || card_count(&msg.nodes, &msg.node_refs));
         run(
             Arc::clone(&self.state),
             SERVICE,
             "Filter",
             &metadata,
-            cards,
-            move |st, r| decide_filter(st, msg, r),
+            work,
+            move |st, r, c| decide_filter(st, msg, r, c),
         )
         .await
         .map_or_else(|e| Err(advertised(e)), |r| Ok(advertised(r)))
@@ -446,18 +489,18 @@ impl PlacementService for PlacementApi {
         &self,
         request: Request<v1::ScoreRequest>,
     ) -> Result<Response<v1::ScoreResponse>, Status> {
-        let (metadata, _, msg) = request.into_parts();
+        let (metadata, extensions, msg) = request.into_parts();
         self.state
             .metrics
             .observe_request_bytes("Score", prost::Message::encoded_len(&msg));
-        let cards = card_count(&msg.nodes, &msg.node_refs, msg.node_set.as_ref());
+        let work = estimated_work(&extensions, || card_count(&msg.nodes, &msg.node_refs));
         run(
             Arc::clone(&self.state),
             SERVICE,
             "Score",
             &metadata,
-            cards,
-            move |st, r| decide_score(st, msg, r),
+            work,
+            move |st, r, c| decide_score(st, msg, r, c),
         )
         .await
         .map_or_else(|e| Err(advertised(e)), |r| Ok(advertised(r)))
@@ -467,18 +510,18 @@ impl PlacementService for PlacementApi {
         &self,
         request: Request<v1::AllocateRequest>,
     ) -> Result<Response<v1::AllocateResponse>, Status> {
-        let (metadata, _, msg) = request.into_parts();
+        let (metadata, extensions, msg) = request.into_parts();
         self.state
             .metrics
             .observe_request_bytes("Allocate", prost::Message::encoded_len(&msg));
-        let cards = card_count(&msg.nodes, &msg.node_refs, msg.node_set.as_ref());
+        let work = estimated_work(&extensions, || card_count(&msg.nodes, &msg.node_refs));
         run(
             Arc::clone(&self.state),
             SERVICE,
             "Allocate",
             &metadata,
-            cards,
-            move |st, r| decide_allocate(st, msg, r),
+            work,
+            move |st, r, c| decide_allocate(st, msg, r, c),
         )
         .await
         .map_or_else(|e| Err(advertised(e)), |r| Ok(advertised(r)))
@@ -488,19 +531,20 @@ impl PlacementService for PlacementApi {
         &self,
         request: Request<v1::AllocateBatchRequest>,
     ) -> Result<Response<v1::AllocateBatchResponse>, Status> {
-        let (metadata, _, msg) = request.into_parts();
+        let (metadata, extensions, msg) = request.into_parts();
         self.state
             .metrics
             .observe_request_bytes("AllocateBatch", prost::Message::encoded_len(&msg));
-        let cards = card_count(&msg.nodes, &msg.node_refs, msg.node_set.as_ref())
-            .saturating_mul(msg.workloads.len().max(1));
+        let work = estimated_work(&extensions, || {
+            card_count(&msg.nodes, &msg.node_refs).saturating_mul(msg.workloads.len().max(1))
+        });
         run(
             Arc::clone(&self.state),
             SERVICE,
             "AllocateBatch",
             &metadata,
-            cards,
-            move |st, r| decide_batch(st, msg, r),
+            work,
+            move |st, r, c| decide_batch(st, msg, r, c),
         )
         .await
         .map_or_else(|e| Err(advertised(e)), |r| Ok(advertised(r)))
@@ -510,7 +554,7 @@ impl PlacementService for PlacementApi {
         &self,
         request: Request<v1::ValidateWorkloadRequest>,
     ) -> Result<Response<v1::ValidateWorkloadResponse>, Status> {
-        let (metadata, _, msg) = request.into_parts();
+        let (metadata, extensions, msg) = request.into_parts();
         self.state
             .metrics
             .observe_request_bytes("ValidateWorkload", prost::Message::encoded_len(&msg));
@@ -519,8 +563,8 @@ impl PlacementService for PlacementApi {
             SERVICE,
             "ValidateWorkload",
             &metadata,
-            0,
-            move |st, r| decide_validate(st, msg, r),
+            estimated_work(&extensions, || 0),
+            move |st, r, c| decide_validate(st, msg, r, c),
         )
         .await
         .map_or_else(|e| Err(advertised(e)), |r| Ok(advertised(r)))

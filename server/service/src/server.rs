@@ -2,17 +2,13 @@
 //! message limits), the metrics endpoint, and graceful shutdown.
 
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use gpusched_api::v1::inventory_service_server::InventoryServiceServer;
 use gpusched_api::v1::placement_service_server::PlacementServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::StreamExt as _;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Server;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
@@ -70,19 +66,25 @@ pub struct Running {
     pub metrics_addr: Option<SocketAddr>,
     health: HealthReporter,
     drain_timeout: std::time::Duration,
+    shutdown_grace: std::time::Duration,
     stop: watch::Sender<bool>,
     grpc: JoinHandle<Result<(), tonic::transport::Error>>,
     metrics: Option<JoinHandle<std::io::Result<()>>>,
 }
 
 impl Running {
-    /// Graceful stop: health turns NOT_SERVING first, then the listener closes and in-flight
-    /// calls drain.
+    /// Graceful stop: health turns NOT_SERVING first and stays so for `limits.shutdown_grace`
+    /// while calls are still served (load balancers and readiness probes notice), then the
+    /// listener closes and in-flight calls drain (at most `limits.drain_timeout`).
     pub async fn shutdown(self) -> Result<(), ServeError> {
         for name in HEALTH_SERVICES {
             self.health
                 .set_service_status(name, ServingStatus::NotServing)
                 .await;
+        }
+        if !self.shutdown_grace.is_zero() {
+            tracing::info!(grace = ?self.shutdown_grace, "health NOT_SERVING; still serving calls until the grace period ends");
+            tokio::time::sleep(self.shutdown_grace).await;
         }
         let _ = self.stop.send(true);
         let mut grpc = self.grpc;
@@ -128,7 +130,11 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
         addr: settings.listen,
         source,
     })?;
-    let mut builder = Server::builder();
+    // Per connection: streams at once (advertised in SETTINGS); per call: the intake layer
+    // (declared sizes, memory budget, limits on the wire, body timeout).
+    let mut builder =
+        Server::builder().max_concurrent_streams(settings.limits.max_concurrent_streams);
+    let intake = crate::intake::IntakeLayer::new(&settings.limits);
     if let Some(tls) = &settings.tls {
         builder = builder
             .tls_config(tls.load()?)
@@ -147,8 +153,14 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
     };
 
     let max = settings.limits.max_message_bytes;
-    // Deadlines are enforced in `call::run` (DEADLINE_EXCEEDED); tonic's server-wide timeout
-    // would answer CANCELLED, so it is not set.
+    // Deadlines are enforced in `edge` (DEADLINE_EXCEEDED) before tonic's timer for the
+    // caller's grpc-timeout; tonic's server-wide timeout would answer CANCELLED, so it is not
+    // set.
+    let edge = crate::edge::EdgeLayer::new(crate::edge::EdgeConfig {
+        metrics: Arc::clone(&metrics),
+        request_timeout: settings.limits.request_timeout,
+    });
+    let accept_errors = metrics.accept_errors.clone();
 
     let (health, health_service) = tonic_health::server::health_reporter();
     for name in HEALTH_SERVICES {
@@ -181,6 +193,7 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
     };
 
     let drain_timeout = settings.limits.drain_timeout;
+    let shutdown_grace = settings.limits.shutdown_grace;
     let state = Arc::new(State::new(settings, Arc::clone(&metrics)));
     let placement = PlacementServiceServer::new(PlacementApi::new(Arc::clone(&state)))
         .max_decoding_message_size(max)
@@ -190,21 +203,15 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
         .max_encoding_message_size(max);
 
     let router = builder
-        .layer(tower::layer::layer_fn(StatusCodeFixes))
+        .layer(edge)
+        .layer(intake)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(placement)
         .add_service(inventory);
     let grpc = tokio::spawn(router.serve_with_incoming_shutdown(
-        // Small request/response calls: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
-        // add ~40 ms to a call (kube-scheduler's extender calls are serial).
-        TcpListenerStream::new(listener).map(|conn| {
-            conn.and_then(|stream| {
-                stream.set_nodelay(true)?;
-                Ok(stream)
-            })
-        }),
+        crate::accept::Incoming::new(listener, accept_errors),
         wait_stop(stop_rx.clone()),
     ));
     Ok(Running {
@@ -212,48 +219,9 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
         metrics_addr: metrics_server.as_ref().map(|m| m.addr),
         health,
         drain_timeout,
+        shutdown_grace,
         stop,
         grpc,
         metrics: metrics_server.map(|m| m.task),
     })
-}
-
-/// Aligns tonic's answer to an oversized message with the gRPC status code spec:
-/// RESOURCE_EXHAUSTED (tonic's decoder says OUT_OF_RANGE).
-#[derive(Clone, Debug)]
-struct StatusCodeFixes<S>(S);
-
-impl<S, B, R> tower::Service<http::Request<B>> for StatusCodeFixes<S>
-where
-    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
-    S::Future: Send + 'static,
-{
-    type Response = http::Response<R>;
-    type Error = S::Error;
-    type Future =
-        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.0.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let fut = self.0.call(req);
-        Box::pin(async move {
-            let mut resp = fut.await?;
-            let headers = resp.headers_mut();
-            let oversize = headers.get("grpc-status").is_some_and(|v| v == "11")
-                && headers
-                    .get("grpc-message")
-                    .and_then(|v| v.to_str().ok())
-                    .is_some_and(|m| {
-                        m.contains("message%20length%20too%20large")
-                            || m.contains("message length too large")
-                    });
-            if oversize {
-                headers.insert("grpc-status", http::HeaderValue::from_static("8"));
-            }
-            Ok(resp)
-        })
-    }
 }

@@ -12,7 +12,12 @@ use crate::server::{Running, start};
 /// given overrides by dotted key (`("limits.max_nodes", "3")`, `("metrics.enabled",
 /// "false")`), as flags would set them. Panics on an invalid configuration.
 pub fn settings(overrides: &[(&str, &str)]) -> Settings {
-    let mut flags = vec![("listen", "127.0.0.1:0"), ("metrics.listen", "127.0.0.1:0")];
+    // No NOT_SERVING grace on shutdown unless a test asks for one.
+    let mut flags = vec![
+        ("listen", "127.0.0.1:0"),
+        ("metrics.listen", "127.0.0.1:0"),
+        ("limits.shutdown_grace", "0s"),
+    ];
     flags.extend_from_slice(overrides);
     SPEC.load_pairs::<FileConfig>(None, &[], &flags)
         .and_then(|c| c.validate(&BTreeMap::new()))

@@ -13,7 +13,7 @@
 //! Layout: `harness/` (environment, control-plane client and builders, waiting helpers,
 //! bursts, gpusched-kube processes, the Service stand-in) and `scenarios/` (one module per
 //! story). `E2E_FILTER` picks scenarios by name: admission, forgery, failclosed, seed, weights,
-//! mutex, badnodes, burst, baseline, restart, replicas.
+//! mutex, badnodes, traces, burst, baseline, restart, replicas.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod harness;
@@ -62,12 +62,15 @@ async fn e2e_on_a_real_control_plane() {
     if h.env.wants("badnodes") {
         scenarios::bad_nodes::run(&h).await;
     }
+    if h.env.wants("traces") {
+        scenarios::traces::run(&h).await;
+    }
     let mut ours = None;
     if h.env.wants("burst") {
-        ours = Some(scenarios::burst::with_extender(&h).await);
+        ours = Some(scenarios::burst::with_extender(&h, shim.pid()).await);
     }
     if h.env.wants("baseline") {
-        let base = scenarios::burst::baseline(&h).await;
+        let base = scenarios::burst::baseline(&h, shim.pid()).await;
         if let Some(o) = &ours {
             h.result(format!(
                 "throughput ratio (extender / plain kube-scheduler): {:.1} / {:.1} pods/s = {:.2}",

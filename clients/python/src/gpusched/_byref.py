@@ -357,6 +357,16 @@ class Exchange:
                 self._byref.drop_base(base.key)
                 self._plan = _KEEP
                 return
+            if e.missing_more:
+                # Only some missing parts listed: every part inline, once.
+                every = {p.inventory_key for p in self._prepared} | {
+                    p.usage_key for p in self._prepared if p.usage_key is not None
+                }
+                if every <= self._force:
+                    raise e
+                self._byref.forget(every)
+                self._force |= every
+                return
             if not missing or missing & self._force:
                 raise e
             self._force |= missing

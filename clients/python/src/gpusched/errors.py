@@ -142,8 +142,11 @@ class GpuschedError(Exception):
         retry_delay: float | None = None,
         error_info: ErrorInfo | None = None,
         missing_digests: Iterable[str] = (),
+        missing_more: bool = False,
     ) -> None:
         self.missing_digests = tuple(missing_digests)
+        #: The server listed only some missing parts (a ``MORE`` violation).
+        self.missing_more = missing_more
         self.code = code
         self.details = details
         self.method = method
@@ -297,6 +300,7 @@ class _Decoded:
         self.retry: float | None = None
         self.error_info: ErrorInfo | None = None
         self.missing: list[str] = []
+        self.missing_more = False
         for detail in status.details if status is not None else ():
             bad, quota, retry, info, pf = (
                 BadRequest(),
@@ -316,6 +320,7 @@ class _Decoded:
                 self.error_info = info
             elif detail.Unpack(pf):
                 self.missing.extend(v.subject for v in pf.violations if v.type == "MISSING")
+                self.missing_more = self.missing_more or any(v.type == "MORE" for v in pf.violations)
 
 
 def error_from_rpc_error(err: grpc.RpcError, method: str | None = None) -> GpuschedError:
@@ -339,4 +344,5 @@ def error_from_rpc_error(err: grpc.RpcError, method: str | None = None) -> Gpusc
         retry_delay=decoded.retry,
         error_info=decoded.error_info,
         missing_digests=decoded.missing,
+        missing_more=decoded.missing_more,
     )

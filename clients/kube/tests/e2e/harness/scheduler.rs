@@ -13,11 +13,24 @@ pub struct PlainScheduler {
 impl PlainScheduler {
     /// Starts it (log: `WORK/<name>.log`) and waits until `/readyz` answers `ok`.
     pub async fn start(h: &H, name: &str) -> PlainScheduler {
+        Self::start_profile(h, name, "default-scheduler").await
+    }
+
+    /// Starts it with this profile name, and the client rate limit of the cluster's
+    /// kube-scheduler (`E2E_SCHEDULER_QPS`, burst twice that; unset: kube-scheduler's default).
+    pub async fn start_profile(h: &H, name: &str, profile: &str) -> PlainScheduler {
         let cfg = h.env.workdir.join(format!("{name}.yaml"));
+        let qps = match std::env::var("E2E_SCHEDULER_QPS") {
+            Ok(q) if !q.is_empty() => {
+                let q: u32 = q.parse().expect("E2E_SCHEDULER_QPS: a number");
+                format!("  qps: {q}\n  burst: {}\n", 2 * q)
+            }
+            _ => String::new(),
+        };
         std::fs::write(
             &cfg,
             format!(
-                "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: \"{}\"\nleaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: default-scheduler\n",
+                "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: \"{}\"\n{qps}leaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {profile}\n",
                 h.env.scheduler_kubeconfig.display()
             ),
         )
@@ -70,6 +83,11 @@ impl PlainScheduler {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         PlainScheduler { child }
+    }
+
+    /// The process id (CPU readings).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
     }
 
     pub async fn stop(mut self) {

@@ -108,6 +108,11 @@ impl Shim {
         );
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     pub async fn kill9(&mut self) {
         self.child.start_kill().unwrap();
         let _ = self.child.wait().await;

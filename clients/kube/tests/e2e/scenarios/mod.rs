@@ -9,4 +9,5 @@ pub mod mutex;
 pub mod replicas;
 pub mod restart;
 pub mod seed;
+pub mod traces;
 pub mod weights;
