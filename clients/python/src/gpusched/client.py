@@ -189,7 +189,31 @@ def _check_request(request: Message, expected: type[Message], method: str) -> No
         )
 
 
-class Client:
+class _ByRefState:
+    """What the sync and asyncio clients tell about their nodes-by-reference state."""
+
+    _byref: _byref.ByRef | None
+
+    @property
+    def acknowledged_parts(self) -> int:
+        """Node parts (inventories, usages) the server acknowledged on this client."""
+        return len(self._byref) if self._byref is not None else 0
+
+    @property
+    def server_reads_refs(self) -> bool:
+        """Whether a PlacementService answer carried the ``gpusched-node-refs`` header: until
+        then nodes go whole, even with ``by_reference`` on."""
+        return self._byref is not None and self._byref.server_reads_refs
+
+    @property
+    def node_set_base(self) -> str | None:
+        """The digest (``sha256/<hex>/<size>``) of the node set this client names as the base
+        of its calls, if any (tests, diagnostics)."""
+        k = self._byref.base_key() if self._byref is not None else None
+        return _byref.subject(k) if k is not None else None
+
+
+class Client(_ByRefState):
     """Blocking client of gpusched-server (one gRPC channel; thread-safe).
 
     Args:
@@ -339,24 +363,6 @@ class Client:
                 b.note(e.initial_metadata())
             raise error_from_rpc_error(e, path) from e
 
-    @property
-    def acknowledged_parts(self) -> int:
-        """Node parts (inventories, usages) the server acknowledged on this client."""
-        return len(self._byref) if self._byref is not None else 0
-
-    @property
-    def server_reads_refs(self) -> bool:
-        """Whether a PlacementService answer carried the ``gpusched-node-refs`` header: until
-        then nodes go whole, even with ``by_reference`` on."""
-        return self._byref is not None and self._byref.server_reads_refs
-
-    @property
-    def node_set_base(self) -> str | None:
-        """The digest (``sha256/<hex>/<size>``) of the node set this client names as the base
-        of its calls, if any (tests, diagnostics)."""
-        k = self._byref.base_key() if self._byref is not None else None
-        return _byref.subject(k) if k is not None else None
-
     def _call_nodes(
         self,
         fn: grpc.UnaryUnaryMultiCallable[_Req, _Resp],
@@ -473,7 +479,7 @@ class Client:
         return fn(request, timeout=timeout, metadata=metadata)
 
 
-class AsyncClient:
+class AsyncClient(_ByRefState):
     """asyncio client of gpusched-server (``grpc.aio``).
 
     Takes the same arguments as :class:`Client` (``channel`` must be a ``grpc.aio.Channel``).
@@ -591,24 +597,6 @@ class AsyncClient:
             raise error_from_rpc_error(e, path) from e
         except grpc.RpcError as e:
             raise error_from_rpc_error(e, path) from e
-
-    @property
-    def acknowledged_parts(self) -> int:
-        """Node parts (inventories, usages) the server acknowledged on this client."""
-        return len(self._byref) if self._byref is not None else 0
-
-    @property
-    def server_reads_refs(self) -> bool:
-        """Whether a PlacementService answer carried the ``gpusched-node-refs`` header: until
-        then nodes go whole, even with ``by_reference`` on."""
-        return self._byref is not None and self._byref.server_reads_refs
-
-    @property
-    def node_set_base(self) -> str | None:
-        """The digest (``sha256/<hex>/<size>``) of the node set this client names as the base
-        of its calls, if any (tests, diagnostics)."""
-        k = self._byref.base_key() if self._byref is not None else None
-        return _byref.subject(k) if k is not None else None
 
     async def _call_nodes(
         self,
