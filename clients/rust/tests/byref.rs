@@ -147,25 +147,34 @@ async fn two_clients_share_one_server() {
     assert_eq!(metrics.node_cache.misses[0].get(), 0);
 }
 
-#[tokio::test]
-async fn a_server_restart_between_calls_is_transparent() {
+/// A client that placed `calls` pods on `n` nodes (booking each) against a server that then
+/// stopped; a new server is started at the same address. The client still believes the old
+/// one's parts and set are held.
+async fn restarted(n: usize, calls: usize) -> (Client, Vec<v1::Node>, Running, Arc<Metrics>) {
     let (server, _) = start_at("127.0.0.1:0").await;
     let addr = server.grpc_addr;
     let client = ClientBuilder::new(addr.to_string())
         .connect()
         .await
         .unwrap();
-    let mut nodes = cluster(20);
-    // The first call goes whole (the header not yet seen), the second inline by reference
-    // (kept as a set), the third as a change to that set.
-    for _ in 0..3 {
+    let mut nodes = cluster(n);
+    for _ in 0..calls {
         let r = client.allocate(nodes.to_vec(), pod()).await.unwrap();
         book(&mut nodes, &r);
     }
-    assert!(client.acknowledged_parts() >= 20);
-    assert!(client.node_set_base().is_some());
+    assert!(client.acknowledged_parts() >= n);
     server.shutdown().await.unwrap();
     let (server, metrics) = start_at(&addr.to_string()).await;
+    (client, nodes, server, metrics)
+}
+
+#[tokio::test]
+async fn a_server_restart_between_calls_is_transparent() {
+    // The first call goes whole (the header not yet seen), the second inline by reference
+    // (kept as a set), the third as a change to that set.
+    let (client, mut nodes, server, metrics) = restarted(20, 3).await;
+    let addr = server.grpc_addr;
+    assert!(client.node_set_base().is_some());
     // The client still believes the server holds its set and parts: the new one answers
     // FAILED_PRECONDITION naming the set, the client sends everything by reference (missing
     // again), then inline; the caller sees an answer.
@@ -338,19 +347,8 @@ async fn a_repeated_node_name_is_reported_even_against_a_kept_set() {
 
 #[tokio::test]
 async fn a_truncated_missing_list_makes_the_client_send_everything_inline_once() {
-    let (server, _) = start_at("127.0.0.1:0").await;
+    let (client, nodes, server, metrics) = restarted(60, 2).await;
     let addr = server.grpc_addr;
-    let client = ClientBuilder::new(addr.to_string())
-        .connect()
-        .await
-        .unwrap();
-    let mut nodes = cluster(60);
-    for _ in 0..2 {
-        let r = client.allocate(nodes.to_vec(), pod()).await.unwrap();
-        book(&mut nodes, &r);
-    }
-    server.shutdown().await.unwrap();
-    let (server, metrics) = start_at(&addr.to_string()).await;
     // The new replica holds nothing: the full call by digest misses 60+ parts, of which the
     // answer lists at most 20 (plus a MORE entry); the client then sends every part inline at
     // once instead of paging through the list (which would miss the rest again and again).
