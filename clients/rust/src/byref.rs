@@ -214,22 +214,22 @@ impl Plan {
                 }),
                 byref.refs(nodes, force_inline),
             ),
-            Plan::Delta {
-                base,
-                changed,
-                removed,
-            } => {
-                let sent: Vec<Arc<PreparedNode>> =
-                    changed.iter().map(|&i| Arc::clone(&nodes[i])).collect();
-                (
-                    Some(v1::NodeSetRef {
-                        base: Some(digest_msg(&base.key)),
-                        removed_node_names: removed.clone(),
-                        keep: false,
-                    }),
-                    byref.refs(&sent, force_inline),
-                )
-            }
+            Plan::Delta { base, removed, .. } => (
+                Some(v1::NodeSetRef {
+                    base: Some(digest_msg(&base.key)),
+                    removed_node_names: removed.clone(),
+                    keep: false,
+                }),
+                byref.refs(&self.sent(nodes), force_inline),
+            ),
+        }
+    }
+
+    /// The nodes this plan sends: all of them, or only the changed ones.
+    pub(crate) fn sent(&self, nodes: &[Arc<PreparedNode>]) -> Vec<Arc<PreparedNode>> {
+        match self {
+            Plan::Full { .. } => nodes.to_vec(),
+            Plan::Delta { changed, .. } => changed.iter().map(|&i| Arc::clone(&nodes[i])).collect(),
         }
     }
 

@@ -152,17 +152,9 @@ impl Client {
             m.set_refs(refs, set);
             match self.with_retry(m, call.clone()).await {
                 Ok(r) => {
-                    match &plan {
-                        Plan::Full { keep: true } => {
-                            byref.acknowledge(prepared);
-                            byref.kept(prepared);
-                        }
-                        Plan::Full { keep: false } => byref.acknowledge(prepared),
-                        Plan::Delta { changed, .. } => {
-                            let sent: Vec<_> =
-                                changed.iter().map(|&i| Arc::clone(&prepared[i])).collect();
-                            byref.acknowledge(&sent);
-                        }
+                    byref.acknowledge(&plan.sent(prepared));
+                    if let Plan::Full { keep: true } = plan {
+                        byref.kept(prepared);
                     }
                     return Ok(r);
                 }
