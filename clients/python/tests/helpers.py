@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import grpc
+
 from gpusched import v1
 from gpusched import workload as wl
 
@@ -57,3 +59,24 @@ def gpu_pod(gpus: int = 1, annotations: dict[str, str] | None = None, **limits: 
 
 
 BAD_WEIGHTS = {wl.DEVICE_SCORING_WEIGHTS: "slot=1,core=high,memory=1"}
+
+
+class AllocateOnlyPlacement(v1.PlacementServiceServicer):
+    """A fake PlacementService for tests that only answer Allocate: every other method is
+    UNIMPLEMENTED."""
+
+    def Filter(self, request: v1.FilterRequest, context: grpc.ServicerContext) -> v1.FilterResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "filter")
+
+    def Score(self, request: v1.ScoreRequest, context: grpc.ServicerContext) -> v1.ScoreResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "score")
+
+    def AllocateBatch(
+        self, request: v1.AllocateBatchRequest, context: grpc.ServicerContext
+    ) -> v1.AllocateBatchResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "batch")
+
+    def ValidateWorkload(
+        self, request: v1.ValidateWorkloadRequest, context: grpc.ServicerContext
+    ) -> v1.ValidateWorkloadResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "validate")

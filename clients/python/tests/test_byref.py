@@ -15,6 +15,7 @@ from google.protobuf import json_format
 
 import gpusched
 from gpusched import v1
+from helpers import AllocateOnlyPlacement
 
 from conftest import TESTDATA, start_server
 
@@ -125,7 +126,7 @@ def test_async_by_reference(address: str) -> None:
     asyncio.run(go())
 
 
-class _OldPlacement(v1.PlacementServiceServicer):
+class _OldPlacement(AllocateOnlyPlacement):
     """A server that predates ``node_refs``: it reads only ``nodes`` and sets no
     ``gpusched-node-refs`` header (here: drops the references, counts them, asks the real server
     with whole nodes)."""
@@ -144,22 +145,6 @@ class _OldPlacement(v1.PlacementServiceServicer):
         r.CopyFrom(request)
         r.ClearField("node_refs")
         return self.behind.allocate(r)
-
-    def Filter(self, request: v1.FilterRequest, context: grpc.ServicerContext) -> v1.FilterResponse:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, "filter")
-
-    def Score(self, request: v1.ScoreRequest, context: grpc.ServicerContext) -> v1.ScoreResponse:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, "score")
-
-    def AllocateBatch(
-        self, request: v1.AllocateBatchRequest, context: grpc.ServicerContext
-    ) -> v1.AllocateBatchResponse:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, "batch")
-
-    def ValidateWorkload(
-        self, request: v1.ValidateWorkloadRequest, context: grpc.ServicerContext
-    ) -> v1.ValidateWorkloadResponse:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, "validate")
 
 
 @pytest.mark.server

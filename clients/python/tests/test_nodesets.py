@@ -16,6 +16,7 @@ from google.protobuf import json_format
 
 import gpusched
 from gpusched import _byref, v1
+from helpers import AllocateOnlyPlacement
 
 from conftest import TESTDATA, RunningServer, start_server
 from test_byref import _book, _pod
@@ -286,7 +287,7 @@ def test_a_truncated_missing_list_sends_every_part_inline_once(tmp_path: Path) -
         finally:
             second.stop()
 
-class _RefsOnly(v1.PlacementServiceServicer):
+class _RefsOnly(AllocateOnlyPlacement):
     """A server that reads ``node_refs`` (and says so) but predates node sets: it sets no
     ``gpusched-node-sets`` header, counts requests naming a set and asks the real server."""
 
@@ -300,22 +301,6 @@ class _RefsOnly(v1.PlacementServiceServicer):
         context.send_initial_metadata(((_byref.NODE_REFS_HEADER, "1"),))
         resp: v1.AllocateResponse = self.behind.Allocate(request, timeout=30)
         return resp
-
-    def Filter(self, request: v1.FilterRequest, context: grpc.ServicerContext) -> v1.FilterResponse:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, "filter")
-
-    def Score(self, request: v1.ScoreRequest, context: grpc.ServicerContext) -> v1.ScoreResponse:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, "score")
-
-    def AllocateBatch(
-        self, request: v1.AllocateBatchRequest, context: grpc.ServicerContext
-    ) -> v1.AllocateBatchResponse:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, "batch")
-
-    def ValidateWorkload(
-        self, request: v1.ValidateWorkloadRequest, context: grpc.ServicerContext
-    ) -> v1.ValidateWorkloadResponse:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, "validate")
 
 
 @pytest.mark.server
