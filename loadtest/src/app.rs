@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use gpusched_api::v1;
 use serde::Serialize;
 
 use crate::chart::{Line, write_svg};
@@ -156,6 +157,36 @@ pub struct WorkloadArgs {
     /// part inline every time. In `sweep`, runs by reference beside the whole-node runs.
     #[arg(long, value_enum, default_value_t = crate::byref::ByRefMode::Off)]
     pub by_reference: crate::byref::ByRefMode,
+    /// Which failed nodes Allocate answers list (`PlacementOptions.failed_nodes`): every one (the
+    /// server's default), only when the workload is not placed (what a bind needs), or none.
+    #[arg(long, value_enum, default_value_t = FailedNodesArg::All)]
+    pub failed_nodes: FailedNodesArg,
+}
+
+/// `--failed-nodes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailedNodesArg {
+    /// Every failed node with its reasons.
+    All,
+    /// Failed nodes only when the workload is not placed.
+    WhenUnplaced,
+    /// Only their count.
+    None,
+}
+
+impl FailedNodesArg {
+    fn options(self) -> Option<v1::PlacementOptions> {
+        let failed_nodes = match self {
+            FailedNodesArg::All => return None,
+            FailedNodesArg::WhenUnplaced => v1::FailedNodes::WhenUnplaced,
+            FailedNodesArg::None => v1::FailedNodes::None,
+        };
+        Some(v1::PlacementOptions {
+            failed_nodes: failed_nodes as i32,
+            ..v1::PlacementOptions::default()
+        })
+    }
 }
 
 impl WorkloadArgs {
@@ -474,7 +505,10 @@ fn build_pool(
     anyhow::ensure!(workload.pool > 0, "--pool must be at least 1");
     let spec = cluster.spec(nodes)?;
     let mix = workload.mix()?;
-    let pool = Pool::build(&spec, &mix, workload.form, workload.pool, cluster.seed);
+    let mut pool = Pool::build(&spec, &mix, workload.form, workload.pool, cluster.seed);
+    if let Some(o) = workload.failed_nodes.options() {
+        pool.set_options(o);
+    }
     eprintln!(
         "cluster: {} nodes x {} cards, {} requests of {:.1} KiB (mean), mix {mix}",
         pool.nodes.len(),

@@ -138,24 +138,23 @@ pub fn pipeline_once(
     } = decoded.map_err(|e| format!("decode: {e}"))?;
     let t1 = Instant::now();
     // The service's own conversion of Filter/Score/Allocate inputs.
-    let (c, w, _) =
+    let (c, w, o) =
         gpusched_service::placement::inputs(state, nodes, node_refs, node_set, workload, options)
             .map_err(|e| e.to_string())?;
-    // Synthetic clusters have no invalid node: the snapshot is every candidate.
-    let s = c.snapshot;
+    let s = &c.snapshot;
     let t2 = Instant::now();
     let (bytes, t3, t4) = match rpc {
         Rpc::Allocate => {
-            let a = engine::allocate(&s, &w, engine::DecideOptions::default());
+            let a = engine::allocate(s, &w, engine::DecideOptions::default());
             let t3 = Instant::now();
             let resp = v1::AllocateResponse {
-                result: Some(convert::allocation_out(&s, &w, &a, false)),
+                result: Some(c.allocation_out(s, &w, &a, false, o.failed_nodes)),
             };
             let t4 = Instant::now();
             (resp.encode_to_vec(), t3, t4)
         }
         Rpc::Filter => {
-            let e = engine::evaluate(&s, &w, engine::DecideOptions::default());
+            let e = engine::evaluate(s, &w, engine::DecideOptions::default());
             let t3 = Instant::now();
             let mut names: Vec<String> = e
                 .feasible
@@ -165,7 +164,7 @@ pub fn pipeline_once(
             names.sort();
             let resp = v1::FilterResponse {
                 feasible_node_names: names,
-                failed_nodes: convert::failed_out(&s, &w, &e.failed),
+                failed_nodes: convert::failed_out(s, &w, &e.failed),
                 effective_policy: Some(convert::effective_out(&w)),
                 requests_gpu: e.requests_gpu,
                 explanations: vec![],
@@ -174,15 +173,15 @@ pub fn pipeline_once(
             (resp.encode_to_vec(), t3, t4)
         }
         Rpc::Score => {
-            let e = engine::evaluate(&s, &w, engine::DecideOptions::default());
+            let e = engine::evaluate(s, &w, engine::DecideOptions::default());
             let t3 = Instant::now();
             let resp = v1::ScoreResponse {
                 scores: e
                     .feasible
                     .iter()
-                    .map(|f| convert::score_out(&s, f))
+                    .map(|f| convert::score_out(s, f))
                     .collect(),
-                failed_nodes: convert::failed_out(&s, &w, &e.failed),
+                failed_nodes: convert::failed_out(s, &w, &e.failed),
                 effective_policy: Some(convert::effective_out(&w)),
                 requests_gpu: e.requests_gpu,
                 explanations: vec![],

@@ -514,6 +514,8 @@ pub struct Pool {
     pub encoded: Vec<Encoded>,
     /// Sent once before the load (nodes by reference: every part inline, warming the server).
     pub prime: Option<Encoded>,
+    /// The options every request carries (none: the server's defaults).
+    pub options: Option<v1::PlacementOptions>,
 }
 
 impl Pool {
@@ -547,7 +549,23 @@ impl Pool {
             workloads,
             encoded,
             prime: None,
+            options: None,
         }
+    }
+
+    /// Every request carries `options` from now on (re-encodes the workload part of each).
+    pub fn set_options(&mut self, options: v1::PlacementOptions) {
+        for (e, (_, w)) in self.encoded.iter_mut().zip(&self.workloads) {
+            e.workload = Bytes::from(
+                v1::AllocateRequest {
+                    workload: Some(w.clone()),
+                    options: Some(options.clone()),
+                    ..v1::AllocateRequest::default()
+                }
+                .encode_to_vec(),
+            );
+        }
+        self.options = Some(options);
     }
 
     /// The full typed request of pool entry `i`.
@@ -556,6 +574,7 @@ impl Pool {
         Some(v1::AllocateRequest {
             nodes: self.nodes.clone(),
             workload: Some(w.clone()),
+            options: self.options.clone(),
             ..v1::AllocateRequest::default()
         })
     }

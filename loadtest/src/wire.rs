@@ -132,7 +132,7 @@ pub struct Summary {
     pub placed: bool,
     /// Feasible nodes.
     pub feasible: u32,
-    /// Failed nodes listed.
+    /// Failed nodes (Allocate: `failed_node_count`, or those listed by a server without it).
     pub failed: u32,
     /// Size of the answer, bytes.
     pub bytes: usize,
@@ -198,19 +198,22 @@ pub fn summarize(rpc: Rpc, buf: &[u8]) -> Summary {
     match rpc {
         Rpc::Allocate => {
             // AllocateResponse.result (1) -> AllocationResult: placed (1), failed_nodes (5),
-            // feasible_node_count (8).
+            // feasible_node_count (8), failed_node_count (11).
+            let (mut listed, mut counted) = (0u32, 0u32);
             for f in fields(buf) {
                 if let Field::Bytes(1, result) = f {
                     for g in fields(result) {
                         match g {
                             Field::Varint(1, v) => s.placed = v != 0,
                             Field::Varint(8, v) => s.feasible = u32::try_from(v).unwrap_or(0),
-                            Field::Bytes(5, _) => s.failed += 1,
+                            Field::Varint(11, v) => counted = u32::try_from(v).unwrap_or(0),
+                            Field::Bytes(5, _) => listed += 1,
                             _ => {}
                         }
                     }
                 }
             }
+            s.failed = listed.max(counted);
         }
         Rpc::Filter | Rpc::Score => {
             // Filter: feasible_node_names (1); Score: scores (1); both: failed_nodes (2).
@@ -283,6 +286,16 @@ mod tests {
         let s = summarize(Rpc::Allocate, &r.encode_to_vec());
         assert!(!s.placed);
         assert_eq!(s.failed, 1);
+        // Counted, not listed (options.failed_nodes = NONE).
+        let r = v1::AllocateResponse {
+            result: Some(v1::AllocationResult {
+                placed: true,
+                failed_node_count: 7,
+                ..v1::AllocationResult::default()
+            }),
+        };
+        let s = summarize(Rpc::Allocate, &r.encode_to_vec());
+        assert_eq!((s.placed, s.failed), (true, 7));
 
         let f = v1::FilterResponse {
             feasible_node_names: vec!["a".into(), "b".into(), "c".into()],
@@ -325,5 +338,15 @@ mod tests {
         assert_eq!(decoded, pool.allocate_request(1).unwrap());
         let as_filter = v1::FilterRequest::decode(bytes.as_slice()).unwrap();
         assert_eq!(as_filter.nodes.len(), 3);
+        // With options: every request carries them.
+        let mut pool = pool;
+        let options = v1::PlacementOptions {
+            failed_nodes: v1::FailedNodes::None as i32,
+            ..v1::PlacementOptions::default()
+        };
+        pool.set_options(options.clone());
+        let decoded = v1::AllocateRequest::decode(pool.encoded[1].to_vec().as_slice()).unwrap();
+        assert_eq!(decoded.options, Some(options));
+        assert_eq!(decoded, pool.allocate_request(1).unwrap());
     }
 }

@@ -462,7 +462,8 @@ type AllocationResult struct {
 	Containers []*ContainerAssignment `protobuf:"bytes,3,rep,name=containers,proto3" json:"containers,omitempty"`
 	// Node score of the chosen node.
 	NodeScore *NodeScore `protobuf:"bytes,4,opt,name=node_score,json=nodeScore,proto3" json:"node_score,omitempty"`
-	// Nodes that could not host the workload, sorted by name.
+	// Nodes that could not host the workload, sorted by name (those options.failed_nodes asks
+	// for; all by default).
 	FailedNodes []*FailedNode `protobuf:"bytes,5,rep,name=failed_nodes,json=failedNodes,proto3" json:"failed_nodes,omitempty"`
 	// The policy and weights used.
 	EffectivePolicy *EffectivePolicy `protobuf:"bytes,6,opt,name=effective_policy,json=effectivePolicy,proto3" json:"effective_policy,omitempty"`
@@ -474,9 +475,11 @@ type AllocationResult struct {
 	Explanations []*NodeExplanation `protobuf:"bytes,9,rep,name=explanations,proto3" json:"explanations,omitempty"`
 	// AllocateBatch with all_or_nothing only: the workload fitted at its turn (node_name and
 	// containers say where) but was rolled back because another workload did not fit.
-	RolledBack    bool `protobuf:"varint,10,opt,name=rolled_back,json=rolledBack,proto3" json:"rolled_back,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RolledBack bool `protobuf:"varint,10,opt,name=rolled_back,json=rolledBack,proto3" json:"rolled_back,omitempty"`
+	// Number of nodes that could not host the workload, whether failed_nodes lists them or not.
+	FailedNodeCount uint32 `protobuf:"varint,11,opt,name=failed_node_count,json=failedNodeCount,proto3" json:"failed_node_count,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AllocationResult) Reset() {
@@ -577,6 +580,13 @@ func (x *AllocationResult) GetRolledBack() bool {
 		return x.RolledBack
 	}
 	return false
+}
+
+func (x *AllocationResult) GetFailedNodeCount() uint32 {
+	if x != nil {
+		return x.FailedNodeCount
+	}
+	return 0
 }
 
 // Response of PlacementService.Allocate.
@@ -1122,7 +1132,7 @@ const file_gpusched_v1_placement_proto_rawDesc = "" +
 	"\aoptions\x18\x03 \x01(\v2\x1d.gpusched.v1.PlacementOptionsR\aoptions\x123\n" +
 	"\x16restrict_to_node_names\x18\x04 \x03(\tR\x13restrictToNodeNames\x121\n" +
 	"\tnode_refs\x18\x05 \x03(\v2\x14.gpusched.v1.NodeRefR\bnodeRefs\x122\n" +
-	"\bnode_set\x18\x06 \x01(\v2\x17.gpusched.v1.NodeSetRefR\anodeSet\"\xfb\x03\n" +
+	"\bnode_set\x18\x06 \x01(\v2\x17.gpusched.v1.NodeSetRefR\anodeSet\"\xa7\x04\n" +
 	"\x10AllocationResult\x12\x16\n" +
 	"\x06placed\x18\x01 \x01(\bR\x06placed\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12@\n" +
@@ -1138,7 +1148,8 @@ const file_gpusched_v1_placement_proto_rawDesc = "" +
 	"\fexplanations\x18\t \x03(\v2\x1c.gpusched.v1.NodeExplanationR\fexplanations\x12\x1f\n" +
 	"\vrolled_back\x18\n" +
 	" \x01(\bR\n" +
-	"rolledBack\"I\n" +
+	"rolledBack\x12*\n" +
+	"\x11failed_node_count\x18\v \x01(\rR\x0ffailedNodeCount\"I\n" +
 	"\x10AllocateResponse\x125\n" +
 	"\x06result\x18\x01 \x01(\v2\x1d.gpusched.v1.AllocationResultR\x06result\"\xec\x02\n" +
 	"\x14AllocateBatchRequest\x12'\n" +

@@ -256,6 +256,67 @@ func (CardHealth) EnumDescriptor() ([]byte, []int) {
 	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{3}
 }
 
+// How much of "which nodes could not host the workload, and why" an allocation answer carries.
+// A 1,000-node answer that lists every failed node with its reasons is tens of KiB to build,
+// send and read; a caller that only acts on the chosen node (a bind, a reservation) can ask for
+// less. AllocationResult.failed_node_count always says how many failed.
+type FailedNodes int32
+
+const (
+	// Not set: FAILED_NODES_ALL.
+	FailedNodes_FAILED_NODES_UNSPECIFIED FailedNodes = 0
+	// Every node that cannot host the workload, with its reasons.
+	FailedNodes_FAILED_NODES_ALL FailedNodes = 1
+	// Every failed node only when the workload is not placed (including rolled back), to say
+	// why; none when it is placed.
+	FailedNodes_FAILED_NODES_WHEN_UNPLACED FailedNodes = 2
+	// None: only the count.
+	FailedNodes_FAILED_NODES_NONE FailedNodes = 3
+)
+
+// Enum value maps for FailedNodes.
+var (
+	FailedNodes_name = map[int32]string{
+		0: "FAILED_NODES_UNSPECIFIED",
+		1: "FAILED_NODES_ALL",
+		2: "FAILED_NODES_WHEN_UNPLACED",
+		3: "FAILED_NODES_NONE",
+	}
+	FailedNodes_value = map[string]int32{
+		"FAILED_NODES_UNSPECIFIED":   0,
+		"FAILED_NODES_ALL":           1,
+		"FAILED_NODES_WHEN_UNPLACED": 2,
+		"FAILED_NODES_NONE":          3,
+	}
+)
+
+func (x FailedNodes) Enum() *FailedNodes {
+	p := new(FailedNodes)
+	*p = x
+	return p
+}
+
+func (x FailedNodes) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FailedNodes) Descriptor() protoreflect.EnumDescriptor {
+	return file_gpusched_v1_types_proto_enumTypes[4].Descriptor()
+}
+
+func (FailedNodes) Type() protoreflect.EnumType {
+	return &file_gpusched_v1_types_proto_enumTypes[4]
+}
+
+func (x FailedNodes) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FailedNodes.Descriptor instead.
+func (FailedNodes) EnumDescriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{4}
+}
+
 // The kind of a problem with a request: a closed, stable set a client can branch on
 // without reading field paths or descriptions. Every rejected field carries one:
 // in ValidateWorkloadResponse.violations as this enum; on an error status as the
@@ -352,11 +413,11 @@ func (x ViolationReason) String() string {
 }
 
 func (ViolationReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_gpusched_v1_types_proto_enumTypes[4].Descriptor()
+	return file_gpusched_v1_types_proto_enumTypes[5].Descriptor()
 }
 
 func (ViolationReason) Type() protoreflect.EnumType {
-	return &file_gpusched_v1_types_proto_enumTypes[4]
+	return &file_gpusched_v1_types_proto_enumTypes[5]
 }
 
 func (x ViolationReason) Number() protoreflect.EnumNumber {
@@ -365,7 +426,7 @@ func (x ViolationReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ViolationReason.Descriptor instead.
 func (ViolationReason) EnumDescriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 // Why a card or a node could not take a container.
@@ -459,11 +520,11 @@ func (x Reason) String() string {
 }
 
 func (Reason) Descriptor() protoreflect.EnumDescriptor {
-	return file_gpusched_v1_types_proto_enumTypes[5].Descriptor()
+	return file_gpusched_v1_types_proto_enumTypes[6].Descriptor()
 }
 
 func (Reason) Type() protoreflect.EnumType {
-	return &file_gpusched_v1_types_proto_enumTypes[5]
+	return &file_gpusched_v1_types_proto_enumTypes[6]
 }
 
 func (x Reason) Number() protoreflect.EnumNumber {
@@ -472,7 +533,7 @@ func (x Reason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Reason.Descriptor instead.
 func (Reason) EnumDescriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 // The hash function of a Digest.
@@ -508,11 +569,11 @@ func (x DigestFunction) String() string {
 }
 
 func (DigestFunction) Descriptor() protoreflect.EnumDescriptor {
-	return file_gpusched_v1_types_proto_enumTypes[6].Descriptor()
+	return file_gpusched_v1_types_proto_enumTypes[7].Descriptor()
 }
 
 func (DigestFunction) Type() protoreflect.EnumType {
-	return &file_gpusched_v1_types_proto_enumTypes[6]
+	return &file_gpusched_v1_types_proto_enumTypes[7]
 }
 
 func (x DigestFunction) Number() protoreflect.EnumNumber {
@@ -521,7 +582,7 @@ func (x DigestFunction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DigestFunction.Descriptor instead.
 func (DigestFunction) EnumDescriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 // Current usage of one card by workloads already placed.
@@ -1422,7 +1483,11 @@ type PlacementOptions struct {
 	// Default cores when a container sets none; unset = server config.
 	DefaultCoresPercent *uint32 `protobuf:"varint,4,opt,name=default_cores_percent,json=defaultCoresPercent,proto3,oneof" json:"default_cores_percent,omitempty"`
 	// Include per-card score breakdowns in the answer.
-	Explain       bool `protobuf:"varint,5,opt,name=explain,proto3" json:"explain,omitempty"`
+	Explain bool `protobuf:"varint,5,opt,name=explain,proto3" json:"explain,omitempty"`
+	// Which nodes that cannot host the workload an Allocate or AllocateBatch answer lists in
+	// AllocationResult.failed_nodes (Filter and Score always list every one: that is their
+	// answer). Unspecified: every one. The decision is the same whatever this says.
+	FailedNodes   FailedNodes `protobuf:"varint,6,opt,name=failed_nodes,json=failedNodes,proto3,enum=gpusched.v1.FailedNodes" json:"failed_nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1490,6 +1555,13 @@ func (x *PlacementOptions) GetExplain() bool {
 		return x.Explain
 	}
 	return false
+}
+
+func (x *PlacementOptions) GetFailedNodes() FailedNodes {
+	if x != nil {
+		return x.FailedNodes
+	}
+	return FailedNodes_FAILED_NODES_UNSPECIFIED
 }
 
 // The policy and weights a decision actually used.
@@ -2630,13 +2702,14 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"kubernetes\x18\x05 \x01(\v2#.gpusched.v1.KubernetesWorkloadSpecH\x00R\n" +
 	"kubernetesB\x06\n" +
-	"\x04spec\"\xd8\x02\n" +
+	"\x04spec\"\x95\x03\n" +
 	"\x10PlacementOptions\x12G\n" +
 	"\x13default_node_policy\x18\x01 \x01(\x0e2\x17.gpusched.v1.NodePolicyR\x11defaultNodePolicy\x12D\n" +
 	"\x12default_gpu_policy\x18\x02 \x03(\x0e2\x16.gpusched.v1.GpuPolicyR\x10defaultGpuPolicy\x121\n" +
 	"\x12default_memory_mib\x18\x03 \x01(\x04H\x00R\x10defaultMemoryMib\x88\x01\x01\x127\n" +
 	"\x15default_cores_percent\x18\x04 \x01(\rH\x01R\x13defaultCoresPercent\x88\x01\x01\x12\x18\n" +
-	"\aexplain\x18\x05 \x01(\bR\aexplainB\x15\n" +
+	"\aexplain\x18\x05 \x01(\bR\aexplain\x12;\n" +
+	"\ffailed_nodes\x18\x06 \x01(\x0e2\x18.gpusched.v1.FailedNodesR\vfailedNodesB\x15\n" +
 	"\x13_default_memory_mibB\x18\n" +
 	"\x16_default_cores_percent\"\x8d\x02\n" +
 	"\x0fEffectivePolicy\x128\n" +
@@ -2739,7 +2812,12 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"CardHealth\x12\x1b\n" +
 	"\x17CARD_HEALTH_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13CARD_HEALTH_HEALTHY\x10\x01\x12\x19\n" +
-	"\x15CARD_HEALTH_UNHEALTHY\x10\x02*\x98\x04\n" +
+	"\x15CARD_HEALTH_UNHEALTHY\x10\x02*x\n" +
+	"\vFailedNodes\x12\x1c\n" +
+	"\x18FAILED_NODES_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10FAILED_NODES_ALL\x10\x01\x12\x1e\n" +
+	"\x1aFAILED_NODES_WHEN_UNPLACED\x10\x02\x12\x15\n" +
+	"\x11FAILED_NODES_NONE\x10\x03*\x98\x04\n" +
 	"\x0fViolationReason\x12 \n" +
 	"\x1cVIOLATION_REASON_UNSPECIFIED\x10\x00\x12(\n" +
 	"$VIOLATION_REASON_INVALID_NODE_POLICY\x10\x01\x12'\n" +
@@ -2788,87 +2866,89 @@ func file_gpusched_v1_types_proto_rawDescGZIP() []byte {
 	return file_gpusched_v1_types_proto_rawDescData
 }
 
-var file_gpusched_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_gpusched_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
 var file_gpusched_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_gpusched_v1_types_proto_goTypes = []any{
 	(NodePolicy)(0),                // 0: gpusched.v1.NodePolicy
 	(GpuPolicy)(0),                 // 1: gpusched.v1.GpuPolicy
 	(CardMode)(0),                  // 2: gpusched.v1.CardMode
 	(CardHealth)(0),                // 3: gpusched.v1.CardHealth
-	(ViolationReason)(0),           // 4: gpusched.v1.ViolationReason
-	(Reason)(0),                    // 5: gpusched.v1.Reason
-	(DigestFunction)(0),            // 6: gpusched.v1.DigestFunction
-	(*CardUsage)(nil),              // 7: gpusched.v1.CardUsage
-	(*Card)(nil),                   // 8: gpusched.v1.Card
-	(*CardPairScore)(nil),          // 9: gpusched.v1.CardPairScore
-	(*Node)(nil),                   // 10: gpusched.v1.Node
-	(*ScoringWeights)(nil),         // 11: gpusched.v1.ScoringWeights
-	(*ContainerRequest)(nil),       // 12: gpusched.v1.ContainerRequest
-	(*TypedWorkloadSpec)(nil),      // 13: gpusched.v1.TypedWorkloadSpec
-	(*KubernetesContainer)(nil),    // 14: gpusched.v1.KubernetesContainer
-	(*KubernetesWorkloadSpec)(nil), // 15: gpusched.v1.KubernetesWorkloadSpec
-	(*Workload)(nil),               // 16: gpusched.v1.Workload
-	(*PlacementOptions)(nil),       // 17: gpusched.v1.PlacementOptions
-	(*EffectivePolicy)(nil),        // 18: gpusched.v1.EffectivePolicy
-	(*ReasonCount)(nil),            // 19: gpusched.v1.ReasonCount
-	(*FailedNode)(nil),             // 20: gpusched.v1.FailedNode
-	(*NodeScore)(nil),              // 21: gpusched.v1.NodeScore
-	(*CardAssignment)(nil),         // 22: gpusched.v1.CardAssignment
-	(*ContainerAssignment)(nil),    // 23: gpusched.v1.ContainerAssignment
-	(*CardExplanation)(nil),        // 24: gpusched.v1.CardExplanation
-	(*ContainerExplanation)(nil),   // 25: gpusched.v1.ContainerExplanation
-	(*NodeExplanation)(nil),        // 26: gpusched.v1.NodeExplanation
-	(*Digest)(nil),                 // 27: gpusched.v1.Digest
-	(*CardUsageEntry)(nil),         // 28: gpusched.v1.CardUsageEntry
-	(*NodeUsage)(nil),              // 29: gpusched.v1.NodeUsage
-	(*NodeRef)(nil),                // 30: gpusched.v1.NodeRef
-	(*NodeSetRef)(nil),             // 31: gpusched.v1.NodeSetRef
-	nil,                            // 32: gpusched.v1.Node.AnnotationsEntry
-	nil,                            // 33: gpusched.v1.KubernetesContainer.LimitsEntry
-	nil,                            // 34: gpusched.v1.KubernetesContainer.RequestsEntry
-	nil,                            // 35: gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
+	(FailedNodes)(0),               // 4: gpusched.v1.FailedNodes
+	(ViolationReason)(0),           // 5: gpusched.v1.ViolationReason
+	(Reason)(0),                    // 6: gpusched.v1.Reason
+	(DigestFunction)(0),            // 7: gpusched.v1.DigestFunction
+	(*CardUsage)(nil),              // 8: gpusched.v1.CardUsage
+	(*Card)(nil),                   // 9: gpusched.v1.Card
+	(*CardPairScore)(nil),          // 10: gpusched.v1.CardPairScore
+	(*Node)(nil),                   // 11: gpusched.v1.Node
+	(*ScoringWeights)(nil),         // 12: gpusched.v1.ScoringWeights
+	(*ContainerRequest)(nil),       // 13: gpusched.v1.ContainerRequest
+	(*TypedWorkloadSpec)(nil),      // 14: gpusched.v1.TypedWorkloadSpec
+	(*KubernetesContainer)(nil),    // 15: gpusched.v1.KubernetesContainer
+	(*KubernetesWorkloadSpec)(nil), // 16: gpusched.v1.KubernetesWorkloadSpec
+	(*Workload)(nil),               // 17: gpusched.v1.Workload
+	(*PlacementOptions)(nil),       // 18: gpusched.v1.PlacementOptions
+	(*EffectivePolicy)(nil),        // 19: gpusched.v1.EffectivePolicy
+	(*ReasonCount)(nil),            // 20: gpusched.v1.ReasonCount
+	(*FailedNode)(nil),             // 21: gpusched.v1.FailedNode
+	(*NodeScore)(nil),              // 22: gpusched.v1.NodeScore
+	(*CardAssignment)(nil),         // 23: gpusched.v1.CardAssignment
+	(*ContainerAssignment)(nil),    // 24: gpusched.v1.ContainerAssignment
+	(*CardExplanation)(nil),        // 25: gpusched.v1.CardExplanation
+	(*ContainerExplanation)(nil),   // 26: gpusched.v1.ContainerExplanation
+	(*NodeExplanation)(nil),        // 27: gpusched.v1.NodeExplanation
+	(*Digest)(nil),                 // 28: gpusched.v1.Digest
+	(*CardUsageEntry)(nil),         // 29: gpusched.v1.CardUsageEntry
+	(*NodeUsage)(nil),              // 30: gpusched.v1.NodeUsage
+	(*NodeRef)(nil),                // 31: gpusched.v1.NodeRef
+	(*NodeSetRef)(nil),             // 32: gpusched.v1.NodeSetRef
+	nil,                            // 33: gpusched.v1.Node.AnnotationsEntry
+	nil,                            // 34: gpusched.v1.KubernetesContainer.LimitsEntry
+	nil,                            // 35: gpusched.v1.KubernetesContainer.RequestsEntry
+	nil,                            // 36: gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
 }
 var file_gpusched_v1_types_proto_depIdxs = []int32{
 	3,  // 0: gpusched.v1.Card.health:type_name -> gpusched.v1.CardHealth
 	2,  // 1: gpusched.v1.Card.mode:type_name -> gpusched.v1.CardMode
-	7,  // 2: gpusched.v1.Card.usage:type_name -> gpusched.v1.CardUsage
-	8,  // 3: gpusched.v1.Node.cards:type_name -> gpusched.v1.Card
-	9,  // 4: gpusched.v1.Node.pair_scores:type_name -> gpusched.v1.CardPairScore
-	32, // 5: gpusched.v1.Node.annotations:type_name -> gpusched.v1.Node.AnnotationsEntry
+	8,  // 2: gpusched.v1.Card.usage:type_name -> gpusched.v1.CardUsage
+	9,  // 3: gpusched.v1.Node.cards:type_name -> gpusched.v1.Card
+	10, // 4: gpusched.v1.Node.pair_scores:type_name -> gpusched.v1.CardPairScore
+	33, // 5: gpusched.v1.Node.annotations:type_name -> gpusched.v1.Node.AnnotationsEntry
 	0,  // 6: gpusched.v1.TypedWorkloadSpec.node_policy:type_name -> gpusched.v1.NodePolicy
 	1,  // 7: gpusched.v1.TypedWorkloadSpec.gpu_policy:type_name -> gpusched.v1.GpuPolicy
-	11, // 8: gpusched.v1.TypedWorkloadSpec.scoring_weights:type_name -> gpusched.v1.ScoringWeights
-	12, // 9: gpusched.v1.TypedWorkloadSpec.init_containers:type_name -> gpusched.v1.ContainerRequest
-	12, // 10: gpusched.v1.TypedWorkloadSpec.containers:type_name -> gpusched.v1.ContainerRequest
-	33, // 11: gpusched.v1.KubernetesContainer.limits:type_name -> gpusched.v1.KubernetesContainer.LimitsEntry
-	34, // 12: gpusched.v1.KubernetesContainer.requests:type_name -> gpusched.v1.KubernetesContainer.RequestsEntry
-	35, // 13: gpusched.v1.KubernetesWorkloadSpec.annotations:type_name -> gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
-	14, // 14: gpusched.v1.KubernetesWorkloadSpec.init_containers:type_name -> gpusched.v1.KubernetesContainer
-	14, // 15: gpusched.v1.KubernetesWorkloadSpec.containers:type_name -> gpusched.v1.KubernetesContainer
-	13, // 16: gpusched.v1.Workload.typed:type_name -> gpusched.v1.TypedWorkloadSpec
-	15, // 17: gpusched.v1.Workload.kubernetes:type_name -> gpusched.v1.KubernetesWorkloadSpec
+	12, // 8: gpusched.v1.TypedWorkloadSpec.scoring_weights:type_name -> gpusched.v1.ScoringWeights
+	13, // 9: gpusched.v1.TypedWorkloadSpec.init_containers:type_name -> gpusched.v1.ContainerRequest
+	13, // 10: gpusched.v1.TypedWorkloadSpec.containers:type_name -> gpusched.v1.ContainerRequest
+	34, // 11: gpusched.v1.KubernetesContainer.limits:type_name -> gpusched.v1.KubernetesContainer.LimitsEntry
+	35, // 12: gpusched.v1.KubernetesContainer.requests:type_name -> gpusched.v1.KubernetesContainer.RequestsEntry
+	36, // 13: gpusched.v1.KubernetesWorkloadSpec.annotations:type_name -> gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
+	15, // 14: gpusched.v1.KubernetesWorkloadSpec.init_containers:type_name -> gpusched.v1.KubernetesContainer
+	15, // 15: gpusched.v1.KubernetesWorkloadSpec.containers:type_name -> gpusched.v1.KubernetesContainer
+	14, // 16: gpusched.v1.Workload.typed:type_name -> gpusched.v1.TypedWorkloadSpec
+	16, // 17: gpusched.v1.Workload.kubernetes:type_name -> gpusched.v1.KubernetesWorkloadSpec
 	0,  // 18: gpusched.v1.PlacementOptions.default_node_policy:type_name -> gpusched.v1.NodePolicy
 	1,  // 19: gpusched.v1.PlacementOptions.default_gpu_policy:type_name -> gpusched.v1.GpuPolicy
-	0,  // 20: gpusched.v1.EffectivePolicy.node_policy:type_name -> gpusched.v1.NodePolicy
-	1,  // 21: gpusched.v1.EffectivePolicy.gpu_policy:type_name -> gpusched.v1.GpuPolicy
-	11, // 22: gpusched.v1.EffectivePolicy.scoring_weights:type_name -> gpusched.v1.ScoringWeights
-	5,  // 23: gpusched.v1.ReasonCount.reason:type_name -> gpusched.v1.Reason
-	19, // 24: gpusched.v1.FailedNode.reasons:type_name -> gpusched.v1.ReasonCount
-	22, // 25: gpusched.v1.ContainerAssignment.cards:type_name -> gpusched.v1.CardAssignment
-	5,  // 26: gpusched.v1.CardExplanation.rejected:type_name -> gpusched.v1.Reason
-	24, // 27: gpusched.v1.ContainerExplanation.cards:type_name -> gpusched.v1.CardExplanation
-	25, // 28: gpusched.v1.NodeExplanation.containers:type_name -> gpusched.v1.ContainerExplanation
-	6,  // 29: gpusched.v1.Digest.function:type_name -> gpusched.v1.DigestFunction
-	7,  // 30: gpusched.v1.CardUsageEntry.usage:type_name -> gpusched.v1.CardUsage
-	28, // 31: gpusched.v1.NodeUsage.cards:type_name -> gpusched.v1.CardUsageEntry
-	27, // 32: gpusched.v1.NodeRef.inventory_digest:type_name -> gpusched.v1.Digest
-	27, // 33: gpusched.v1.NodeRef.usage_digest:type_name -> gpusched.v1.Digest
-	27, // 34: gpusched.v1.NodeSetRef.base:type_name -> gpusched.v1.Digest
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	4,  // 20: gpusched.v1.PlacementOptions.failed_nodes:type_name -> gpusched.v1.FailedNodes
+	0,  // 21: gpusched.v1.EffectivePolicy.node_policy:type_name -> gpusched.v1.NodePolicy
+	1,  // 22: gpusched.v1.EffectivePolicy.gpu_policy:type_name -> gpusched.v1.GpuPolicy
+	12, // 23: gpusched.v1.EffectivePolicy.scoring_weights:type_name -> gpusched.v1.ScoringWeights
+	6,  // 24: gpusched.v1.ReasonCount.reason:type_name -> gpusched.v1.Reason
+	20, // 25: gpusched.v1.FailedNode.reasons:type_name -> gpusched.v1.ReasonCount
+	23, // 26: gpusched.v1.ContainerAssignment.cards:type_name -> gpusched.v1.CardAssignment
+	6,  // 27: gpusched.v1.CardExplanation.rejected:type_name -> gpusched.v1.Reason
+	25, // 28: gpusched.v1.ContainerExplanation.cards:type_name -> gpusched.v1.CardExplanation
+	26, // 29: gpusched.v1.NodeExplanation.containers:type_name -> gpusched.v1.ContainerExplanation
+	7,  // 30: gpusched.v1.Digest.function:type_name -> gpusched.v1.DigestFunction
+	8,  // 31: gpusched.v1.CardUsageEntry.usage:type_name -> gpusched.v1.CardUsage
+	29, // 32: gpusched.v1.NodeUsage.cards:type_name -> gpusched.v1.CardUsageEntry
+	28, // 33: gpusched.v1.NodeRef.inventory_digest:type_name -> gpusched.v1.Digest
+	28, // 34: gpusched.v1.NodeRef.usage_digest:type_name -> gpusched.v1.Digest
+	28, // 35: gpusched.v1.NodeSetRef.base:type_name -> gpusched.v1.Digest
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_gpusched_v1_types_proto_init() }
@@ -2888,7 +2968,7 @@ func file_gpusched_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpusched_v1_types_proto_rawDesc), len(file_gpusched_v1_types_proto_rawDesc)),
-			NumEnums:      7,
+			NumEnums:      8,
 			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -6,7 +6,7 @@
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-use crate::model::{Node, Snapshot};
+use crate::model::{Node, NodeId, Snapshot};
 
 /// Why a change does not apply (positions are in the caller's `removed` list).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -112,7 +112,25 @@ impl Snapshot {
                 }
             }
         }
-        Ok(Snapshot { nodes: out })
+        Ok(Snapshot::sorted(out))
+    }
+
+    /// Puts `node` in place of the node behind `id` when both have the same name (so the name
+    /// order, and every handle, stay as they were) and returns the node it replaced; else gives
+    /// `node` back and changes nothing. A snapshot that differs from another in a few nodes of
+    /// the same names can so be turned into a third without rebuilding its node list.
+    pub fn replace_same_name(
+        &mut self,
+        id: NodeId,
+        node: Arc<Node>,
+    ) -> Result<Arc<Node>, Arc<Node>> {
+        match self.nodes.get_mut(id.index()) {
+            Some(slot) if slot.name == node.name => {
+                self.cards = self.cards - slot.cards.len() + node.cards.len();
+                Ok(std::mem::replace(slot, node))
+            }
+            _ => Err(node),
+        }
     }
 }
 
@@ -143,6 +161,29 @@ mod tests {
         // Unchanged nodes are shared, not copied.
         let e = base.node_named("e").unwrap();
         assert!(std::ptr::eq(got.node_named("e").unwrap(), e));
+    }
+
+    #[test]
+    fn replacing_keeps_the_name_and_gives_back_a_stranger() {
+        let mut s = snap(&[("a", 1), ("b", 1)]);
+        let b = s.id_of("b").unwrap();
+        let new_b = Arc::new(Node::new(node("b", 2)).unwrap());
+        let old = s.replace_same_name(b, new_b.clone()).unwrap();
+        assert_eq!(old.cards[0].total_mem_mib, 1);
+        assert_eq!(s, snap(&[("a", 1), ("b", 2)]));
+        // More cards under the same name: counted.
+        let two = NodeSpec::new(
+            "b",
+            vec![Card::new("b-0", 0, "T4", 1), Card::new("b-1", 1, "T4", 1)],
+        );
+        s.replace_same_name(b, Arc::new(Node::new(two).unwrap()))
+            .unwrap();
+        assert_eq!(s.card_count(), 3);
+        // Another name, or a handle of a larger snapshot: nothing changes.
+        let c = Arc::new(Node::new(node("c", 2)).unwrap());
+        assert!(s.replace_same_name(b, c.clone()).is_err());
+        assert!(s.replace_same_name(NodeId::at(7).unwrap(), new_b).is_err());
+        assert_eq!(s.card_count(), 3);
     }
 
     #[test]

@@ -382,6 +382,8 @@ impl Node {
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Snapshot {
     pub(crate) nodes: Vec<Arc<Node>>,
+    /// Cards over all nodes (kept with `nodes`: a node's cards never change in place).
+    pub(crate) cards: usize,
 }
 
 impl Snapshot {
@@ -411,7 +413,7 @@ impl Snapshot {
             .map(|spec| Arc::new(Node::from_spec(spec)))
             .collect();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(Snapshot { nodes })
+        Ok(Snapshot::sorted(nodes))
     }
 
     /// A snapshot of nodes validated one by one ([`Node::new`]), shared as they are: no node
@@ -427,7 +429,13 @@ impl Snapshot {
         }
         let mut nodes = nodes;
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(Snapshot { nodes })
+        Ok(Snapshot::sorted(nodes))
+    }
+
+    /// The snapshot of `nodes`, already sorted by name with unique names.
+    pub(crate) fn sorted(nodes: Vec<Arc<Node>>) -> Snapshot {
+        let cards = nodes.iter().map(|n| n.cards.len()).sum();
+        Snapshot { nodes, cards }
     }
 
     /// Number of nodes.
@@ -480,7 +488,7 @@ impl Snapshot {
 
     /// Number of cards over all nodes.
     pub fn card_count(&self) -> usize {
-        self.nodes.iter().map(|n| n.cards.len()).sum()
+        self.cards
     }
 
     /// Keeps only the named nodes. Returns the names that are not in the snapshot. Handles of
@@ -499,6 +507,7 @@ impl Snapshot {
         let wanted: HashSet<&str> = names.iter().map(String::as_str).collect();
         self.nodes
             .retain(|node| wanted.contains(node.name.as_str()));
+        self.cards = self.nodes.iter().map(|n| n.cards.len()).sum();
         missing
     }
 }

@@ -117,7 +117,13 @@ fn bench(c: &mut Criterion) {
                 .expect("valid");
                 let a = allocate(&s, &w, DecideOptions::default());
                 let out = v1::AllocateResponse {
-                    result: Some(convert::allocation_out(&s, &w, &a, false)),
+                    result: Some(convert::allocation_out(
+                        &s,
+                        &w,
+                        &a,
+                        false,
+                        convert::FailedNodesShown::All,
+                    )),
                 };
                 black_box(out.encode_to_vec())
             })

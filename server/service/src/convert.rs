@@ -428,13 +428,52 @@ fn gpu_tokens_in(values: &[i32], field: &str, violations: &mut Vec<Violation>) -
         .collect()
 }
 
+/// The request options, parsed: defaults for the workload, the engine's options and what the
+/// answer shows.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Defaults for fields the workload leaves unset.
+    pub defaults: Defaults,
+    /// The engine's options.
+    pub decide: DecideOptions,
+    /// Which failed nodes an allocation answer lists (`options.failed_nodes`).
+    pub failed_nodes: FailedNodesShown,
+}
+
+/// Which nodes that cannot host the workload an allocation answer lists; the decision is the
+/// same for all three.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailedNodesShown {
+    /// Every one (the default).
+    All,
+    /// Every one when the workload is not placed (or rolled back); none when it is.
+    WhenUnplaced,
+    /// None; the answer only counts them.
+    None,
+}
+
+impl FailedNodesShown {
+    /// Whether an answer whose workload was `placed` (and not rolled back) lists failed nodes.
+    pub fn lists(self, placed: bool) -> bool {
+        match self {
+            FailedNodesShown::All => true,
+            FailedNodesShown::WhenUnplaced => !placed,
+            FailedNodesShown::None => false,
+        }
+    }
+}
+
 /// The defaults of this request (request options over the server's) and the decision options.
 pub fn options_in(
     o: Option<v1::PlacementOptions>,
     server: &Defaults,
-) -> Result<(Defaults, DecideOptions), ServiceError> {
+) -> Result<Options, ServiceError> {
     let Some(o) = o else {
-        return Ok((server.clone(), DecideOptions::default()));
+        return Ok(Options {
+            defaults: server.clone(),
+            decide: DecideOptions::default(),
+            failed_nodes: FailedNodesShown::All,
+        });
     };
     let v1::PlacementOptions {
         default_node_policy,
@@ -442,8 +481,22 @@ pub fn options_in(
         default_memory_mib,
         default_cores_percent,
         explain,
+        failed_nodes,
     } = o;
     let mut violations = Vec::new();
+    let failed_nodes = match v1::FailedNodes::try_from(failed_nodes) {
+        Ok(v1::FailedNodes::Unspecified | v1::FailedNodes::All) => FailedNodesShown::All,
+        Ok(v1::FailedNodes::WhenUnplaced) => FailedNodesShown::WhenUnplaced,
+        Ok(v1::FailedNodes::None) => FailedNodesShown::None,
+        Err(_) => {
+            violations.push(Violation::new(
+                ViolationKind::UnknownEnumValue,
+                "options.failed_nodes",
+                format!("unknown FailedNodes value {failed_nodes}"),
+            ));
+            FailedNodesShown::All
+        }
+    };
     let node_policy = node_policy_in(
         default_node_policy,
         "options.default_node_policy",
@@ -467,7 +520,11 @@ pub fn options_in(
         }));
     }
     if violations.is_empty() {
-        Ok((defaults, DecideOptions { explain }))
+        Ok(Options {
+            defaults,
+            decide: DecideOptions { explain },
+            failed_nodes,
+        })
     } else {
         Err(ServiceError::InvalidArgument(violations))
     }
@@ -1045,6 +1102,7 @@ pub fn allocation_out(
     w: &Workload,
     a: &Allocation,
     rolled_back: bool,
+    shown: FailedNodesShown,
 ) -> v1::AllocationResult {
     let Allocation {
         requests_gpu,
@@ -1053,12 +1111,18 @@ pub fn allocation_out(
         feasible_count,
         explanations,
     } = a;
+    let placed = placement.is_some() && !rolled_back;
     let mut out = v1::AllocationResult {
-        placed: placement.is_some() && !rolled_back,
+        placed,
         node_name: String::new(),
         containers: Vec::new(),
         node_score: None,
-        failed_nodes: failed_out(s, w, failed),
+        failed_nodes: if shown.lists(placed) {
+            failed_out(s, w, failed)
+        } else {
+            Vec::new()
+        },
+        failed_node_count: u32::try_from(failed.len()).unwrap_or(u32::MAX),
         effective_policy: Some(effective_out(w)),
         requests_gpu: *requests_gpu,
         feasible_node_count: u32::try_from(*feasible_count).unwrap_or(u32::MAX),
@@ -1331,9 +1395,38 @@ mod tests {
                 ViolationKind::InvalidGpuPolicy
             )]
         );
+        assert_eq!(
+            bad(v1::PlacementOptions {
+                failed_nodes: 4,
+                ..Default::default()
+            }),
+            vec![(
+                "options.failed_nodes".to_owned(),
+                ViolationKind::UnknownEnumValue
+            )]
+        );
+        for (value, shown) in [
+            (v1::FailedNodes::Unspecified, FailedNodesShown::All),
+            (v1::FailedNodes::All, FailedNodesShown::All),
+            (
+                v1::FailedNodes::WhenUnplaced,
+                FailedNodesShown::WhenUnplaced,
+            ),
+            (v1::FailedNodes::None, FailedNodesShown::None),
+        ] {
+            let o = options_in(
+                Some(v1::PlacementOptions {
+                    failed_nodes: value as i32,
+                    ..Default::default()
+                }),
+                &server,
+            )
+            .unwrap();
+            assert_eq!(o.failed_nodes, shown, "{value:?}");
+        }
         // Any memory default is valid (0 = the whole card).
         for memory in [0, 1, u64::MAX] {
-            let (d, _) = options_in(
+            let o = options_in(
                 Some(v1::PlacementOptions {
                     default_memory_mib: Some(memory),
                     ..Default::default()
@@ -1341,7 +1434,7 @@ mod tests {
                 &server,
             )
             .unwrap();
-            assert_eq!(d.memory_mib, memory);
+            assert_eq!(o.defaults.memory_mib, memory);
         }
     }
 }

@@ -10,8 +10,12 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use gpusched_api::v1;
-use gpusched_engine::{ChangeError, Node, NodeFailure, Reason, Snapshot, Violation, ViolationKind};
+use gpusched_engine::{
+    Allocation, ChangeError, Node, NodeFailure, Reason, Snapshot, Violation, ViolationKind,
+    Workload,
+};
 
+use crate::convert::{self, FailedNodesShown};
 use crate::error::ServiceError;
 
 /// Problems listed in a message; the others are counted (`and N more`).
@@ -192,6 +196,26 @@ impl Candidates {
     /// The engine's failures of the invalid nodes (for metrics).
     pub fn invalid_failures(&self) -> impl Iterator<Item = &NodeFailure> {
         self.invalid.iter().map(|x| x.failure())
+    }
+
+    /// The allocation answer for these candidates (`snapshot` is theirs, or theirs after the
+    /// bookings of a batch): the engine's failed nodes and the invalid ones, counted always and
+    /// listed as `shown` asks.
+    pub fn allocation_out(
+        &self,
+        snapshot: &Snapshot,
+        w: &Workload,
+        a: &Allocation,
+        rolled_back: bool,
+        shown: FailedNodesShown,
+    ) -> v1::AllocationResult {
+        let mut r = convert::allocation_out(snapshot, w, a, rolled_back, shown);
+        if shown.lists(r.placed) {
+            r.failed_nodes = self.failed_with_invalid(std::mem::take(&mut r.failed_nodes));
+        }
+        let invalid = u32::try_from(self.invalid.len()).unwrap_or(u32::MAX);
+        r.failed_node_count = r.failed_node_count.saturating_add(invalid);
+        r
     }
 
     /// The failed nodes of an answer: the engine's (sorted by name) and the invalid ones,

@@ -21,6 +21,7 @@ pub mod placement;
 pub mod prescan;
 pub mod server;
 pub mod set_cache;
+pub mod spare;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -15,6 +15,7 @@ use crate::error::ServiceError;
 use crate::invalid_node::Candidates;
 use crate::node_cache::Digest;
 use crate::noderef;
+use crate::spare::Changed;
 
 /// Bytes hashed per reference in a set digest (inventory hash, usage hash).
 const PER_REF: u64 = 64;
@@ -109,20 +110,20 @@ pub fn candidates(
     nodes: Vec<v1::Node>,
     refs: Vec<v1::NodeRef>,
     node_set: Option<v1::NodeSetRef>,
-) -> Result<Candidates, ServiceError> {
+) -> Result<Changed, ServiceError> {
     let op = match node_set {
         Some(s) => op_in(s, nodes.len())?,
         None => None,
     };
     match op {
-        None => noderef::candidates_in(state, nodes, refs),
+        None => noderef::candidates_in(state, nodes, refs).map(Changed::from),
         Some(SetOp::Keep) => {
             let digest = set_digest(&refs);
             let s = noderef::candidates_in(state, nodes, refs)?;
             if let Some(d) = digest {
                 state.node_sets.insert(d, s.clone());
             }
-            Ok(s)
+            Ok(s.into())
         }
         Some(SetOp::Change { base, removed }) => {
             let held = state.node_sets.get(&base);
@@ -139,10 +140,22 @@ pub fn candidates(
                 (_, Err(e)) => return Err(e),
                 (Some(h), Ok(c)) => (h, c),
             };
-            let removed: Vec<&str> = removed.iter().map(String::as_str).collect();
-            let s = held
-                .with_changes(&changes, &removed)
-                .map_err(|errors| ServiceError::InvalidArgument(errors_out(errors)))?;
+            // Replacements only (the common case): the kept set's spare list, changed in place.
+            let leased = if removed.is_empty() {
+                held.lease(&changes)
+            } else {
+                None
+            };
+            let s = match leased {
+                Some(l) => Changed::Leased(l),
+                None => {
+                    let removed: Vec<&str> = removed.iter().map(String::as_str).collect();
+                    held.set
+                        .with_changes(&changes, &removed)
+                        .map_err(|errors| ServiceError::InvalidArgument(errors_out(errors)))?
+                        .into()
+                }
+            };
             within_limits(&s, state)?;
             Ok(s)
         }

@@ -5,13 +5,15 @@ use std::sync::Arc;
 use gpusched_api::v1;
 use gpusched_api::v1::placement_service_server::PlacementService;
 use gpusched_engine as engine;
-use gpusched_engine::{BatchMode, DecideOptions, Workload};
+use gpusched_engine::{BatchMode, Workload};
 use tonic::{Request, Response, Status};
 
 use crate::call::{Cancel, Record, State, run};
+use crate::convert::Options;
 use crate::error::{ServiceError, within_limit};
 use crate::invalid_node::Candidates;
 use crate::prescan::Admission;
+use crate::spare::Changed;
 use crate::{convert, noderef, nodeset};
 
 const SERVICE: &str = "gpusched.v1.PlacementService";
@@ -55,21 +57,21 @@ pub fn inputs(
     node_set: Option<v1::NodeSetRef>,
     workload: Option<v1::Workload>,
     options: Option<v1::PlacementOptions>,
-) -> Result<(Candidates, Workload, DecideOptions), ServiceError> {
+) -> Result<(Changed, Workload, Options), ServiceError> {
     let settings = &state.settings;
     noderef::check_limits(&nodes, &node_refs, &settings.limits)?;
-    let (defaults, explain) = convert::options_in(options, &settings.defaults)?;
+    let o = convert::options_in(options, &settings.defaults)?;
     // Workload problems are reported before node problems: an invalid workload is rejected
     // "before any node is looked at".
     let w = convert::workload_in(
         workload,
         "workload",
-        &defaults,
+        &o.defaults,
         &settings.names,
         &settings.limits,
     )?;
     let c = nodeset::candidates(state, nodes, node_refs, node_set)?;
-    Ok((c, w, explain))
+    Ok((c, w, o))
 }
 
 /// The request's estimated work, as counted at intake ([`Admission`]), deciding inline or on
@@ -101,10 +103,10 @@ pub fn decide_filter(
         node_refs,
         node_set,
     } = req;
-    let (c, w, explain) = inputs(state, nodes, node_refs, node_set, workload, options)?;
+    let (c, w, o) = inputs(state, nodes, node_refs, node_set, workload, options)?;
     describe(record, &w, &c);
     let s = &c.snapshot;
-    let e = engine::evaluate_until(s, &w, explain, &|| cancel.stopped())
+    let e = engine::evaluate_until(s, &w, o.decide, &|| cancel.stopped())
         .map_err(|_| cancel.abandoned())?;
     record.add_rejections(
         e.failed
@@ -151,10 +153,10 @@ pub fn decide_score(
         node_refs,
         node_set,
     } = req;
-    let (c, w, explain) = inputs(state, nodes, node_refs, node_set, workload, options)?;
+    let (c, w, o) = inputs(state, nodes, node_refs, node_set, workload, options)?;
     describe(record, &w, &c);
     let s = &c.snapshot;
-    let e = engine::evaluate_until(s, &w, explain, &|| cancel.stopped())
+    let e = engine::evaluate_until(s, &w, o.decide, &|| cancel.stopped())
         .map_err(|_| cancel.abandoned())?;
     record.add_rejections(
         e.failed
@@ -208,7 +210,7 @@ pub fn decide_allocate(
         node_refs,
         node_set,
     } = req;
-    let (mut c, w, explain) = inputs(state, nodes, node_refs, node_set, workload, options)?;
+    let (mut c, w, o) = inputs(state, nodes, node_refs, node_set, workload, options)?;
     if !restrict_to_node_names.is_empty() {
         let missing = c.retain_names(&restrict_to_node_names);
         if !missing.is_empty() {
@@ -220,7 +222,7 @@ pub fn decide_allocate(
         }
     }
     describe(record, &w, &c);
-    let a = engine::allocate_until(&c.snapshot, &w, explain, &|| cancel.stopped())
+    let a = engine::allocate_until(&c.snapshot, &w, o.decide, &|| cancel.stopped())
         .map_err(|_| cancel.abandoned())?;
     record.add_rejections(
         a.failed
@@ -230,8 +232,7 @@ pub fn decide_allocate(
     );
     record.result = allocation_result(&a);
     record.decision = true;
-    let mut result = convert::allocation_out(&c.snapshot, &w, &a, false);
-    result.failed_nodes = c.failed_with_invalid(std::mem::take(&mut result.failed_nodes));
+    let result = c.allocation_out(&c.snapshot, &w, &a, false, o.failed_nodes);
     record.chosen = (!result.node_name.is_empty()).then(|| result.node_name.clone());
     within_limit(
         v1::AllocateResponse {
@@ -278,14 +279,14 @@ pub fn decide_batch(
         )]));
     }
     noderef::check_limits(&nodes, &node_refs, &settings.limits)?;
-    let (defaults, decide) = convert::options_in(options, &settings.defaults)?;
+    let o = convert::options_in(options, &settings.defaults)?;
     let mut parsed = Vec::with_capacity(workloads.len());
     let mut violations = Vec::new();
     for (i, w) in workloads.into_iter().enumerate() {
         match convert::workload_in(
             Some(w),
             &format!("workloads[{i}]"),
-            &defaults,
+            &o.defaults,
             &settings.names,
             &settings.limits,
         ) {
@@ -314,7 +315,7 @@ pub fn decide_batch(
         } else {
             BatchMode::Independent
         },
-        decide,
+        o.decide,
         &|| cancel.stopped(),
     )
     .map_err(|_| cancel.abandoned())?;
@@ -336,8 +337,13 @@ pub fn decide_batch(
     let mut bytes = 0usize;
     let mut results = Vec::with_capacity(out.items.len());
     for (item, w) in out.items.iter().zip(&parsed) {
-        let mut r = convert::allocation_out(&out.snapshot, w, &item.allocation, item.rolled_back);
-        r.failed_nodes = c.failed_with_invalid(std::mem::take(&mut r.failed_nodes));
+        let r = c.allocation_out(
+            &out.snapshot,
+            w,
+            &item.allocation,
+            item.rolled_back,
+            o.failed_nodes,
+        );
         bytes += prost::encoding::message::encoded_len(1, &r);
         if bytes > limit {
             return Err(crate::error::answer_too_large(bytes, limit));
@@ -375,7 +381,7 @@ pub fn decide_validate(
 ) -> Result<v1::ValidateWorkloadResponse, ServiceError> {
     let v1::ValidateWorkloadRequest { workload, options } = req;
     let settings = &state.settings;
-    let (defaults, _) = convert::options_in(options, &settings.defaults)?;
+    let o = convert::options_in(options, &settings.defaults)?;
     record.workload = workload
         .as_ref()
         .map(|w| w.name.clone())
@@ -383,7 +389,7 @@ pub fn decide_validate(
     match convert::workload_in(
         workload,
         "workload",
-        &defaults,
+        &o.defaults,
         &settings.names,
         &settings.limits,
     ) {

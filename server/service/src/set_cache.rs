@@ -15,6 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 
 use crate::invalid_node::{Candidates, InvalidNode};
 use crate::node_cache::Digest;
+use crate::spare::Kept;
 
 /// The metric handles of the set cache (registered by [`crate::Metrics`]).
 #[derive(Clone, Debug, Default)]
@@ -45,7 +46,7 @@ pub struct SetLimits {
 #[derive(Debug, Default)]
 struct Inner {
     /// Least recently used first.
-    map: LinkedHashMap<Digest, (Arc<Candidates>, usize)>,
+    map: LinkedHashMap<Digest, (Arc<Kept>, usize)>,
     bytes: usize,
 }
 
@@ -58,15 +59,16 @@ pub struct SetCache {
     metrics: SetMetrics,
 }
 
-/// Estimated bytes a set holds: its node lists and every node (valid or invalid) at its full
-/// converted size.
+/// Estimated bytes a set holds: its node lists (with the spare list of [`Kept`]) and every node
+/// (valid or invalid) at its full converted size. The at most [`crate::spare::MAX_REPLACED`]
+/// nodes a spare list holds beyond the set are within the request limits and not counted.
 pub fn weight(s: &Candidates) -> usize {
     const ENTRY: usize = 160;
     ENTRY
         + s.snapshot
             .shared_nodes()
             .iter()
-            .map(|n| size_of::<usize>() + size_of_val(n.as_ref()) + n.heap_bytes())
+            .map(|n| 2 * size_of::<usize>() + size_of_val(n.as_ref()) + n.heap_bytes())
             .sum::<usize>()
         + s.invalid
             .iter()
@@ -85,7 +87,7 @@ impl SetCache {
     }
 
     /// The set kept under `digest` (marked recently used); counts a hit or a miss.
-    pub fn get(&self, digest: &Digest) -> Option<Arc<Candidates>> {
+    pub fn get(&self, digest: &Digest) -> Option<Arc<Kept>> {
         let found = {
             let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
             let v = inner.map.get(digest).map(|(s, _)| Arc::clone(s));
@@ -116,7 +118,7 @@ impl SetCache {
                 inner.map.to_back(&digest);
                 return;
             }
-            inner.map.insert(digest, (Arc::new(set), w));
+            inner.map.insert(digest, (Arc::new(Kept::new(set)), w));
             inner.bytes += w;
             while inner.bytes > self.limits.max_bytes || inner.map.len() > self.limits.max_sets {
                 let Some((_, (_, old))) = inner.map.pop_front() else {

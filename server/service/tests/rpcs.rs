@@ -882,6 +882,97 @@ async fn over_a_limit_is_limit_exceeded() {
 
 /// Each invalid request default is reported against its own options field.
 #[tokio::test]
+async fn failed_nodes_are_listed_as_the_options_ask_and_always_counted() {
+    let server = TestServer::start(&[]).await;
+    // "ok" fits one card; "small" (no card) and "full" (its card taken) do not; one invalid
+    // node (a card without memory) fails too.
+    let nodes = || {
+        let mut bad = node("bad", 1, 8000);
+        bad.cards[0].total_mem_mib = 0;
+        vec![
+            node("ok", 1, 8000),
+            node_with("full", vec![used(card("f0", 0, 8000), 10, 0, 0)]),
+            node("small", 0, 8000),
+            bad,
+        ]
+    };
+    let ask = |shown: v1::FailedNodes, w: v1::Workload| {
+        let mut req = allocate_req(nodes(), w);
+        req.options = Some(v1::PlacementOptions {
+            failed_nodes: shown as i32,
+            ..Default::default()
+        });
+        req
+    };
+    let names = |r: &v1::AllocationResult| -> Vec<String> {
+        r.failed_nodes.iter().map(|f| f.node_name.clone()).collect()
+    };
+    let all = vec!["bad", "full", "small"];
+    let too_big = pod(&[], &[&[("nvidia.com/gpu", "2")]]);
+    for (shown, placed_lists, unplaced_lists) in [
+        (v1::FailedNodes::Unspecified, true, true),
+        (v1::FailedNodes::All, true, true),
+        (v1::FailedNodes::WhenUnplaced, false, true),
+        (v1::FailedNodes::None, false, false),
+    ] {
+        let placed = server
+            .placement()
+            .allocate(ask(shown, one_gpu()))
+            .await
+            .unwrap()
+            .into_inner()
+            .result
+            .unwrap();
+        assert!(placed.placed, "{shown:?}");
+        assert_eq!(placed.node_name, "ok");
+        assert_eq!(placed.failed_node_count, 3, "{shown:?}");
+        let want: Vec<&str> = if placed_lists { all.clone() } else { vec![] };
+        assert_eq!(names(&placed), want, "{shown:?}");
+
+        let unplaced = server
+            .placement()
+            .allocate(ask(shown, too_big.clone()))
+            .await
+            .unwrap()
+            .into_inner()
+            .result
+            .unwrap();
+        assert!(!unplaced.placed);
+        assert_eq!(unplaced.failed_node_count, 4, "{shown:?}");
+        let want: Vec<&str> = if unplaced_lists {
+            vec!["bad", "full", "ok", "small"]
+        } else {
+            vec![]
+        };
+        assert_eq!(names(&unplaced), want, "{shown:?}");
+    }
+    // AllocateBatch: per result; an all-or-nothing batch rolled back counts as not placed.
+    let batch = server
+        .placement()
+        .allocate_batch(v1::AllocateBatchRequest {
+            node_set: None,
+            nodes: nodes(),
+            workloads: vec![one_gpu(), one_gpu()],
+            options: Some(v1::PlacementOptions {
+                failed_nodes: v1::FailedNodes::WhenUnplaced as i32,
+                ..Default::default()
+            }),
+            all_or_nothing: true,
+            return_updated_nodes: false,
+            node_refs: Vec::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!batch.all_placed);
+    let first = &batch.results[0];
+    assert!(first.rolled_back && !first.placed);
+    assert_eq!(names(first), all);
+    assert_eq!(batch.results[1].failed_node_count, 4);
+    assert_eq!(batch.results[1].failed_nodes.len(), 4);
+}
+
+#[tokio::test]
 async fn each_invalid_option_names_its_own_field() {
     let server = TestServer::start(&[]).await;
     let cases = [
@@ -916,6 +1007,14 @@ async fn each_invalid_option_names_its_own_field() {
             },
             "options.default_gpu_policy[0]",
             "INVALID_GPU_POLICY",
+        ),
+        (
+            v1::PlacementOptions {
+                failed_nodes: 9,
+                ..Default::default()
+            },
+            "options.failed_nodes",
+            "UNKNOWN_ENUM_VALUE",
         ),
     ];
     for (options, field, reason) in cases {

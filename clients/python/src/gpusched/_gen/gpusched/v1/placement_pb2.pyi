@@ -294,6 +294,7 @@ class AllocationResult(_message.Message):
     FEASIBLE_NODE_COUNT_FIELD_NUMBER: _builtins.int
     EXPLANATIONS_FIELD_NUMBER: _builtins.int
     ROLLED_BACK_FIELD_NUMBER: _builtins.int
+    FAILED_NODE_COUNT_FIELD_NUMBER: _builtins.int
     placed: _builtins.bool
     """Whether the workload was placed."""
     node_name: _builtins.str
@@ -306,6 +307,8 @@ class AllocationResult(_message.Message):
     """AllocateBatch with all_or_nothing only: the workload fitted at its turn (node_name and
     containers say where) but was rolled back because another workload did not fit.
     """
+    failed_node_count: _builtins.int
+    """Number of nodes that could not host the workload, whether failed_nodes lists them or not."""
     @_builtins.property
     def containers(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.ContainerAssignment]:
         """Cards per container (init containers first, then app containers), when placed."""
@@ -316,7 +319,9 @@ class AllocationResult(_message.Message):
 
     @_builtins.property
     def failed_nodes(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.FailedNode]:
-        """Nodes that could not host the workload, sorted by name."""
+        """Nodes that could not host the workload, sorted by name (those options.failed_nodes asks
+        for; all by default).
+        """
 
     @_builtins.property
     def effective_policy(self) -> _types_pb2.EffectivePolicy:
@@ -339,10 +344,11 @@ class AllocationResult(_message.Message):
         feasible_node_count: _builtins.int = ...,
         explanations: _abc.Iterable[_types_pb2.NodeExplanation] | None = ...,
         rolled_back: _builtins.bool = ...,
+        failed_node_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["effective_policy", b"effective_policy", "node_score", b"node_score"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "effective_policy", b"effective_policy", "explanations", b"explanations", "failed_nodes", b"failed_nodes", "feasible_node_count", b"feasible_node_count", "node_name", b"node_name", "node_score", b"node_score", "placed", b"placed", "requests_gpu", b"requests_gpu", "rolled_back", b"rolled_back"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "effective_policy", b"effective_policy", "explanations", b"explanations", "failed_node_count", b"failed_node_count", "failed_nodes", b"failed_nodes", "feasible_node_count", b"feasible_node_count", "node_name", b"node_name", "node_score", b"node_score", "placed", b"placed", "requests_gpu", b"requests_gpu", "rolled_back", b"rolled_back"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -138,6 +138,42 @@ CARD_HEALTH_UNHEALTHY: CardHealth.ValueType  # 2
 """The card takes no new work (reason CARD_NOT_HEALTH)."""
 Global___CardHealth: _TypeAlias = CardHealth  # noqa: Y015
 
+class _FailedNodes:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _FailedNodesEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FailedNodes.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    FAILED_NODES_UNSPECIFIED: _FailedNodes.ValueType  # 0
+    """Not set: FAILED_NODES_ALL."""
+    FAILED_NODES_ALL: _FailedNodes.ValueType  # 1
+    """Every node that cannot host the workload, with its reasons."""
+    FAILED_NODES_WHEN_UNPLACED: _FailedNodes.ValueType  # 2
+    """Every failed node only when the workload is not placed (including rolled back), to say
+    why; none when it is placed.
+    """
+    FAILED_NODES_NONE: _FailedNodes.ValueType  # 3
+    """None: only the count."""
+
+class FailedNodes(_FailedNodes, metaclass=_FailedNodesEnumTypeWrapper):
+    """How much of "which nodes could not host the workload, and why" an allocation answer carries.
+    A 1,000-node answer that lists every failed node with its reasons is tens of KiB to build,
+    send and read; a caller that only acts on the chosen node (a bind, a reservation) can ask for
+    less. AllocationResult.failed_node_count always says how many failed.
+    """
+
+FAILED_NODES_UNSPECIFIED: FailedNodes.ValueType  # 0
+"""Not set: FAILED_NODES_ALL."""
+FAILED_NODES_ALL: FailedNodes.ValueType  # 1
+"""Every node that cannot host the workload, with its reasons."""
+FAILED_NODES_WHEN_UNPLACED: FailedNodes.ValueType  # 2
+"""Every failed node only when the workload is not placed (including rolled back), to say
+why; none when it is placed.
+"""
+FAILED_NODES_NONE: FailedNodes.ValueType  # 3
+"""None: only the count."""
+Global___FailedNodes: _TypeAlias = FailedNodes  # noqa: Y015
+
 class _ViolationReason:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -932,6 +968,7 @@ class PlacementOptions(_message.Message):
     DEFAULT_MEMORY_MIB_FIELD_NUMBER: _builtins.int
     DEFAULT_CORES_PERCENT_FIELD_NUMBER: _builtins.int
     EXPLAIN_FIELD_NUMBER: _builtins.int
+    FAILED_NODES_FIELD_NUMBER: _builtins.int
     default_node_policy: Global___NodePolicy.ValueType
     """Default node policy; UNSPECIFIED = server config."""
     default_memory_mib: _builtins.int
@@ -940,6 +977,11 @@ class PlacementOptions(_message.Message):
     """Default cores when a container sets none; unset = server config."""
     explain: _builtins.bool
     """Include per-card score breakdowns in the answer."""
+    failed_nodes: Global___FailedNodes.ValueType
+    """Which nodes that cannot host the workload an Allocate or AllocateBatch answer lists in
+    AllocationResult.failed_nodes (Filter and Score always list every one: that is their
+    answer). Unspecified: every one. The decision is the same whatever this says.
+    """
     @_builtins.property
     def default_gpu_policy(self) -> _containers.RepeatedScalarFieldContainer[Global___GpuPolicy.ValueType]:
         """Default GPU policy tokens; empty = server config."""
@@ -952,10 +994,11 @@ class PlacementOptions(_message.Message):
         default_memory_mib: _builtins.int | None = ...,
         default_cores_percent: _builtins.int | None = ...,
         explain: _builtins.bool = ...,
+        failed_nodes: Global___FailedNodes.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_default_cores_percent", b"_default_cores_percent", "_default_memory_mib", b"_default_memory_mib", "default_cores_percent", b"default_cores_percent", "default_memory_mib", b"default_memory_mib"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_default_cores_percent", b"_default_cores_percent", "_default_memory_mib", b"_default_memory_mib", "default_cores_percent", b"default_cores_percent", "default_gpu_policy", b"default_gpu_policy", "default_memory_mib", b"default_memory_mib", "default_node_policy", b"default_node_policy", "explain", b"explain"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_default_cores_percent", b"_default_cores_percent", "_default_memory_mib", b"_default_memory_mib", "default_cores_percent", b"default_cores_percent", "default_gpu_policy", b"default_gpu_policy", "default_memory_mib", b"default_memory_mib", "default_node_policy", b"default_node_policy", "explain", b"explain", "failed_nodes", b"failed_nodes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__default_cores_percent: _TypeAlias = _typing.Literal["default_cores_percent"]  # noqa: Y015
     _WhichOneofArgType__default_cores_percent: _TypeAlias = _typing.Literal["_default_cores_percent", b"_default_cores_percent"]  # noqa: Y015
