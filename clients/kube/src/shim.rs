@@ -342,7 +342,8 @@ impl Shim {
             node_set: None,
             nodes: Vec::new(),
             workload: Some(translate::workload(pod, self.view.names())),
-            options: None,
+            // Only the booking is read.
+            options: Some(failed_nodes(v1::FailedNodes::None)),
             restrict_to_node_names: vec![node.to_owned()],
             node_refs: Vec::new(),
         };
@@ -516,7 +517,8 @@ impl Shim {
             node_set: None,
             nodes: Vec::new(),
             workload: Some(translate::workload(&pod, &names)),
-            options: None,
+            // Why the node failed is read only when the pod is not placed.
+            options: Some(failed_nodes(v1::FailedNodes::WhenUnplaced)),
             restrict_to_node_names: vec![node.clone()],
             node_refs: Vec::new(),
         };
@@ -632,6 +634,14 @@ async fn create_binding(
         .create_subresource("binding", &args.pod_name, &PostParams::default(), &binding)
         .await?;
     Ok(())
+}
+
+/// Options asking for `shown` failed nodes (and the server's defaults for everything else).
+fn failed_nodes(shown: v1::FailedNodes) -> v1::PlacementOptions {
+    v1::PlacementOptions {
+        failed_nodes: shown as i32,
+        ..v1::PlacementOptions::default()
+    }
 }
 
 #[cfg(test)]

@@ -59,16 +59,21 @@ pub struct SetCache {
     metrics: SetMetrics,
 }
 
-/// Estimated bytes a set holds: its node lists (with the spare list of [`Kept`]) and every node
-/// (valid or invalid) at its full converted size. The at most [`crate::spare::MAX_REPLACED`]
-/// nodes a spare list holds beyond the set are within the request limits and not counted.
+/// Estimated bytes a set holds: its node lists (with the spare lists of [`Kept`]) and every
+/// node (valid or invalid) at its full converted size. The at most
+/// [`crate::spare::MAX_REPLACED`] nodes a spare list holds beyond the set are within the
+/// request limits and not counted.
 pub fn weight(s: &Candidates) -> usize {
     const ENTRY: usize = 160;
     ENTRY
         + s.snapshot
             .shared_nodes()
             .iter()
-            .map(|n| 2 * size_of::<usize>() + size_of_val(n.as_ref()) + n.heap_bytes())
+            .map(|n| {
+                (1 + crate::spare::MAX_SPARES) * size_of::<usize>()
+                    + size_of_val(n.as_ref())
+                    + n.heap_bytes()
+            })
             .sum::<usize>()
         + s.invalid
             .iter()

@@ -10,10 +10,11 @@
 //! back: work in the number of changed nodes, not in the size of the set.
 //!
 //! The leased list holds exactly the nodes [`Candidates::with_changes`] would build (a
-//! property test says so), so decisions do not depend on whether a spare was there: a lease
-//! held by one request makes a concurrent one build its own list, and a spare lost with its set
-//! is rebuilt from the next one kept. A spare holds at most [`MAX_REPLACED`] nodes beyond its
-//! set, so the set cache's bound grows by at most that many nodes per set.
+//! property test says so), so decisions do not depend on whether a spare was there: requests
+//! deciding on one set at the same time lease one spare each (up to [`MAX_SPARES`] are kept,
+//! more are built and dropped), and spares lost with their set are rebuilt from the next one
+//! kept. A spare holds at most [`MAX_REPLACED`] nodes beyond its set, so the set cache's bound
+//! grows by at most `MAX_SPARES * MAX_REPLACED` nodes per set.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
@@ -25,12 +26,15 @@ use crate::invalid_node::Candidates;
 /// Most changed nodes a request may send for the spare list to be used (and kept) for it.
 pub const MAX_REPLACED: usize = 32;
 
+/// Most spare lists a kept set holds (one per request deciding on it at the same time).
+pub const MAX_SPARES: usize = 4;
+
 /// A kept set, with its spare node list.
 #[derive(Debug)]
 pub struct Kept {
     /// The set as it was kept.
     pub set: Candidates,
-    spare: Mutex<Option<Spare>>,
+    spares: Mutex<Vec<Spare>>,
 }
 
 /// The spare: the set's node list with the nodes at `replaced` put in by the last lease.
@@ -45,7 +49,7 @@ impl Kept {
     pub fn new(set: Candidates) -> Self {
         Kept {
             set,
-            spare: Mutex::new(None),
+            spares: Mutex::new(Vec::new()),
         }
     }
 
@@ -66,7 +70,7 @@ impl Kept {
             .nodes()
             .map(|n| base.id_of(n.name()))
             .collect::<Option<_>>()?;
-        let taken = self.spare.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let taken = self.spares.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let mut spare = taken.unwrap_or_else(|| Spare {
             c: Candidates::new(base.clone(), Vec::new()),
             replaced: Vec::new(),
@@ -120,14 +124,14 @@ impl Drop for Lease {
         if !self.intact {
             return;
         }
-        let mut slot = self.kept.spare.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.is_none() {
+        let mut spares = self.kept.spares.lock().unwrap_or_else(|e| e.into_inner());
+        if spares.len() < MAX_SPARES {
             // An empty list in its place allocates nothing.
             let empty = Spare {
                 c: Candidates::default(),
                 replaced: Vec::new(),
             };
-            *slot = Some(std::mem::replace(&mut self.spare, empty));
+            spares.push(std::mem::replace(&mut self.spare, empty));
         }
     }
 }
@@ -248,6 +252,19 @@ mod tests {
         assert!(k.lease(&many).is_none());
         let enough = changes(&(0..MAX_REPLACED).map(|i| (i, 7)).collect::<Vec<_>>());
         assert!(k.lease(&enough).is_some());
+    }
+
+    #[test]
+    fn concurrent_leases_each_get_a_list_and_up_to_max_spares_are_kept() {
+        let k = kept(10);
+        let leases: Vec<Lease> = (0..MAX_SPARES + 2)
+            .map(|i| k.lease(&changes(&[(i, 5)])).unwrap())
+            .collect();
+        for (i, l) in leases.iter().enumerate() {
+            assert_eq!(l.spare.c.snapshot, built(&k, &changes(&[(i, 5)])));
+        }
+        drop(leases);
+        assert_eq!(k.spares.lock().unwrap().len(), MAX_SPARES);
     }
 
     #[test]
