@@ -18,6 +18,7 @@ pub mod checks;
 pub mod error;
 pub mod flags;
 pub mod layers;
+pub mod log_writer;
 pub mod logging;
 pub mod metrics;
 pub mod shutdown;

@@ -31,7 +31,7 @@ pub enum TelemetryError {
 pub struct TelemetryGuard {
     provider: Option<SdkTracerProvider>,
     /// Flushes the log writer thread when dropped.
-    _logs: Option<tracing_appender::non_blocking::WorkerGuard>,
+    _logs: Option<crate::log_writer::LogGuard>,
     tracer: Option<SdkTracer>,
 }
 
@@ -99,13 +99,11 @@ pub fn resource(t: &Telemetry) -> Resource {
 pub fn init(t: &Telemetry, span_target: &'static str) -> Result<TelemetryGuard, TelemetryError> {
     let log_filter =
         EnvFilter::try_new(&t.log_level).map_err(|e| TelemetryError::Subscriber(e.to_string()))?;
-    // Lines are written to stderr by a writer thread, not by the thread that logs (a decision's
-    // log line cost a write(2) on the request path); never lossy: a full queue (128k lines)
-    // makes loggers wait instead of dropping lines.
-    let (writer, logs) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .thread_name("gpusched-log")
-        .finish(std::io::stderr());
+    // Lines are written to stderr by a writer thread in batches, not by the thread that logs (a
+    // decision's log line cost a write(2) on the request path); never lossy (see log_writer).
+    let (writer, logs) =
+        crate::log_writer::spawn(std::io::stderr(), crate::log_writer::Limits::default())
+            .map_err(|e| TelemetryError::Subscriber(format!("log writer thread: {e}")))?;
     let fmt = match t.log_format {
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
