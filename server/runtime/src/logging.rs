@@ -140,7 +140,19 @@ pub fn init(t: &Telemetry, span_target: &'static str) -> Result<TelemetryGuard, 
             let tracer = p.tracer(t.service_name.clone());
             tracer_out = Some(tracer.clone());
             provider = Some(p);
-            let spans = filter::Targets::new().with_target(span_target, tracing::Level::INFO);
+            // The crate's spans from DEBUG (a call's span is DEBUG so that log lines at info
+            // need not print it), its events (span events in the backend) from INFO.
+            let spans = filter::filter_fn(move |m| {
+                let level = if m.is_span() {
+                    tracing::Level::DEBUG
+                } else {
+                    tracing::Level::INFO
+                };
+                *m.level() <= level
+                    && m.target()
+                        .strip_prefix(span_target)
+                        .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+            });
             Some(
                 // Without code.*, thread.* and busy_ns/idle_ns on every span (noise in the
                 // backend, and cost).
