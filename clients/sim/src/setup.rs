@@ -148,6 +148,8 @@ impl Setup {
                 .iter()
                 .map(|t| gpu_token(t).map(|g| g as i32))
                 .collect::<Result<_, _>>()?,
+            // Reasons are read only for workloads that were not placed.
+            failed_nodes: v1::FailedNodes::WhenUnplaced as i32,
             ..v1::PlacementOptions::default()
         })
     }

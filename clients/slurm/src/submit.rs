@@ -288,7 +288,11 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
             node_set: None,
             nodes: nodes.clone(),
             workload: Some(workload.clone()),
-            options: None,
+            // The reasons are read only when nothing fits.
+            options: Some(v1::PlacementOptions {
+                failed_nodes: v1::FailedNodes::WhenUnplaced as i32,
+                ..v1::PlacementOptions::default()
+            }),
             restrict_to_node_names: vec![],
             node_refs: vec![],
         })
@@ -385,7 +389,11 @@ where
         node_set: None,
         nodes,
         workload: Some(pinned.workload(&args.job_name)),
-        options: None,
+        // Only the placement is compared.
+        options: Some(v1::PlacementOptions {
+            failed_nodes: v1::FailedNodes::None as i32,
+            ..v1::PlacementOptions::default()
+        }),
         restrict_to_node_names: vec![decision.node.clone()],
         node_refs: vec![],
     })
