@@ -41,7 +41,13 @@ impl Default for Limits {
 struct State {
     lines: Vec<u8>,
     closed: bool,
+    /// The writer thread has written everything and ended.
+    done: bool,
 }
+
+/// How long dropping the guard waits for the last lines to be written (a sink that blocks, such
+/// as a full pipe nobody reads, must not hang the process's exit).
+const FINAL_WAIT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Default)]
 struct Shared {
@@ -126,8 +132,13 @@ fn run<W: Write>(shared: &Shared, mut sink: W, limits: Limits) {
         let _ = sink.write_all(&out);
         let _ = sink.flush();
         out.clear();
-        if closed && shared.lock().lines.is_empty() {
-            return;
+        if closed {
+            let mut s = shared.lock();
+            if s.lines.is_empty() {
+                s.done = true;
+                shared.room.notify_all();
+                return;
+            }
         }
     }
 }
@@ -164,9 +175,26 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for BatchWriter {
 }
 
 impl Drop for LogGuard {
+    /// Writes what is buffered, waiting at most [`FINAL_WAIT`] for the sink.
     fn drop(&mut self) {
-        self.shared.lock().closed = true;
+        let mut s = self.shared.lock();
+        s.closed = true;
         self.shared.lines.notify_one();
+        let until = Instant::now() + FINAL_WAIT;
+        while !s.done {
+            let now = Instant::now();
+            if now >= until {
+                // The thread is left to finish (or block) on its own.
+                return;
+            }
+            s = self
+                .shared
+                .room
+                .wait_timeout(s, until - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        drop(s);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -253,6 +281,20 @@ mod tests {
         }
         drop(guard);
         assert_eq!(sink.bytes.lock().unwrap().len(), 50 * line.len());
+    }
+
+    #[test]
+    fn a_sink_that_blocks_does_not_hang_the_guard() {
+        let sink = Sink {
+            delay: Duration::from_secs(30),
+            ..Sink::default()
+        };
+        let (mut w, guard) = spawn(sink, Limits::default()).unwrap();
+        w.write_all(b"stuck\n").unwrap();
+        let t = Instant::now();
+        drop(guard);
+        let waited = t.elapsed();
+        assert!(waited < Duration::from_secs(10), "{waited:?}");
     }
 
     #[test]
