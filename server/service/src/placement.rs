@@ -88,25 +88,21 @@ fn card_count(nodes: &[v1::Node], refs: &[v1::NodeRef]) -> usize {
     nodes.iter().map(|n| n.cards.len()).sum::<usize>() + refs.len() * noderef::ASSUMED_CARDS_PER_REF
 }
 
-/// The synchronous decision of `Filter` (the handler runs it through `call::run`; public for
-/// the fuzz targets, which decide from raw bytes exactly as the service does).
-pub fn decide_filter(
+/// The part Filter and Score share: the inputs converted, every node evaluated, the record.
+#[allow(clippy::too_many_arguments)]
+fn evaluated(
     state: &State,
-    req: v1::FilterRequest,
+    nodes: Vec<v1::Node>,
+    node_refs: Vec<v1::NodeRef>,
+    node_set: Option<v1::NodeSetRef>,
+    workload: Option<v1::Workload>,
+    options: Option<v1::PlacementOptions>,
     record: &mut Record,
     cancel: &Cancel,
-) -> Result<v1::FilterResponse, ServiceError> {
-    let v1::FilterRequest {
-        nodes,
-        workload,
-        options,
-        node_refs,
-        node_set,
-    } = req;
+) -> Result<(Changed, Workload, engine::Evaluation), ServiceError> {
     let (c, w, o) = inputs(state, nodes, node_refs, node_set, workload, options)?;
     describe(record, &w, &c);
-    let s = &c.snapshot;
-    let e = engine::evaluate_until(s, &w, o.decide, &|| cancel.stopped())
+    let e = engine::evaluate_until(&c.snapshot, &w, o.decide, &|| cancel.stopped())
         .map_err(|_| cancel.abandoned())?;
     record.add_rejections(
         e.failed
@@ -122,6 +118,28 @@ pub fn decide_filter(
         "feasible"
     };
     record.decision = true;
+    Ok((c, w, e))
+}
+
+/// The synchronous decision of `Filter` (the handler runs it through `call::run`; public for
+/// the fuzz targets, which decide from raw bytes exactly as the service does).
+pub fn decide_filter(
+    state: &State,
+    req: v1::FilterRequest,
+    record: &mut Record,
+    cancel: &Cancel,
+) -> Result<v1::FilterResponse, ServiceError> {
+    let v1::FilterRequest {
+        nodes,
+        workload,
+        options,
+        node_refs,
+        node_set,
+    } = req;
+    let (c, w, e) = evaluated(
+        state, nodes, node_refs, node_set, workload, options, record, cancel,
+    )?;
+    let s = &c.snapshot;
     let mut names: Vec<String> = e
         .feasible
         .iter()
@@ -153,25 +171,10 @@ pub fn decide_score(
         node_refs,
         node_set,
     } = req;
-    let (c, w, o) = inputs(state, nodes, node_refs, node_set, workload, options)?;
-    describe(record, &w, &c);
+    let (c, w, e) = evaluated(
+        state, nodes, node_refs, node_set, workload, options, record, cancel,
+    )?;
     let s = &c.snapshot;
-    let e = engine::evaluate_until(s, &w, o.decide, &|| cancel.stopped())
-        .map_err(|_| cancel.abandoned())?;
-    record.add_rejections(
-        e.failed
-            .iter()
-            .map(|f| &f.failure)
-            .chain(c.invalid_failures()),
-    );
-    record.result = if !e.requests_gpu {
-        "no_gpu"
-    } else if e.feasible.is_empty() {
-        "unschedulable"
-    } else {
-        "feasible"
-    };
-    record.decision = true;
     let response = v1::ScoreResponse {
         scores: e
             .feasible
