@@ -37,6 +37,14 @@ fn kinds(e: &InvalidInput) -> Vec<ViolationKind> {
     e.violations.iter().map(|v| v.kind).collect()
 }
 
+/// Each violation's field and kind, in order.
+fn fields_and_kinds(e: &InvalidInput) -> Vec<(&str, ViolationKind)> {
+    e.violations
+        .iter()
+        .map(|v| (v.field.as_str(), v.kind))
+        .collect()
+}
+
 #[test]
 fn annotation_kinds() {
     let gpu = [("nvidia.com/gpu", "1")];
@@ -151,13 +159,8 @@ fn snapshot_kinds() {
         NodeSpec::new("", vec![]),
     ])
     .unwrap_err();
-    let got: Vec<(&str, ViolationKind)> = e
-        .violations
-        .iter()
-        .map(|v| (v.field.as_str(), v.kind))
-        .collect();
     assert_eq!(
-        got,
+        fields_and_kinds(&e),
         vec![
             ("nodes[0].cards[1].id", ViolationKind::DuplicateId),
             ("nodes[0].cards[2].id", ViolationKind::MissingField),
@@ -187,13 +190,8 @@ fn node_kinds() {
         score: 1,
     }];
     let e = Node::new(spec).unwrap_err();
-    let got: Vec<(&str, ViolationKind)> = e
-        .violations
-        .iter()
-        .map(|v| (v.field.as_str(), v.kind))
-        .collect();
     assert_eq!(
-        got,
+        fields_and_kinds(&e),
         vec![
             ("cards[0].id", ViolationKind::MissingField),
             ("cards[1].slots", ViolationKind::OutOfRange),

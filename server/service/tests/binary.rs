@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -42,15 +41,8 @@ fn spawn(envs: &[(&str, &str)]) -> (Child, String) {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("grpc="))
-        .unwrap_or_else(|| panic!("no grpc= in {line:?}"))
-        .to_owned();
+    let line = listening_line(&mut child);
+    let addr = listening_on(&line, "grpc");
     assert!(
         line.starts_with("gpusched-server listening grpc=127.0.0.1:"),
         "{line}"

@@ -13,7 +13,8 @@
 //! table, with the binary's own defaults and no cap.
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -78,15 +79,7 @@ impl Server {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         let mut child = cmd.spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("grpc="))
-            .unwrap_or_else(|| panic!("no grpc= in {line:?}"))
-            .to_owned();
+        let addr = common::listening_on(&common::listening_line(&mut child), "grpc");
         Server { child, addr }
     }
 
@@ -481,32 +474,24 @@ async fn memory_attacks(server: &mut Server, check: bool) -> Vec<Measured> {
         Err(s) => format!("{:?}", s.code()),
     };
 
-    server.reset_peak();
-    let r = raw_call(&channel, FILTER, empty_nodes(16_000_000), None).await;
-    if check {
-        assert_eq!(
-            r.as_ref().map_err(Status::code),
-            Err(Code::ResourceExhausted),
-            "{r:?}"
-        );
-    }
-    settle(&url).await;
-    if !measure(server, "16 MB of empty nodes", code(r)) {
-        return out;
-    }
-
-    server.reset_peak();
-    let r = raw_call(&channel, FILTER, empty_cards(16_000_000), None).await;
-    if check {
-        assert_eq!(
-            r.as_ref().map_err(Status::code),
-            Err(Code::ResourceExhausted),
-            "{r:?}"
-        );
-    }
-    settle(&url).await;
-    if !measure(server, "16 MB of empty cards", code(r)) {
-        return out;
+    type Flood = fn(usize) -> Bytes;
+    for (body, name) in [
+        (empty_nodes as Flood, "16 MB of empty nodes"),
+        (empty_cards, "16 MB of empty cards"),
+    ] {
+        server.reset_peak();
+        let r = raw_call(&channel, FILTER, body(16_000_000), None).await;
+        if check {
+            assert_eq!(
+                r.as_ref().map_err(Status::code),
+                Err(Code::ResourceExhausted),
+                "{name}: {r:?}"
+            );
+        }
+        settle(&url).await;
+        if !measure(server, name, code(r)) {
+            return out;
+        }
     }
 
     // 1,000 streams declaring 64 MiB each, sending only the prefix: 10 connections x 100.

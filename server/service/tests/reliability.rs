@@ -642,22 +642,9 @@ fn accept_errors_back_off_with_a_log_line_and_recover() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let grpc: std::net::SocketAddr = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("grpc="))
-        .unwrap()
-        .parse()
-        .unwrap();
-    let metrics: std::net::SocketAddr = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("metrics="))
-        .unwrap()
-        .parse()
-        .unwrap();
+    let line = listening_line(&mut child);
+    let grpc: std::net::SocketAddr = listening_on(&line, "grpc").parse().unwrap();
+    let metrics: std::net::SocketAddr = listening_on(&line, "metrics").parse().unwrap();
     // More connections than the server has descriptors left.
     let conns: Vec<_> = (0..100)
         .filter_map(|_| std::net::TcpStream::connect(grpc).ok())

@@ -168,3 +168,22 @@ pub fn violations(s: &tonic::Status) -> Vec<(String, String)> {
         })
         .unwrap_or_default()
 }
+
+/// The first line a `gpusched-server` child (stdout piped) prints:
+/// `gpusched-server listening grpc=ADDR metrics=ADDR`.
+pub fn listening_line(child: &mut std::process::Child) -> String {
+    use std::io::{BufRead as _, BufReader};
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout piped"))
+        .read_line(&mut line)
+        .unwrap();
+    line
+}
+
+/// The address after `key=` (`grpc` or `metrics`) in [`listening_line`]'s line.
+pub fn listening_on(line: &str, key: &str) -> String {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+        .to_owned()
+}
