@@ -717,14 +717,7 @@ mod tests {
                 assert!(ws.iter().any(|(k, _)| *k == kind), "{kind} missing");
             }
             for (kind, w) in ws {
-                let parsed = gpusched_service::convert::workload_in(
-                    Some(w),
-                    "workload",
-                    &settings.defaults,
-                    &settings.names,
-                    &settings.limits,
-                )
-                .unwrap();
+                let parsed = gpusched_service::pipeline::workload(&settings, w).unwrap();
                 assert!(parsed.requests_gpu(), "{kind}");
                 assert_eq!(parsed.numa_bind, kind == Kind::NumaBind);
             }

@@ -21,11 +21,10 @@ use sha2::Digest as _;
 
 // --- the only lines that name the service's API ------------------------------------------------
 use gpusched_service::ServiceError;
-use gpusched_service::call::{Cancel, Record, State};
-use gpusched_service::placement;
+use gpusched_service::pipeline::{self, Cancel, Record, State};
 
 fn state() -> State {
-    let settings = gpusched_service::config::default_settings().expect("default settings");
+    let settings = gpusched_service::default_settings().expect("default settings");
     State::new(
         settings,
         std::sync::Arc::new(gpusched_service::Metrics::new()),
@@ -33,22 +32,22 @@ fn state() -> State {
 }
 
 fn allocate(st: &State, r: v1::AllocateRequest) -> Result<v1::AllocateResponse, ServiceError> {
-    placement::decide_allocate(st, r, &mut Record::default(), &Cancel::never())
+    pipeline::allocate(st, r, &mut Record::default(), &Cancel::never())
 }
 
 fn filter(st: &State, r: v1::FilterRequest) -> Result<v1::FilterResponse, ServiceError> {
-    placement::decide_filter(st, r, &mut Record::default(), &Cancel::never())
+    pipeline::filter(st, r, &mut Record::default(), &Cancel::never())
 }
 
 fn score(st: &State, r: v1::ScoreRequest) -> Result<v1::ScoreResponse, ServiceError> {
-    placement::decide_score(st, r, &mut Record::default(), &Cancel::never())
+    pipeline::score(st, r, &mut Record::default(), &Cancel::never())
 }
 
 fn batch(
     st: &State,
     r: v1::AllocateBatchRequest,
 ) -> Result<v1::AllocateBatchResponse, ServiceError> {
-    placement::decide_batch(st, r, &mut Record::default(), &Cancel::never())
+    pipeline::allocate_batch(st, r, &mut Record::default(), &Cancel::never())
 }
 // -------------------------------------------------------------------------------------------------
 

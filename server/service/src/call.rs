@@ -17,6 +17,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use crate::config::Settings;
 use crate::error::ServiceError;
 use crate::metrics::Metrics;
+use crate::rpc::Rpc;
 
 /// Shared, read-only state of the service (plus the metrics and the decision permits).
 #[derive(Debug)]
@@ -144,22 +145,6 @@ impl Record {
             .collect::<Vec<_>>()
             .join(",")
     }
-}
-
-/// Parses a `grpc-timeout` header value (`<digits><H|M|S|m|u|n>`).
-pub fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
-    let v = metadata.get("grpc-timeout")?.to_str().ok()?;
-    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n.saturating_mul(3600)),
-        "M" => Duration::from_secs(n.saturating_mul(60)),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
 }
 
 /// When a call's work must stop: its deadline passed, or nobody waits for the answer any more
@@ -290,8 +275,7 @@ impl Drop for StopOnDrop {
 /// held by the work itself, so it is released only when the work has really ended.
 pub async fn run<T, F>(
     state: Arc<State>,
-    service: &'static str,
-    rpc: &'static str,
+    rpc: Rpc,
     metadata: &MetadataMap,
     work_estimate: usize,
     work: F,
@@ -301,6 +285,7 @@ where
     F: FnOnce(&State, &mut Record, &Cancel) -> Result<T, ServiceError> + Send + 'static,
 {
     let started = Instant::now();
+    let (service, rpc) = (rpc.service(), rpc.method());
     let _in_flight = state.metrics.in_flight();
     // DEBUG: exported over OTLP whatever the log level (the trace layer's own filter), but
     // printed in log lines only at debug: at info the one decision line already says what the
@@ -326,7 +311,7 @@ where
     let limits = &state.settings.limits;
     // The caller's deadline is also enforced by tonic's timer (answering CANCELLED); answering a
     // little before it keeps the answer DEADLINE_EXCEEDED.
-    let deadline = grpc_timeout(metadata)
+    let deadline = crate::rpc::grpc_timeout(metadata)
         .map(|t| t.saturating_sub((t / 20).min(Duration::from_millis(2))))
         .map_or(limits.request_timeout, |t| t.min(limits.request_timeout));
     let blocking = work_estimate >= limits.blocking_threshold_cards;

@@ -36,8 +36,9 @@ use tonic::body::Body;
 
 use crate::config::Limits;
 use crate::error::ServiceError;
-use crate::placement::NODE_REFS_HEADER;
-use crate::prescan::{self, Admission, Rpc};
+use crate::prescan;
+use crate::rpc::{Admission, Rpc};
+use gpusched_api::NODE_REFS_HEADER;
 
 /// Bytes per permit of the memory budget (a semaphore counts at most `u32` permits at once).
 const UNIT: usize = 1024;
@@ -226,7 +227,7 @@ where
 /// caller's, not one restarted after decoding.
 fn remaining_timeout(headers: &mut http::HeaderMap, arrived: Instant) {
     let md = tonic::metadata::MetadataMap::from_headers(headers.clone());
-    let Some(timeout) = crate::call::grpc_timeout(&md) else {
+    let Some(timeout) = crate::rpc::grpc_timeout(&md) else {
         return;
     };
     let left = timeout.saturating_sub(arrived.elapsed());

@@ -16,7 +16,6 @@ use gpusched_engine::{
 };
 
 use crate::convert::{self, FailedNodesShown};
-use crate::error::ServiceError;
 
 /// Problems listed in a message; the others are counted (`and N more`).
 const LISTED_PROBLEMS: usize = 8;
@@ -312,23 +311,22 @@ impl Candidates {
                 .sum::<usize>()
     }
 
-    /// The snapshot when every node is valid, else INVALID_ARGUMENT listing every problem
-    /// (named `<node name>: <field>`): for tools that build clusters that must all be usable.
-    pub fn all_valid(self) -> Result<Snapshot, ServiceError> {
+    /// The snapshot when every node is valid, else every problem (named
+    /// `<node name>: <field>`).
+    pub fn all_valid(self) -> Result<Snapshot, Vec<Violation>> {
         if self.invalid.is_empty() {
             return Ok(self.snapshot);
         }
-        Err(ServiceError::InvalidArgument(
-            self.invalid
-                .iter()
-                .flat_map(|x| {
-                    x.problems.iter().map(|p| Violation {
-                        field: format!("{}: {}", x.name, p.field),
-                        ..p.clone()
-                    })
+        Err(self
+            .invalid
+            .iter()
+            .flat_map(|x| {
+                x.problems.iter().map(|p| Violation {
+                    field: format!("{}: {}", x.name, p.field),
+                    ..p.clone()
                 })
-                .collect(),
-        ))
+            })
+            .collect())
     }
 }
 

@@ -10,8 +10,7 @@ use tonic::{Request, Response, Status};
 use crate::call::{Cancel, Record, State, run};
 use crate::convert;
 use crate::error::ServiceError;
-
-const SERVICE: &str = "gpusched.v1.InventoryService";
+use crate::rpc::Rpc;
 
 /// The inventory service.
 #[derive(Debug, Clone)]
@@ -82,14 +81,14 @@ impl InventoryService for InventoryApi {
         request: Request<v1::NormalizeInventoryRequest>,
     ) -> Result<Response<v1::NormalizeInventoryResponse>, Status> {
         let (metadata, extensions, msg) = request.into_parts();
-        self.state
-            .metrics
-            .observe_request_bytes("NormalizeInventory", prost::Message::encoded_len(&msg));
+        self.state.metrics.observe_request_bytes(
+            Rpc::NormalizeInventory.method(),
+            prost::Message::encoded_len(&msg),
+        );
         let work = crate::placement::estimated_work(&extensions, || msg.cards.len());
         run(
             Arc::clone(&self.state),
-            SERVICE,
-            "NormalizeInventory",
+            Rpc::NormalizeInventory,
             &metadata,
             work,
             move |st, r, c| normalize(st, msg, r, c),

@@ -9,14 +9,12 @@ use gpusched_engine::{BatchMode, Workload};
 use tonic::{Request, Response, Status};
 
 use crate::call::{Cancel, Record, State, run};
-use crate::convert::Options;
 use crate::error::{ServiceError, within_limit};
 use crate::invalid_node::Candidates;
-use crate::prescan::Admission;
-use crate::spare::Changed;
+use crate::pipeline::{Inputs, inputs};
+use crate::rpc::{Admission, Rpc};
 use crate::{convert, noderef, nodeset};
-
-const SERVICE: &str = "gpusched.v1.PlacementService";
+use gpusched_api::{NODE_REFS_HEADER, NODE_SETS_HEADER};
 
 /// The placement service.
 #[derive(Debug, Clone)]
@@ -47,33 +45,6 @@ fn describe(record: &mut Record, w: &Workload, c: &Candidates) {
     record.gpu_policy = w.gpu_policy.to_string();
 }
 
-/// Converts the common parts of Filter/Score/Allocate: nodes (whole and by reference), options,
-/// workload. Public for the load tester's in-process pipeline, which must convert exactly as
-/// the service does.
-pub fn inputs(
-    state: &State,
-    nodes: Vec<v1::Node>,
-    node_refs: Vec<v1::NodeRef>,
-    node_set: Option<v1::NodeSetRef>,
-    workload: Option<v1::Workload>,
-    options: Option<v1::PlacementOptions>,
-) -> Result<(Changed, Workload, Options), ServiceError> {
-    let settings = &state.settings;
-    noderef::check_limits(&nodes, &node_refs, &settings.limits)?;
-    let o = convert::options_in(options, &settings.defaults)?;
-    // Workload problems are reported before node problems: an invalid workload is rejected
-    // "before any node is looked at".
-    let w = convert::workload_in(
-        workload,
-        "workload",
-        &o.defaults,
-        &settings.names,
-        &settings.limits,
-    )?;
-    let c = nodeset::candidates(state, nodes, node_refs, node_set)?;
-    Ok((c, w, o))
-}
-
 /// The request's estimated work, as counted at intake ([`Admission`]), deciding inline or on
 /// the blocking pool: 0 (inline) for a call that already runs on the blocking pool; `fallback`
 /// when the call did not come through the intake layer.
@@ -99,11 +70,14 @@ fn evaluated(
     options: Option<v1::PlacementOptions>,
     record: &mut Record,
     cancel: &Cancel,
-) -> Result<(Changed, Workload, engine::Evaluation), ServiceError> {
-    let (c, w, o) = inputs(state, nodes, node_refs, node_set, workload, options)?;
-    describe(record, &w, &c);
-    let e = engine::evaluate_until(&c.snapshot, &w, o.decide, &|| cancel.stopped())
-        .map_err(|_| cancel.abandoned())?;
+) -> Result<(Inputs, engine::Evaluation), ServiceError> {
+    let i = inputs(state, nodes, node_refs, node_set, workload, options)?;
+    let c: &Candidates = &i.candidates;
+    describe(record, &i.workload, c);
+    let e = engine::evaluate_until(&c.snapshot, &i.workload, i.options.decide, &|| {
+        cancel.stopped()
+    })
+    .map_err(|_| cancel.abandoned())?;
     record.add_rejections(
         e.failed
             .iter()
@@ -118,7 +92,7 @@ fn evaluated(
         "feasible"
     };
     record.decision = true;
-    Ok((c, w, e))
+    Ok((i, e))
 }
 
 /// The synchronous decision of `Filter` (the handler runs it through `call::run`; public for
@@ -136,24 +110,10 @@ pub fn decide_filter(
         node_refs,
         node_set,
     } = req;
-    let (c, w, e) = evaluated(
+    let (i, e) = evaluated(
         state, nodes, node_refs, node_set, workload, options, record, cancel,
     )?;
-    let s = &c.snapshot;
-    let mut names: Vec<String> = e
-        .feasible
-        .iter()
-        .filter_map(|f| s.node(f.node).map(|n| n.name().to_owned()))
-        .collect();
-    names.sort();
-    let response = v1::FilterResponse {
-        feasible_node_names: names,
-        failed_nodes: c.failed_with_invalid(convert::failed_out(s, &w, &e.failed)),
-        effective_policy: Some(convert::effective_out(&w)),
-        requests_gpu: e.requests_gpu,
-        explanations: convert::explanations_out(s, &w, &e.explanations),
-    };
-    within_limit(response, state.settings.limits.max_message_bytes)
+    within_limit(i.filter(&e), state.settings.limits.max_message_bytes)
 }
 
 /// The synchronous decision of `Score` (the handler runs it through `call::run`; public for
@@ -171,22 +131,10 @@ pub fn decide_score(
         node_refs,
         node_set,
     } = req;
-    let (c, w, e) = evaluated(
+    let (i, e) = evaluated(
         state, nodes, node_refs, node_set, workload, options, record, cancel,
     )?;
-    let s = &c.snapshot;
-    let response = v1::ScoreResponse {
-        scores: e
-            .feasible
-            .iter()
-            .map(|f| convert::score_out(s, f))
-            .collect(),
-        failed_nodes: c.failed_with_invalid(convert::failed_out(s, &w, &e.failed)),
-        effective_policy: Some(convert::effective_out(&w)),
-        requests_gpu: e.requests_gpu,
-        explanations: convert::explanations_out(s, &w, &e.explanations),
-    };
-    within_limit(response, state.settings.limits.max_message_bytes)
+    within_limit(i.score(&e), state.settings.limits.max_message_bytes)
 }
 
 fn allocation_result(a: &engine::Allocation) -> &'static str {
@@ -213,9 +161,9 @@ pub fn decide_allocate(
         node_refs,
         node_set,
     } = req;
-    let (mut c, w, o) = inputs(state, nodes, node_refs, node_set, workload, options)?;
+    let mut i = inputs(state, nodes, node_refs, node_set, workload, options)?;
     if !restrict_to_node_names.is_empty() {
-        let missing = c.retain_names(&restrict_to_node_names);
+        let missing = i.candidates.retain_names(&restrict_to_node_names);
         if !missing.is_empty() {
             return Err(ServiceError::InvalidArgument(vec![engine::Violation::new(
                 engine::ViolationKind::UnknownReference,
@@ -224,9 +172,12 @@ pub fn decide_allocate(
             )]));
         }
     }
-    describe(record, &w, &c);
-    let a = engine::allocate_until(&c.snapshot, &w, o.decide, &|| cancel.stopped())
-        .map_err(|_| cancel.abandoned())?;
+    let c: &Candidates = &i.candidates;
+    describe(record, &i.workload, c);
+    let a = engine::allocate_until(&c.snapshot, &i.workload, i.options.decide, &|| {
+        cancel.stopped()
+    })
+    .map_err(|_| cancel.abandoned())?;
     record.add_rejections(
         a.failed
             .iter()
@@ -235,7 +186,7 @@ pub fn decide_allocate(
     );
     record.result = allocation_result(&a);
     record.decision = true;
-    let result = c.allocation_out(&c.snapshot, &w, &a, false, o.failed_nodes);
+    let result = i.allocation(&a);
     record.chosen = (!result.node_name.is_empty()).then(|| result.node_name.clone());
     within_limit(
         v1::AllocateResponse {
@@ -432,16 +383,6 @@ pub fn decide_validate(
     }
 }
 
-/// The response metadata (header) every PlacementService answer carries, successes and errors
-/// alike: this server reads `node_refs`. Clients send nodes whole until they have seen it, so a
-/// server that predates `node_refs` (and would ignore them) is never sent references. See
-/// server/SERVER-CONTRACT.md.
-pub const NODE_REFS_HEADER: &str = "gpusched-node-refs";
-
-/// The response metadata (header) every PlacementService answer carries: this server reads
-/// `node_set` (NodeSetRef). Clients name a base set only after they have seen it.
-pub const NODE_SETS_HEADER: &str = "gpusched-node-sets";
-
 /// Adds [`NODE_REFS_HEADER`] and [`NODE_SETS_HEADER`] to a response or a status.
 fn advertised<M: Advertise>(mut m: M) -> M {
     m.metadata_mut().insert(
@@ -480,12 +421,11 @@ impl PlacementService for PlacementApi {
         let (metadata, extensions, msg) = request.into_parts();
         self.state
             .metrics
-            .observe_request_bytes("Filter", prost::Message::encoded_len(&msg));
+            .observe_request_bytes(Rpc::Filter.method(), prost::Message::encoded_len(&msg));
         let work = estimated_work(&extensions, || card_count(&msg.nodes, &msg.node_refs));
         run(
             Arc::clone(&self.state),
-            SERVICE,
-            "Filter",
+            Rpc::Filter,
             &metadata,
             work,
             move |st, r, c| decide_filter(st, msg, r, c),
@@ -501,12 +441,11 @@ impl PlacementService for PlacementApi {
         let (metadata, extensions, msg) = request.into_parts();
         self.state
             .metrics
-            .observe_request_bytes("Score", prost::Message::encoded_len(&msg));
+            .observe_request_bytes(Rpc::Score.method(), prost::Message::encoded_len(&msg));
         let work = estimated_work(&extensions, || card_count(&msg.nodes, &msg.node_refs));
         run(
             Arc::clone(&self.state),
-            SERVICE,
-            "Score",
+            Rpc::Score,
             &metadata,
             work,
             move |st, r, c| decide_score(st, msg, r, c),
@@ -522,12 +461,11 @@ impl PlacementService for PlacementApi {
         let (metadata, extensions, msg) = request.into_parts();
         self.state
             .metrics
-            .observe_request_bytes("Allocate", prost::Message::encoded_len(&msg));
+            .observe_request_bytes(Rpc::Allocate.method(), prost::Message::encoded_len(&msg));
         let work = estimated_work(&extensions, || card_count(&msg.nodes, &msg.node_refs));
         run(
             Arc::clone(&self.state),
-            SERVICE,
-            "Allocate",
+            Rpc::Allocate,
             &metadata,
             work,
             move |st, r, c| decide_allocate(st, msg, r, c),
@@ -541,16 +479,16 @@ impl PlacementService for PlacementApi {
         request: Request<v1::AllocateBatchRequest>,
     ) -> Result<Response<v1::AllocateBatchResponse>, Status> {
         let (metadata, extensions, msg) = request.into_parts();
-        self.state
-            .metrics
-            .observe_request_bytes("AllocateBatch", prost::Message::encoded_len(&msg));
+        self.state.metrics.observe_request_bytes(
+            Rpc::AllocateBatch.method(),
+            prost::Message::encoded_len(&msg),
+        );
         let work = estimated_work(&extensions, || {
             card_count(&msg.nodes, &msg.node_refs).saturating_mul(msg.workloads.len().max(1))
         });
         run(
             Arc::clone(&self.state),
-            SERVICE,
-            "AllocateBatch",
+            Rpc::AllocateBatch,
             &metadata,
             work,
             move |st, r, c| decide_batch(st, msg, r, c),
@@ -564,13 +502,13 @@ impl PlacementService for PlacementApi {
         request: Request<v1::ValidateWorkloadRequest>,
     ) -> Result<Response<v1::ValidateWorkloadResponse>, Status> {
         let (metadata, extensions, msg) = request.into_parts();
-        self.state
-            .metrics
-            .observe_request_bytes("ValidateWorkload", prost::Message::encoded_len(&msg));
+        self.state.metrics.observe_request_bytes(
+            Rpc::ValidateWorkload.method(),
+            prost::Message::encoded_len(&msg),
+        );
         run(
             Arc::clone(&self.state),
-            SERVICE,
-            "ValidateWorkload",
+            Rpc::ValidateWorkload,
             &metadata,
             estimated_work(&extensions, || 0),
             move |st, r, c| decide_validate(st, msg, r, c),

@@ -17,57 +17,7 @@ use gpusched_engine::{self as engine, Violation, ViolationKind};
 use crate::config::Limits;
 use crate::error::ServiceError;
 use crate::noderef::ASSUMED_CARDS_PER_REF;
-
-/// The unary RPCs whose requests are counted (health and reflection are not).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Rpc {
-    /// `PlacementService/Filter`.
-    Filter,
-    /// `PlacementService/Score`.
-    Score,
-    /// `PlacementService/Allocate`.
-    Allocate,
-    /// `PlacementService/AllocateBatch`.
-    AllocateBatch,
-    /// `PlacementService/ValidateWorkload`.
-    ValidateWorkload,
-    /// `InventoryService/NormalizeInventory`.
-    NormalizeInventory,
-}
-
-impl Rpc {
-    /// The RPC of an HTTP/2 request path.
-    pub fn from_path(path: &str) -> Option<Rpc> {
-        Some(match path {
-            "/gpusched.v1.PlacementService/Filter" => Rpc::Filter,
-            "/gpusched.v1.PlacementService/Score" => Rpc::Score,
-            "/gpusched.v1.PlacementService/Allocate" => Rpc::Allocate,
-            "/gpusched.v1.PlacementService/AllocateBatch" => Rpc::AllocateBatch,
-            "/gpusched.v1.PlacementService/ValidateWorkload" => Rpc::ValidateWorkload,
-            "/gpusched.v1.InventoryService/NormalizeInventory" => Rpc::NormalizeInventory,
-            _ => return None,
-        })
-    }
-
-    /// Whether it is a `PlacementService` RPC.
-    pub fn is_placement(self) -> bool {
-        !matches!(self, Rpc::NormalizeInventory)
-    }
-}
-
-/// What counting a request found: the estimates it is admitted with.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Admission {
-    /// Estimated peak memory of the call, bytes: the encoded request, the decoded and
-    /// converted structures, and the answer (see [`WIRE_FACTOR`] and the per-entry costs).
-    pub memory: usize,
-    /// Estimated work, in card evaluations: cards x (containers + 1) x workloads (twice with
-    /// explanations), plus one per counted entry (conversion) and per card and filter entry.
-    pub work: usize,
-    /// The call already runs on the blocking pool (a large message, see `intake`): its
-    /// decision runs there inline.
-    pub offloaded: bool,
-}
+use crate::rpc::{Admission, Rpc};
 
 /// Bytes of memory charged per byte of the encoded request, on top of the per-entry costs: the
 /// received body (once, twice while its chunks are joined), the decoded strings and bytes, and

@@ -390,7 +390,7 @@ async fn every_answer_is_counted_by_the_code_the_client_read() {
         *seen
             .entry((
                 rpc.to_owned(),
-                gpusched_service::edge::outcome(code).to_owned(),
+                gpusched_service::testing::outcome(code).to_owned(),
             ))
             .or_default() += 1;
     };
