@@ -27,9 +27,9 @@ pub struct State {
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// Converted node parts sent by reference (an optimisation; see `node_cache`).
-    pub node_cache: crate::node_cache::NodeCache,
+    pub node_cache: crate::cache::nodes::NodeCache,
     /// Candidate sets kept by digest (an optimisation; see `set_cache`).
-    pub node_sets: crate::set_cache::SetCache,
+    pub node_sets: crate::cache::sets::SetCache,
     permits: Arc<Semaphore>,
     /// Calls waiting for a permit now (bounded by `limits.max_queued_requests`).
     queued: AtomicUsize,
@@ -40,9 +40,11 @@ impl State {
     pub fn new(settings: Settings, metrics: Arc<Metrics>) -> Self {
         let permits = Arc::new(Semaphore::new(settings.limits.max_concurrent_requests));
         let node_cache =
-            crate::node_cache::NodeCache::new(&settings.node_cache, metrics.node_cache.clone());
-        let node_sets =
-            crate::set_cache::SetCache::new(settings.node_sets.clone(), metrics.node_sets.clone());
+            crate::cache::nodes::NodeCache::new(&settings.node_cache, metrics.node_cache.clone());
+        let node_sets = crate::cache::sets::SetCache::new(
+            settings.node_sets.clone(),
+            metrics.node_sets.clone(),
+        );
         State {
             node_cache,
             node_sets,

@@ -12,6 +12,7 @@
 //! Everything else is private: `ARCHITECTURE.md` (docs/) walks the request path through it.
 
 mod accept;
+mod cache;
 mod call;
 mod config;
 mod convert;
@@ -21,7 +22,6 @@ mod intake;
 mod invalid_node;
 mod inventory;
 mod metrics;
-mod node_cache;
 mod noderef;
 mod nodeset;
 pub mod pipeline;
@@ -29,8 +29,6 @@ mod placement;
 mod prescan;
 mod rpc;
 mod server;
-mod set_cache;
-mod spare;
 mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;

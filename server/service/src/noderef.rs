@@ -15,12 +15,13 @@ use gpusched_api::v1;
 use gpusched_engine::{Node, Violation, ViolationKind};
 use prost::Message;
 
+use crate::cache::digest::{Digest, Part};
+use crate::cache::nodes::{UsageList, Value};
 use crate::call::State;
 use crate::config::Limits;
 use crate::convert::{self, NodeAt};
 use crate::error::{Missing, ServiceError};
 use crate::invalid_node::{Candidates, InvalidNode};
-use crate::node_cache::{Digest, Part, UsageList, Value};
 
 /// Cards assumed per referenced node when sizing a request before its references are
 /// resolved (only chooses between deciding inline and on the blocking pool).

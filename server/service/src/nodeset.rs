@@ -10,15 +10,12 @@
 use gpusched_api::v1;
 use gpusched_engine::{ChangeError, Violation, ViolationKind};
 
+use crate::cache::digest::Digest;
+use crate::cache::spare::Changed;
 use crate::call::State;
 use crate::error::ServiceError;
 use crate::invalid_node::Candidates;
-use crate::node_cache::Digest;
 use crate::noderef;
-use crate::spare::Changed;
-
-/// Bytes hashed per reference in a set digest (inventory hash, usage hash).
-const PER_REF: u64 = 64;
 
 /// A checked `NodeSetRef`.
 enum SetOp {
@@ -73,35 +70,6 @@ fn op_in(set: v1::NodeSetRef, whole_nodes: usize) -> Result<Option<SetOp>, Servi
     }
 }
 
-/// The digest a set of these references is kept under (see `NodeSetRef` in types.proto), or
-/// `None` when a reference is malformed (the conversion reports it).
-pub fn set_digest(refs: &[v1::NodeRef]) -> Option<Digest> {
-    use sha2::Digest as _;
-    let mut h = sha2::Sha256::new();
-    let part = |bytes: &[u8], d: Option<&v1::Digest>, absent: [u8; 32]| -> Option<[u8; 32]> {
-        match d {
-            Some(d) => d.hash.as_slice().try_into().ok(),
-            None if !bytes.is_empty() => Some(Digest::of(bytes).hash),
-            None => Some(absent),
-        }
-    };
-    for r in refs {
-        // An inventory is required: neither bytes nor digest is malformed.
-        let inv = if r.inventory.is_empty() && r.inventory_digest.is_none() {
-            None
-        } else {
-            part(&r.inventory, r.inventory_digest.as_ref(), [0; 32])
-        }?;
-        let usage = part(&r.usage, r.usage_digest.as_ref(), [0; 32])?;
-        h.update(inv);
-        h.update(usage);
-    }
-    Some(Digest {
-        hash: h.finalize().into(),
-        size_bytes: PER_REF * refs.len() as u64,
-    })
-}
-
 /// The candidate nodes of a request: whole nodes and references, as a change to a kept set
 /// when `node_set` names a base, kept as a set when it asks to (invalid nodes included: a set
 /// is the candidates of the node list, as sent).
@@ -118,7 +86,7 @@ pub fn candidates(
     match op {
         None => noderef::candidates_in(state, nodes, refs).map(Changed::from),
         Some(SetOp::Keep) => {
-            let digest = set_digest(&refs);
+            let digest = Digest::of_set(&refs);
             let s = noderef::candidates_in(state, nodes, refs)?;
             if let Some(d) = digest {
                 state.node_sets.insert(d, s.clone());

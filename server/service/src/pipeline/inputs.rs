@@ -4,12 +4,12 @@
 use gpusched_api::v1;
 use gpusched_engine::{Allocation, DecideOptions, Evaluation, Snapshot, Workload};
 
+use crate::cache::spare::Changed;
 use crate::call::State;
 use crate::config::Settings;
 use crate::convert::{self, Options};
 use crate::error::ServiceError;
 use crate::invalid_node::Candidates;
-use crate::spare::Changed;
 use crate::{noderef, nodeset};
 
 /// The converted inputs of a Filter, Score or Allocate: the candidate nodes, the workload and
