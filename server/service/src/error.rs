@@ -186,31 +186,6 @@ impl ServiceError {
     }
 }
 
-/// RESOURCE_EXHAUSTED for an answer of `bytes` over `limit` (`limits.max_message_bytes`):
-/// checked before tonic encodes it (tonic would answer OUT_OF_RANGE "encoded message length
-/// too large" after building it).
-pub fn answer_too_large(bytes: usize, limit: usize) -> ServiceError {
-    ServiceError::TooLarge(vec![Violation::new(
-        gpusched_engine::ViolationKind::LimitExceeded,
-        "response",
-        format!(
-            "the answer would be {bytes} bytes or more, over the limit of {limit} \
-             (limits.max_message_bytes): ask for less (fewer nodes or workloads, no explain, \
-             no updated nodes)"
-        ),
-    )])
-}
-
-/// `msg` when its encoding fits in `limit` bytes, else [`answer_too_large`].
-pub fn within_limit<T: prost::Message>(msg: T, limit: usize) -> Result<T, ServiceError> {
-    let bytes = msg.encoded_len();
-    if bytes > limit {
-        Err(answer_too_large(bytes, limit))
-    } else {
-        Ok(msg)
-    }
-}
-
 /// The domain of every `google.rpc.ErrorInfo` the service sends.
 pub const ERROR_DOMAIN: &str = "gpusched.io";
 

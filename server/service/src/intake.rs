@@ -28,7 +28,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use gpusched_engine::{Violation, ViolationKind};
 use http_body::{Body as _, Frame};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
@@ -313,16 +312,7 @@ impl Shared {
                 compressed = prefix[0] != 0;
                 let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]);
                 let len = usize::try_from(len).unwrap_or(usize::MAX);
-                if len > limits.max_message_bytes {
-                    return Err(ServiceError::TooLarge(vec![Violation::new(
-                        ViolationKind::LimitExceeded,
-                        "request",
-                        format!(
-                            "the request message of {len} bytes exceeds the limit of {} (limits.max_message_bytes)",
-                            limits.max_message_bytes
-                        ),
-                    )]));
-                }
+                crate::pipeline::limits::message(len, limits)?;
                 let framed = PREFIX + len;
                 // Receiving: the chunks, then joining them.
                 charge = Some(self.budget.charge(charge, 2 * framed)?);

@@ -8,7 +8,7 @@ use gpusched_engine as engine;
 use tonic::{Request, Response, Status};
 
 use crate::call::{Cancel, Record, State, run};
-use crate::convert;
+use crate::convert::{inventory, node};
 use crate::error::ServiceError;
 use crate::rpc::Rpc;
 
@@ -38,21 +38,11 @@ pub fn normalize(
         config,
     } = req;
     let limits = &state.settings.limits;
-    if cards.len() > limits.max_cards_per_node {
-        return Err(ServiceError::TooLarge(vec![engine::Violation::new(
-            engine::ViolationKind::LimitExceeded,
-            "cards",
-            format!(
-                "{} cards exceed the limit of {} per node (limits.max_cards_per_node)",
-                cards.len(),
-                limits.max_cards_per_node
-            ),
-        )]));
-    }
+    crate::pipeline::limits::inventory_cards(cards.len(), limits)?;
     record.workload = node_name.clone();
     record.cards = cards.len();
-    let config = convert::normalization_in(config, &state.settings.normalization);
-    let raw = convert::raw_cards_in(cards)?;
+    let config = inventory::normalization_in(config, &state.settings.normalization);
+    let raw = inventory::raw_cards_in(cards)?;
     let inv = engine::normalize_inventory(&node_name, &raw, &config)?;
     record.result = "normalized";
     let engine::NormalizedInventory {
@@ -60,15 +50,15 @@ pub fn normalize(
         pair_scores,
         skipped,
     } = inv;
-    crate::error::within_limit(
+    crate::pipeline::limits::answer(
         v1::NormalizeInventoryResponse {
-            cards: cards.iter().map(convert::card_out).collect(),
-            pair_scores: convert::pairs_out(&pair_scores),
+            cards: cards.iter().map(node::card_out).collect(),
+            pair_scores: node::pairs_out(&pair_scores),
             skipped: skipped
                 .into_iter()
                 .map(|(uuid, reason)| v1::SkippedCard { uuid, reason })
                 .collect(),
-            effective_config: Some(convert::normalization_out(&config)),
+            effective_config: Some(inventory::normalization_out(&config)),
         },
         limits.max_message_bytes,
     )

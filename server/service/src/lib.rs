@@ -14,12 +14,12 @@
 mod accept;
 mod cache;
 mod call;
+mod candidates;
 mod config;
 mod convert;
 mod edge;
 mod error;
 mod intake;
-mod invalid_node;
 mod inventory;
 mod metrics;
 mod noderef;

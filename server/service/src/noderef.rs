@@ -1,6 +1,6 @@
 //! Candidate nodes sent whole (`nodes`) and by reference (`node_refs`): resolving references
 //! through the node cache, converting inline parts with the one node conversion
-//! ([`convert::node_checked`], validated by [`Node::new`]) and caching them as engine nodes (or,
+//! ([`checked`](crate::pipeline::resolve::build::checked), validated by [`Node::new`]) and caching them as engine nodes (or,
 //! for an inventory that is invalid itself, as that verdict), and building the candidates from
 //! shared nodes ([`Snapshot::from_nodes`]: no node is copied).
 //!
@@ -18,40 +18,15 @@ use prost::Message;
 use crate::cache::digest::{Digest, Part};
 use crate::cache::nodes::{UsageList, Value};
 use crate::call::State;
-use crate::config::Limits;
-use crate::convert::{self, NodeAt};
+use crate::candidates::{Candidates, InvalidNode};
+use crate::convert::node::{NodeAt, usage_in};
 use crate::error::{Missing, ServiceError};
-use crate::invalid_node::{Candidates, InvalidNode};
+use crate::pipeline::resolve::build::{checked, duplicate_names};
+use crate::pipeline::resolve::whole;
 
 /// Cards assumed per referenced node when sizing a request before its references are
 /// resolved (only chooses between deciding inline and on the blocking pool).
 pub const ASSUMED_CARDS_PER_REF: usize = 8;
-
-/// Checks the node count of a request, and the card count of its whole nodes, before any
-/// conversion work (referenced nodes' cards are counted once resolved).
-pub fn check_limits(
-    nodes: &[v1::Node],
-    refs: &[v1::NodeRef],
-    limits: &Limits,
-) -> Result<(), ServiceError> {
-    if refs.is_empty() {
-        return convert::check_node_limits(nodes, limits).map(|_| ());
-    }
-    let total = nodes.len() + refs.len();
-    if total > limits.max_nodes {
-        return Err(ServiceError::TooLarge(vec![Violation::new(
-            ViolationKind::LimitExceeded,
-            "nodes",
-            format!(
-                "{total} nodes ({} whole, {} by reference) exceed the limit of {} (limits.max_nodes)",
-                nodes.len(),
-                refs.len(),
-                limits.max_nodes
-            ),
-        )]));
-    }
-    convert::check_node_limits(nodes, limits).map(|_| ())
-}
 
 /// The digest of a `Digest` field, checked; `None` (with a violation) when malformed.
 pub fn digest_in(
@@ -206,7 +181,7 @@ fn inventory_in(
         }
     };
     let settings = &state.settings;
-    match convert::node_checked(
+    match checked(
         node,
         NodeAt::Ref(i),
         &settings.names,
@@ -250,7 +225,7 @@ fn usage_part_in(i: usize, bytes: &[u8], violations: &mut Vec<Violation>) -> Opt
                 format!("duplicate card id {card_id:?} (also cards[{first}])"),
             ));
         }
-        list.push((card_id, convert::usage_in(usage)));
+        list.push((card_id, usage_in(usage)));
     }
     (violations.len() == before).then(|| Value::Usage(Arc::new(list)))
 }
@@ -263,7 +238,7 @@ pub fn candidates_in(
 ) -> Result<Candidates, ServiceError> {
     let settings = &state.settings;
     if refs.is_empty() {
-        return convert::candidates_in(nodes, &settings.names, &settings.limits);
+        return whole::candidates_in(nodes, &settings.names, &settings.limits);
     }
     let whole = nodes.len();
     let mut violations = Vec::new();
@@ -278,7 +253,7 @@ pub fn candidates_in(
     let mut cards = 0usize;
     for (i, n) in nodes.into_iter().enumerate() {
         cards += n.cards.len();
-        match convert::node_checked(
+        match checked(
             n,
             NodeAt::Whole(i),
             &settings.names,
@@ -413,7 +388,7 @@ pub fn candidates_in(
     }
     let duplicates = || {
         let names: Vec<&str> = at.iter().map(|a| a.name(&shared, &invalid)).collect();
-        convert::duplicate_names(&names, |k| {
+        duplicate_names(&names, |k| {
             if k < whole {
                 NodeAt::Whole(k).to_string()
             } else {
@@ -428,16 +403,7 @@ pub fn candidates_in(
     if !missing.is_empty() {
         return Err(ServiceError::Missing(missing));
     }
-    if cards > limits.max_cards {
-        return Err(ServiceError::TooLarge(vec![Violation::new(
-            ViolationKind::LimitExceeded,
-            "nodes",
-            format!(
-                "{cards} cards exceed the limit of {} (limits.max_cards)",
-                limits.max_cards
-            ),
-        )]));
-    }
+    crate::pipeline::limits::request_cards(cards, limits)?;
     Candidates::unique(&shared, &invalid, duplicates).map_err(ServiceError::InvalidArgument)
 }
 

@@ -14,7 +14,6 @@ use crate::cache::digest::Digest;
 use crate::cache::spare::Changed;
 use crate::call::State;
 use crate::error::ServiceError;
-use crate::invalid_node::Candidates;
 use crate::noderef;
 
 /// A checked `NodeSetRef`.
@@ -124,7 +123,7 @@ pub fn candidates(
                         .into()
                 }
             };
-            within_limits(&s, state)?;
+            crate::pipeline::limits::changed_set(&s, &state.settings.limits)?;
             Ok(s)
         }
     }
@@ -147,32 +146,4 @@ fn errors_out(errors: Vec<ChangeError>) -> Vec<Violation> {
             )
         })
         .collect()
-}
-
-/// The changed set within the request limits (a base plus additions can outgrow them; cards of
-/// invalid nodes count, as sent).
-fn within_limits(s: &Candidates, state: &State) -> Result<(), ServiceError> {
-    let limits = &state.settings.limits;
-    let (nodes, cards) = (s.len(), s.card_count());
-    let over = if nodes > limits.max_nodes {
-        Some(format!(
-            "{nodes} nodes (base set and changes) exceed the limit of {} (limits.max_nodes)",
-            limits.max_nodes
-        ))
-    } else if cards > limits.max_cards {
-        Some(format!(
-            "{cards} cards (base set and changes) exceed the limit of {} (limits.max_cards)",
-            limits.max_cards
-        ))
-    } else {
-        None
-    };
-    match over {
-        Some(what) => Err(ServiceError::TooLarge(vec![Violation::new(
-            ViolationKind::LimitExceeded,
-            "node_set",
-            what,
-        )])),
-        None => Ok(()),
-    }
 }

@@ -9,11 +9,15 @@ use gpusched_engine::{BatchMode, Workload};
 use tonic::{Request, Response, Status};
 
 use crate::call::{Cancel, Record, State, run};
-use crate::error::{ServiceError, within_limit};
-use crate::invalid_node::Candidates;
+use crate::candidates::Candidates;
+use crate::convert::options::options_in;
+use crate::convert::{answer, node};
+use crate::error::ServiceError;
+use crate::pipeline::limits;
+use crate::pipeline::workload_in;
 use crate::pipeline::{Inputs, inputs};
 use crate::rpc::{Admission, Rpc};
-use crate::{convert, noderef, nodeset};
+use crate::{noderef, nodeset};
 use gpusched_api::{NODE_REFS_HEADER, NODE_SETS_HEADER};
 
 /// The placement service.
@@ -113,7 +117,7 @@ pub fn decide_filter(
     let (i, e) = evaluated(
         state, nodes, node_refs, node_set, workload, options, record, cancel,
     )?;
-    within_limit(i.filter(&e), state.settings.limits.max_message_bytes)
+    limits::answer(i.filter(&e), state.settings.limits.max_message_bytes)
 }
 
 /// The synchronous decision of `Score` (the handler runs it through `call::run`; public for
@@ -134,7 +138,7 @@ pub fn decide_score(
     let (i, e) = evaluated(
         state, nodes, node_refs, node_set, workload, options, record, cancel,
     )?;
-    within_limit(i.score(&e), state.settings.limits.max_message_bytes)
+    limits::answer(i.score(&e), state.settings.limits.max_message_bytes)
 }
 
 fn allocation_result(a: &engine::Allocation) -> &'static str {
@@ -188,7 +192,7 @@ pub fn decide_allocate(
     record.decision = true;
     let result = i.allocation(&a);
     record.chosen = (!result.node_name.is_empty()).then(|| result.node_name.clone());
-    within_limit(
+    limits::answer(
         v1::AllocateResponse {
             result: Some(result),
         },
@@ -214,17 +218,7 @@ pub fn decide_batch(
         node_set,
     } = req;
     let settings = &state.settings;
-    if workloads.len() > settings.limits.max_workloads {
-        return Err(ServiceError::TooLarge(vec![engine::Violation::new(
-            engine::ViolationKind::LimitExceeded,
-            "workloads",
-            format!(
-                "{} workloads exceed the limit of {} (limits.max_workloads)",
-                workloads.len(),
-                settings.limits.max_workloads
-            ),
-        )]));
-    }
+    limits::workloads(workloads.len(), &settings.limits)?;
     if workloads.is_empty() {
         return Err(ServiceError::InvalidArgument(vec![engine::Violation::new(
             engine::ViolationKind::MissingField,
@@ -232,12 +226,12 @@ pub fn decide_batch(
             "at least one workload is required",
         )]));
     }
-    noderef::check_limits(&nodes, &node_refs, &settings.limits)?;
-    let o = convert::options_in(options, &settings.defaults)?;
+    limits::nodes(&nodes, &node_refs, &settings.limits)?;
+    let o = options_in(options, &settings.defaults)?;
     let mut parsed = Vec::with_capacity(workloads.len());
     let mut violations = Vec::new();
     for (i, w) in workloads.into_iter().enumerate() {
-        match convert::workload_in(
+        match workload_in(
             Some(w),
             &format!("workloads[{i}]"),
             &o.defaults,
@@ -291,7 +285,8 @@ pub fn decide_batch(
     let mut bytes = 0usize;
     let mut results = Vec::with_capacity(out.items.len());
     for (item, w) in out.items.iter().zip(&parsed) {
-        let r = c.allocation_out(
+        let r = answer::allocation_out(
+            &c,
             &out.snapshot,
             w,
             &item.allocation,
@@ -300,22 +295,22 @@ pub fn decide_batch(
         );
         bytes += prost::encoding::message::encoded_len(1, &r);
         if bytes > limit {
-            return Err(crate::error::answer_too_large(bytes, limit));
+            return Err(limits::answer_too_large(bytes, limit));
         }
         results.push(r);
     }
     let mut updated_nodes = Vec::new();
     if return_updated_nodes {
         for n in out.snapshot.nodes() {
-            let n = convert::node_out(n);
+            let n = node::node_out(n);
             bytes += prost::encoding::message::encoded_len(3, &n);
             if bytes > limit {
-                return Err(crate::error::answer_too_large(bytes, limit));
+                return Err(limits::answer_too_large(bytes, limit));
             }
             updated_nodes.push(n);
         }
     }
-    within_limit(
+    limits::answer(
         v1::AllocateBatchResponse {
             results,
             all_placed: out.all_placed,
@@ -335,12 +330,12 @@ pub fn decide_validate(
 ) -> Result<v1::ValidateWorkloadResponse, ServiceError> {
     let v1::ValidateWorkloadRequest { workload, options } = req;
     let settings = &state.settings;
-    let o = convert::options_in(options, &settings.defaults)?;
+    let o = options_in(options, &settings.defaults)?;
     record.workload = workload
         .as_ref()
         .map(|w| w.name.clone())
         .unwrap_or_default();
-    match convert::workload_in(
+    match workload_in(
         workload,
         "workload",
         &o.defaults,
@@ -354,8 +349,8 @@ pub fn decide_validate(
                 valid: true,
                 violations: Vec::new(),
                 requests_gpu,
-                effective_policy: requests_gpu.then(|| convert::effective_out(&w)),
-                containers: convert::resolved_out(&w),
+                effective_policy: requests_gpu.then(|| answer::effective_out(&w)),
+                containers: answer::resolved_out(&w),
             })
         }
         Err(ServiceError::InvalidArgument(v))
@@ -369,7 +364,7 @@ pub fn decide_validate(
                 violations: v
                     .into_iter()
                     .map(|x| v1::Violation {
-                        reason: convert::violation_reason_out(x.kind) as i32,
+                        reason: answer::violation_reason_out(x.kind) as i32,
                         field: x.field,
                         description: x.description,
                     })

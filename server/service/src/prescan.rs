@@ -12,11 +12,12 @@
 //! what was counted up to there is still checked.
 
 use gpusched_api::v1;
-use gpusched_engine::{self as engine, Violation, ViolationKind};
+use gpusched_engine::{self as engine, Violation};
 
 use crate::config::Limits;
 use crate::error::ServiceError;
 use crate::noderef::ASSUMED_CARDS_PER_REF;
+use crate::pipeline::limits::{self, Limit};
 use crate::rpc::{Admission, Rpc};
 
 /// Bytes of memory charged per byte of the encoded request, on top of the per-entry costs: the
@@ -328,13 +329,15 @@ impl<'l> Scan<'l> {
         }
     }
 
-    fn violation(&mut self, field: impl FnOnce() -> String, description: impl FnOnce() -> String) {
+    /// `n` of `what` (on `field`) against `limit` (the violation built only when over, and
+    /// kept only while fewer than [`MAX_REPORTED`] are).
+    fn over(&mut self, limit: Limit, n: usize, field: impl FnOnce() -> String, what: &str) {
+        if !limit.exceeded_by(n, self.limits) {
+            return;
+        }
         if self.violations.len() < MAX_REPORTED {
-            self.violations.push(Violation::new(
-                ViolationKind::LimitExceeded,
-                field(),
-                description(),
-            ));
+            self.violations
+                .push(limit.violation(self.limits, field(), n, what));
         } else {
             self.left_out += 1;
         }
@@ -342,12 +345,7 @@ impl<'l> Scan<'l> {
 
     /// A list of `n` entries against `limits.max_list_entries`.
     fn list(&mut self, n: usize, field: impl FnOnce() -> String) {
-        let max = self.limits.max_list_entries;
-        if n > max {
-            self.violation(field, || {
-                format!("{n} entries exceed the limit of {max} (limits.max_list_entries)")
-            });
-        }
+        self.over(Limit::ListEntries, n, field, "entries");
     }
 
     fn add(&mut self, entries: usize, cost: usize) {
@@ -434,17 +432,12 @@ impl<'l> Scan<'l> {
 
     fn normalize(&mut self, message: &[u8]) -> Step {
         let result = self.normalize_fields(message);
-        let (n, max) = (self.raw_cards, self.limits.max_cards_per_node);
-        if n > max {
-            self.violation(
-                || "cards".to_owned(),
-                || {
-                    format!(
-                        "{n} cards exceed the limit of {max} per node (limits.max_cards_per_node)"
-                    )
-                },
-            );
-        }
+        self.over(
+            Limit::CardsPerNode,
+            self.raw_cards,
+            || "cards".to_owned(),
+            "cards",
+        );
         self.list(self.overrides, || "config.overrides".to_owned());
         result
     }
@@ -528,17 +521,12 @@ impl<'l> Scan<'l> {
                 (3, v) => {
                     let mut n = 0usize;
                     let r = self.usage(bytes(v)?, &mut n);
-                    let max = self.limits.max_cards_per_node;
-                    if n > max {
-                        self.violation(
-                            || format!("node_refs[{i}].usage.cards"),
-                            || {
-                                format!(
-                                    "{n} usage entries exceed the limit of {max} per node (limits.max_cards_per_node)"
-                                )
-                            },
-                        );
-                    }
+                    self.over(
+                        Limit::CardsPerNode,
+                        n,
+                        || format!("node_refs[{i}].usage.cards"),
+                        "usage entries",
+                    );
                     r?;
                 }
                 _ => {}
@@ -669,17 +657,16 @@ impl<'l> Scan<'l> {
 
     /// Checks one workload's counts; `prefix` names it (`workload`, `workloads[i]`).
     fn workload_end(&mut self, c: &WorkloadCounts, prefix: &str) {
-        let max = self.limits.max_containers;
         for (n, form) in [
             (c.typed_containers, "typed"),
             (c.kube_containers, "kubernetes"),
         ] {
-            if n > max {
-                self.violation(
-                    || format!("{prefix}.{form}.containers"),
-                    || format!("{n} containers exceed the limit of {max} (limits.max_containers)"),
-                );
-            }
+            self.over(
+                Limit::Containers,
+                n,
+                || format!("{prefix}.{form}.containers"),
+                "containers",
+            );
         }
         for (n, field) in [
             (c.gpu_policy, "typed.gpu_policy"),
@@ -764,79 +751,44 @@ impl<'l> Scan<'l> {
 
     fn finish(mut self, rpc: Rpc, wire: usize) -> Result<Admission, ServiceError> {
         let l = self.limits;
-        let mut first = Vec::new();
-        if self.workloads > l.max_workloads && rpc == Rpc::AllocateBatch {
-            first.push(Violation::new(
-                ViolationKind::LimitExceeded,
+        let mut violations = Vec::new();
+        if rpc == Rpc::AllocateBatch && Limit::Workloads.exceeded_by(self.workloads, l) {
+            violations.push(Limit::Workloads.violation(
+                l,
                 "workloads",
-                format!(
-                    "{} workloads exceed the limit of {} (limits.max_workloads)",
-                    self.workloads, l.max_workloads
-                ),
+                self.workloads,
+                "workloads",
             ));
         }
         let nodes = self.whole + self.refs;
-        if nodes > l.max_nodes {
-            let description = if self.refs == 0 {
-                format!(
-                    "{nodes} nodes exceed the limit of {} (limits.max_nodes)",
-                    l.max_nodes
-                )
+        if Limit::Nodes.exceeded_by(nodes, l) {
+            violations.push(if self.refs == 0 {
+                Limit::Nodes.violation(l, "nodes", nodes, "nodes")
             } else {
-                format!(
-                    "{nodes} nodes ({} whole, {} by reference) exceed the limit of {} (limits.max_nodes)",
-                    self.whole, self.refs, l.max_nodes
+                Limit::Nodes.violation(
+                    l,
+                    "nodes",
+                    nodes,
+                    format_args!("nodes ({} whole, {} by reference)", self.whole, self.refs),
                 )
-            };
-            first.push(Violation::new(
-                ViolationKind::LimitExceeded,
-                "nodes",
-                description,
-            ));
+            });
         }
-        let mut violations = first;
         violations.append(&mut self.violations);
-        if self.cards > l.max_cards {
-            violations.push(Violation::new(
-                ViolationKind::LimitExceeded,
-                "nodes",
-                format!(
-                    "{} cards exceed the limit of {} (limits.max_cards)",
-                    self.cards, l.max_cards
-                ),
-            ));
-        }
-        if self.restrict > l.max_nodes {
-            violations.push(Violation::new(
-                ViolationKind::LimitExceeded,
-                "restrict_to_node_names",
-                format!(
-                    "{} names exceed the limit of {} (limits.max_nodes)",
-                    self.restrict, l.max_nodes
-                ),
-            ));
-        }
+        violations.extend(Limit::Cards.check(l, || "nodes".to_owned(), self.cards, "cards"));
+        violations.extend(Limit::Nodes.check(
+            l,
+            || "restrict_to_node_names".to_owned(),
+            self.restrict,
+            "names",
+        ));
         if self.left_out > 0 {
-            violations.push(Violation::new(
-                ViolationKind::LimitExceeded,
-                "request",
-                format!("and {} more limits exceeded", self.left_out),
-            ));
+            violations.push(limits::more_exceeded(self.left_out));
         }
         if !violations.is_empty() {
             return Err(ServiceError::TooLarge(violations));
         }
         let admission = self.estimate(rpc, wire);
-        if admission.memory > l.max_in_flight_bytes {
-            return Err(ServiceError::TooLarge(vec![Violation::new(
-                ViolationKind::LimitExceeded,
-                "request",
-                format!(
-                    "the call needs an estimated {} bytes of memory (request, decoded, answer), more than limits.max_in_flight_bytes ({})",
-                    admission.memory, l.max_in_flight_bytes
-                ),
-            )]));
-        }
+        limits::memory(admission.memory, l)?;
         Ok(admission)
     }
 

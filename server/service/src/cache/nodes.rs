@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use gpusched_engine::{CardUsage, Node};
 
 use crate::cache::digest::{Digest, Part};
+use crate::candidates::InvalidNode;
 use crate::config::CacheLimits;
-use crate::invalid_node::InvalidNode;
 
 use hashlink::LinkedHashMap;
 use prometheus_client::metrics::counter::Counter;

@@ -15,8 +15,8 @@ use prometheus_client::metrics::gauge::Gauge;
 
 use crate::cache::digest::Digest;
 use crate::cache::spare::{self, Kept};
+use crate::candidates::{Candidates, InvalidNode};
 use crate::config::SetLimits;
-use crate::invalid_node::{Candidates, InvalidNode};
 
 /// The metric handles of the set cache (registered by [`crate::Metrics`]).
 #[derive(Clone, Debug, Default)]

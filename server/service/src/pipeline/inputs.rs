@@ -2,15 +2,20 @@
 //! reference or as a node set; options; the workload), and their answers.
 
 use gpusched_api::v1;
-use gpusched_engine::{Allocation, DecideOptions, Evaluation, Snapshot, Workload};
+use gpusched_engine::{
+    Allocation, DecideOptions, Defaults, Evaluation, KubeNames, Snapshot, Workload,
+};
 
 use crate::cache::spare::Changed;
 use crate::call::State;
-use crate::config::Settings;
-use crate::convert::{self, Options};
+use crate::config::{Limits, Settings};
+use crate::convert::answer;
+use crate::convert::options::{Options, options_in};
+use crate::convert::workload::{Spec, spec_in};
 use crate::error::ServiceError;
-use crate::invalid_node::Candidates;
-use crate::{noderef, nodeset};
+use crate::nodeset;
+use crate::pipeline::limits;
+use crate::pipeline::resolve::whole;
 
 /// The converted inputs of a Filter, Score or Allocate: the candidate nodes, the workload and
 /// the request's options.
@@ -40,7 +45,8 @@ impl Inputs {
     /// The answer of an allocation on these inputs (invalid nodes and the failed nodes the
     /// options ask for included).
     pub fn allocation(&self, a: &Allocation) -> v1::AllocationResult {
-        self.candidates.allocation_out(
+        answer::allocation_out(
+            &self.candidates,
             self.snapshot(),
             &self.workload,
             a,
@@ -51,38 +57,12 @@ impl Inputs {
 
     /// The Filter answer of an evaluation on these inputs.
     pub fn filter(&self, e: &Evaluation) -> v1::FilterResponse {
-        let c: &Candidates = &self.candidates;
-        let (s, w) = (&c.snapshot, &self.workload);
-        let mut names: Vec<String> = e
-            .feasible
-            .iter()
-            .filter_map(|f| s.node(f.node).map(|n| n.name().to_owned()))
-            .collect();
-        names.sort();
-        v1::FilterResponse {
-            feasible_node_names: names,
-            failed_nodes: c.failed_with_invalid(convert::failed_out(s, w, &e.failed)),
-            effective_policy: Some(convert::effective_out(w)),
-            requests_gpu: e.requests_gpu,
-            explanations: convert::explanations_out(s, w, &e.explanations),
-        }
+        answer::filter_out(&self.candidates, &self.workload, e)
     }
 
     /// The Score answer of an evaluation on these inputs.
     pub fn score(&self, e: &Evaluation) -> v1::ScoreResponse {
-        let c: &Candidates = &self.candidates;
-        let (s, w) = (&c.snapshot, &self.workload);
-        v1::ScoreResponse {
-            scores: e
-                .feasible
-                .iter()
-                .map(|f| convert::score_out(s, f))
-                .collect(),
-            failed_nodes: c.failed_with_invalid(convert::failed_out(s, w, &e.failed)),
-            effective_policy: Some(convert::effective_out(w)),
-            requests_gpu: e.requests_gpu,
-            explanations: convert::explanations_out(s, w, &e.explanations),
-        }
+        answer::scores_out(&self.candidates, &self.workload, e)
     }
 }
 
@@ -97,11 +77,11 @@ pub fn inputs(
     options: Option<v1::PlacementOptions>,
 ) -> Result<Inputs, ServiceError> {
     let settings = &state.settings;
-    noderef::check_limits(&nodes, &node_refs, &settings.limits)?;
-    let o = convert::options_in(options, &settings.defaults)?;
+    limits::nodes(&nodes, &node_refs, &settings.limits)?;
+    let o = options_in(options, &settings.defaults)?;
     // Workload problems are reported before node problems: an invalid workload is rejected
     // "before any node is looked at".
-    let w = convert::workload_in(
+    let w = workload_in(
         workload,
         "workload",
         &o.defaults,
@@ -120,7 +100,7 @@ pub fn inputs(
 /// every one is valid; else INVALID_ARGUMENT listing every problem (named
 /// `<node name>: <field>`): for tools that build clusters that must all be usable.
 pub fn snapshot(settings: &Settings, nodes: Vec<v1::Node>) -> Result<Snapshot, ServiceError> {
-    convert::candidates_in(nodes, &settings.names, &settings.limits)?
+    whole::candidates_in(nodes, &settings.names, &settings.limits)?
         .all_valid()
         .map_err(ServiceError::InvalidArgument)
 }
@@ -128,11 +108,37 @@ pub fn snapshot(settings: &Settings, nodes: Vec<v1::Node>) -> Result<Snapshot, S
 /// A workload converted, validated and resolved as the service does with the server's
 /// defaults (violations named `workload...`).
 pub fn workload(settings: &Settings, w: v1::Workload) -> Result<Workload, ServiceError> {
-    convert::workload_in(
+    workload_in(
         Some(w),
         "workload",
         &settings.defaults,
         &settings.names,
         &settings.limits,
     )
+}
+
+/// Converts, validates and resolves a workload within the limits; violations are prefixed with
+/// `prefix` (e.g. `workload` or `workloads[2]`): the containers are counted before the spec's
+/// field problems are reported, the filter lists once the annotations are parsed.
+pub fn workload_in(
+    w: Option<v1::Workload>,
+    prefix: &str,
+    defaults: &Defaults,
+    names: &KubeNames,
+    l: &Limits,
+) -> Result<Workload, ServiceError> {
+    let Spec {
+        meta,
+        spec,
+        prefix: spec_prefix,
+        violations,
+    } = spec_in(w, prefix)?;
+    limits::containers(&spec, &spec_prefix, l)?;
+    if !violations.is_empty() {
+        return Err(ServiceError::InvalidArgument(violations));
+    }
+    let w = Workload::parse(meta, &spec, defaults, names)
+        .map_err(|e| ServiceError::from(e.prefixed(&spec_prefix)))?;
+    limits::filter_lists(&w, &spec, &spec_prefix, names, l)?;
+    Ok(w)
 }

@@ -11,6 +11,8 @@
 //! service does.
 
 mod inputs;
+pub(crate) mod limits;
+pub(crate) mod resolve;
 
 pub use crate::call::{Cancel, Record, State};
 pub use crate::inventory::normalize as normalize_inventory;
@@ -18,4 +20,5 @@ pub use crate::placement::{
     decide_allocate as allocate, decide_batch as allocate_batch, decide_filter as filter,
     decide_score as score, decide_validate as validate_workload,
 };
+pub(crate) use inputs::workload_in;
 pub use inputs::{Inputs, inputs, snapshot, workload};
