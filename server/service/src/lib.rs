@@ -22,13 +22,12 @@ mod error;
 mod intake;
 mod inventory;
 mod metrics;
-mod noderef;
-mod nodeset;
 pub mod pipeline;
 mod placement;
 mod prescan;
 mod rpc;
 mod server;
+mod state;
 mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;

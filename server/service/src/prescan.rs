@@ -16,7 +16,7 @@ use gpusched_engine::{self as engine, Violation};
 
 use crate::config::Limits;
 use crate::error::ServiceError;
-use crate::noderef::ASSUMED_CARDS_PER_REF;
+use crate::pipeline::ASSUMED_CARDS_PER_REF;
 use crate::pipeline::limits::{self, Limit};
 use crate::rpc::{Admission, Rpc};
 

@@ -13,11 +13,11 @@ use tonic::transport::Server;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::call::State;
 use crate::config::Settings;
 use crate::inventory::InventoryApi;
 use crate::metrics::Metrics;
 use crate::placement::PlacementApi;
+use crate::state::State;
 
 /// The server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]

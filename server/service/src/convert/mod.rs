@@ -5,6 +5,7 @@
 //! - `node`: a node and its cards, both ways.
 //! - `workload`: a workload's typed or Kubernetes spec in.
 //! - `options`: `PlacementOptions` in.
+//! - `refs`: a node by reference's digests and usage part in.
 //! - `inventory`: NormalizeInventory's raw cards and settings, both ways.
 //! - `answer`: evaluations and allocations (with invalid nodes) out.
 
@@ -12,4 +13,5 @@ pub mod answer;
 pub mod inventory;
 pub mod node;
 pub mod options;
+pub mod refs;
 pub mod workload;

@@ -7,15 +7,15 @@ use gpusched_engine::{
 };
 
 use crate::cache::spare::Changed;
-use crate::call::State;
 use crate::config::{Limits, Settings};
 use crate::convert::answer;
 use crate::convert::options::{Options, options_in};
 use crate::convert::workload::{Spec, spec_in};
 use crate::error::ServiceError;
-use crate::nodeset;
 use crate::pipeline::limits;
+use crate::pipeline::resolve::sets;
 use crate::pipeline::resolve::whole;
+use crate::state::State;
 
 /// The converted inputs of a Filter, Score or Allocate: the candidate nodes, the workload and
 /// the request's options.
@@ -88,7 +88,7 @@ pub fn inputs(
         &settings.names,
         &settings.limits,
     )?;
-    let c = nodeset::candidates(state, nodes, node_refs, node_set)?;
+    let c = sets::candidates(state, nodes, node_refs, node_set)?;
     Ok(Inputs {
         candidates: c,
         workload: w,

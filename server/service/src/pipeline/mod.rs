@@ -9,16 +9,24 @@
 //! and the last step of Filter, Score and Allocate on their own, for callers that time the
 //! engine between them; [`snapshot`] and [`workload`] convert nodes and a workload as the
 //! service does.
+//!
+//! Inside, in call order: `decide` (or `normalize`) takes `inputs` (options and workloads:
+//! `crate::convert` within `limits`), `resolve`s the candidate nodes (`sets`, `refs`, `whole`,
+//! one `build`er of `Candidates`, through `crate::cache`), asks the engine, and writes the
+//! answer (`crate::convert::answer`) within `limits`.
 
+mod cancel;
+mod decide;
 mod inputs;
 pub(crate) mod limits;
+mod normalize;
+mod record;
 pub(crate) mod resolve;
 
-pub use crate::call::{Cancel, Record, State};
-pub use crate::inventory::normalize as normalize_inventory;
-pub use crate::placement::{
-    decide_allocate as allocate, decide_batch as allocate_batch, decide_filter as filter,
-    decide_score as score, decide_validate as validate_workload,
-};
-pub(crate) use inputs::workload_in;
+pub use crate::state::State;
+pub use cancel::Cancel;
+pub use decide::{allocate, allocate_batch, filter, score, validate_workload};
 pub use inputs::{Inputs, inputs, snapshot, workload};
+pub use normalize::normalize_inventory;
+pub use record::Record;
+pub(crate) use resolve::refs::ASSUMED_CARDS_PER_REF;

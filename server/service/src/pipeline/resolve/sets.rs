@@ -12,9 +12,10 @@ use gpusched_engine::{ChangeError, Violation, ViolationKind};
 
 use crate::cache::digest::Digest;
 use crate::cache::spare::Changed;
-use crate::call::State;
+use crate::convert::refs::digest_in;
 use crate::error::ServiceError;
-use crate::noderef;
+use crate::pipeline::resolve::refs;
+use crate::state::State;
 
 /// A checked `NodeSetRef`.
 enum SetOp {
@@ -58,7 +59,7 @@ fn op_in(set: v1::NodeSetRef, whole_nodes: usize) -> Result<Option<SetOp>, Servi
         (None, false) => Ok(None),
         (Some(d), false) => {
             let mut violations = Vec::new();
-            match noderef::digest_in(&d, &|| "node_set.base".to_owned(), &mut violations) {
+            match digest_in(&d, &|| "node_set.base".to_owned(), &mut violations) {
                 Some(base) => Ok(Some(SetOp::Change {
                     base,
                     removed: removed_node_names,
@@ -83,10 +84,10 @@ pub fn candidates(
         None => None,
     };
     match op {
-        None => noderef::candidates_in(state, nodes, refs).map(Changed::from),
+        None => refs::candidates_in(state, nodes, refs).map(Changed::from),
         Some(SetOp::Keep) => {
             let digest = Digest::of_set(&refs);
-            let s = noderef::candidates_in(state, nodes, refs)?;
+            let s = refs::candidates_in(state, nodes, refs)?;
             if let Some(d) = digest {
                 state.node_sets.insert(d, s.clone());
             }
@@ -94,7 +95,7 @@ pub fn candidates(
         }
         Some(SetOp::Change { base, removed }) => {
             let held = state.node_sets.get(&base);
-            let changes = noderef::candidates_in(state, nodes, refs);
+            let changes = refs::candidates_in(state, nodes, refs);
             let (held, changes) = match (held, changes) {
                 // Bad input first, then everything missing at once.
                 (_, Err(e @ (ServiceError::InvalidArgument(_) | ServiceError::TooLarge(_)))) => {
