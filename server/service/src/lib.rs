@@ -11,26 +11,21 @@
 //! `testing` feature, `testing` (an in-process server on port 0 for integration tests).
 //! Everything else is private: `ARCHITECTURE.md` (docs/) walks the request path through it.
 
-mod accept;
 mod cache;
-mod call;
 mod candidates;
 mod config;
 mod convert;
-mod edge;
 mod error;
-mod intake;
-mod inventory;
+mod handlers;
 mod metrics;
 pub mod pipeline;
-mod placement;
-mod prescan;
 mod rpc;
 mod server;
 mod state;
 mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod transport;
 
 pub use config::{FileConfig, SPEC, Settings, default_settings};
 pub use error::{MAX_MESSAGE, ServiceError};

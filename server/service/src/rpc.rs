@@ -197,6 +197,27 @@ mod tests {
     }
 
     #[test]
+    fn the_paths_are_the_services_rpcs() {
+        // The service names and methods as generated (a renamed RPC must be renamed here).
+        use gpusched_api::v1::inventory_service_server::SERVICE_NAME as INVENTORY;
+        use gpusched_api::v1::placement_service_server::SERVICE_NAME as PLACEMENT;
+        for (m, rpc) in [
+            ("Filter", Rpc::Filter),
+            ("Score", Rpc::Score),
+            ("Allocate", Rpc::Allocate),
+            ("AllocateBatch", Rpc::AllocateBatch),
+            ("ValidateWorkload", Rpc::ValidateWorkload),
+        ] {
+            assert_eq!(Rpc::from_path(&format!("/{PLACEMENT}/{m}")), Some(rpc));
+        }
+        assert_eq!(
+            Rpc::from_path(&format!("/{INVENTORY}/NormalizeInventory")),
+            Some(Rpc::NormalizeInventory)
+        );
+        assert_eq!(Rpc::from_path("/grpc.health.v1.Health/Check"), None);
+    }
+
+    #[test]
     fn grpc_timeouts_parse() {
         // The caller's grpc-timeout is read from the metadata (the shorter of the two applies).
         let mut md = tonic::metadata::MetadataMap::new();

@@ -14,9 +14,9 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::config::Settings;
-use crate::inventory::InventoryApi;
+use crate::handlers::inventory::InventoryApi;
+use crate::handlers::placement::PlacementApi;
 use crate::metrics::Metrics;
-use crate::placement::PlacementApi;
 use crate::state::State;
 
 /// The server could not start or stopped with an error.
@@ -134,7 +134,7 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
     // (declared sizes, memory budget, limits on the wire, body timeout).
     let mut builder =
         Server::builder().max_concurrent_streams(settings.limits.max_concurrent_streams);
-    let intake = crate::intake::IntakeLayer::new(&settings.limits);
+    let intake = crate::transport::intake::IntakeLayer::new(&settings.limits);
     if let Some(tls) = &settings.tls {
         builder = builder
             .tls_config(tls.load()?)
@@ -156,7 +156,7 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
     // Deadlines are enforced in `edge` (DEADLINE_EXCEEDED) before tonic's timer for the
     // caller's grpc-timeout; tonic's server-wide timeout would answer CANCELLED, so it is not
     // set.
-    let edge = crate::edge::EdgeLayer::new(crate::edge::EdgeConfig {
+    let edge = crate::transport::edge::EdgeLayer::new(crate::transport::edge::EdgeConfig {
         metrics: Arc::clone(&metrics),
         request_timeout: settings.limits.request_timeout,
     });
@@ -211,7 +211,7 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
         .add_service(placement)
         .add_service(inventory);
     let grpc = tokio::spawn(router.serve_with_incoming_shutdown(
-        crate::accept::Incoming::new(listener, accept_errors),
+        crate::transport::accept::Incoming::new(listener, accept_errors),
         wait_stop(stop_rx.clone()),
     ));
     Ok(Running {

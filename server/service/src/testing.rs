@@ -47,11 +47,13 @@ pub fn placement(
     settings: Settings,
     metrics: Arc<Metrics>,
 ) -> impl gpusched_api::v1::placement_service_server::PlacementService {
-    crate::placement::PlacementApi::new(Arc::new(crate::state::State::new(settings, metrics)))
+    crate::handlers::placement::PlacementApi::new(Arc::new(crate::state::State::new(
+        settings, metrics,
+    )))
 }
 
 /// The `outcome` label the metrics count an answer of this code under (its name in snake
 /// case).
 pub fn outcome(code: tonic::Code) -> &'static str {
-    crate::edge::outcome(code)
+    crate::transport::edge::outcome(code)
 }

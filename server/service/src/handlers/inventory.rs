@@ -6,7 +6,7 @@ use gpusched_api::v1;
 use gpusched_api::v1::inventory_service_server::InventoryService;
 use tonic::{Request, Response, Status};
 
-use crate::call::run;
+use crate::handlers::call::{estimated_work, run};
 use crate::pipeline;
 use crate::rpc::Rpc;
 use crate::state::State;
@@ -35,7 +35,7 @@ impl InventoryService for InventoryApi {
             Rpc::NormalizeInventory.method(),
             prost::Message::encoded_len(&msg),
         );
-        let work = crate::placement::estimated_work(&extensions, || msg.cards.len());
+        let work = estimated_work(&extensions, || msg.cards.len());
         run(
             Arc::clone(&self.state),
             Rpc::NormalizeInventory,

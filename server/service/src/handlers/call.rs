@@ -1,6 +1,7 @@
-//! What every RPC shares: the span (with the caller's trace context), the deadline, the
-//! concurrency limit, running the CPU-bound decision inline or on the blocking pool, metrics
-//! and the one log line per decision.
+//! What every RPC's handler shares ([`run`]): the span (with the caller's trace context), the
+//! deadline, the decision permit, cancellation when the caller goes away, running the
+//! synchronous decision inline or on the blocking pool, metrics and the one log line per
+//! decision.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +13,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::error::ServiceError;
 use crate::pipeline::{Cancel, Record};
-use crate::rpc::Rpc;
+use crate::rpc::{Admission, Rpc};
 use crate::state::State;
 
 /// Stops the work when dropped: the handler's future was dropped (the caller reset the stream)
@@ -23,6 +24,15 @@ impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.0.stop();
     }
+}
+
+/// The request's estimated work, as counted at intake ([`Admission`]), deciding inline or on
+/// the blocking pool: 0 (inline) for a call that already runs on the blocking pool; `fallback`
+/// when the call did not come through the intake layer.
+pub fn estimated_work(extensions: &tonic::Extensions, fallback: impl FnOnce() -> usize) -> usize {
+    extensions
+        .get::<Admission>()
+        .map_or_else(fallback, |a| if a.offloaded { 0 } else { a.work })
 }
 
 /// Runs one call: `work` is the synchronous decision (it fills the record and stops when

@@ -35,8 +35,8 @@ use tonic::body::Body;
 
 use crate::config::Limits;
 use crate::error::ServiceError;
-use crate::prescan;
 use crate::rpc::{Admission, Rpc};
+use crate::transport::prescan;
 use gpusched_api::NODE_REFS_HEADER;
 
 /// Bytes per permit of the memory budget (a semaphore counts at most `u32` permits at once).

@@ -1,5 +1,5 @@
 //! `gpusched.v1.PlacementService` over the pipeline: each RPC's request size observed, its
-//! estimated work read from the intake's [`Admission`], its decision run by [`run`], and the
+//! estimated work read from the intake's `Admission`, its decision run by [`run`], and the
 //! `gpusched-node-refs` and `gpusched-node-sets` headers on every answer.
 
 use std::sync::Arc;
@@ -9,9 +9,9 @@ use gpusched_api::v1::placement_service_server::PlacementService;
 use gpusched_api::{NODE_REFS_HEADER, NODE_SETS_HEADER};
 use tonic::{Request, Response, Status};
 
-use crate::call::run;
+use crate::handlers::call::{estimated_work, run};
 use crate::pipeline::{self, ASSUMED_CARDS_PER_REF};
-use crate::rpc::{Admission, Rpc};
+use crate::rpc::Rpc;
 use crate::state::State;
 
 /// The placement service.
@@ -25,15 +25,6 @@ impl PlacementApi {
     pub fn new(state: Arc<State>) -> Self {
         PlacementApi { state }
     }
-}
-
-/// The request's estimated work, as counted at intake ([`Admission`]), deciding inline or on
-/// the blocking pool: 0 (inline) for a call that already runs on the blocking pool; `fallback`
-/// when the call did not come through the intake layer.
-pub fn estimated_work(extensions: &tonic::Extensions, fallback: impl FnOnce() -> usize) -> usize {
-    extensions
-        .get::<Admission>()
-        .map_or_else(fallback, |a| if a.offloaded { 0 } else { a.work })
 }
 
 /// Cards of a request, for choosing inline or blocking-pool decisions (references estimated).
