@@ -197,7 +197,11 @@ fn every_import_points_down_the_request_path() {
             }
         }
     }
-    assert!(upward.is_empty(), "imports up or sideways:\n{}", upward.join("\n"));
+    assert!(
+        upward.is_empty(),
+        "imports up or sideways:\n{}",
+        upward.join("\n")
+    );
 }
 
 #[test]
