@@ -110,7 +110,7 @@ pub struct LimitsConfig {
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
     /// Requests with at least this much estimated work (card evaluations, see
-    /// `intake::Admission::work`) run on the blocking pool, off the async workers.
+    /// `rpc::Admission::work`) run on the blocking pool, off the async workers.
     pub blocking_threshold_cards: usize,
     /// Graceful stop: how long in-flight calls and open streams may run before they are cut.
     #[serde(with = "humantime_serde")]

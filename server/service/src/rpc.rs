@@ -139,7 +139,7 @@ pub fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Admission {
     /// Estimated peak memory of the call, bytes: the encoded request, the decoded and
-    /// converted structures, and the answer (see `prescan::cost`).
+    /// converted structures, and the answer (see `transport::prescan::cost`).
     pub memory: usize,
     /// Estimated work, in card evaluations: cards x (containers + 1) x workloads (twice with
     /// explanations), plus one per counted entry (conversion) and per card and filter entry.

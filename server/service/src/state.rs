@@ -20,9 +20,9 @@ pub struct State {
     pub settings: Settings,
     /// Metrics.
     pub metrics: Arc<Metrics>,
-    /// Converted node parts sent by reference (an optimisation; see `node_cache`).
+    /// Converted node parts sent by reference (an optimisation; see `cache::nodes`).
     pub node_cache: NodeCache,
-    /// Candidate sets kept by digest (an optimisation; see `set_cache`).
+    /// Candidate sets kept by digest (an optimisation; see `cache::sets`).
     pub node_sets: SetCache,
     permits: Arc<Semaphore>,
     /// Calls waiting for a permit now (bounded by `limits.max_queued_requests`).

@@ -37,7 +37,7 @@ pub fn estimated_work(extensions: &tonic::Extensions, fallback: impl FnOnce() ->
 
 /// Runs one call: `work` is the synchronous decision (it fills the record and stops when
 /// [`Cancel`] says so). `work_estimate` is the request's estimated work (card evaluations,
-/// `prescan::Admission::work`), deciding inline or on the blocking pool. The decision slot is
+/// `rpc::Admission::work`), deciding inline or on the blocking pool. The decision slot is
 /// held by the work itself, so it is released only when the work has really ended.
 pub async fn run<T, F>(
     state: Arc<State>,

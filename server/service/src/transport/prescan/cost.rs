@@ -12,7 +12,7 @@ use crate::rpc::{Admission, Rpc};
 /// Bytes of memory charged per byte of the encoded request, on top of the per-entry costs: the
 /// received body (once, twice while its chunks are joined), the decoded strings and bytes, and
 /// the copies the call makes of them (trimmed ids, upper-cased filters, names echoed in the
-/// answer). The reliability test (`tests/bounds.rs`) measures the worst case of RSS per request
+/// answer). The reliability test (`tests/memory.rs`) measures the worst case of RSS per request
 /// byte against it.
 pub const WIRE_FACTOR: usize = 4;
 
