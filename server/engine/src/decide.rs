@@ -9,6 +9,7 @@ use crate::explain::NodeExplanation;
 use crate::fit::Prepared;
 use crate::model::{CardUsage, Node, NodeId, Snapshot};
 use crate::policy::NodePolicy;
+use crate::quota::BatchQuotas;
 use crate::reason::NodeFailure;
 use crate::score::{NodeScore, score_from_sums};
 use crate::workload::Workload;
@@ -307,6 +308,7 @@ impl<'w> PreparedWorkload<'w> {
             let mut ex = options.explain.then(|| NodeExplanation {
                 node: id,
                 containers: Vec::new(),
+                quota: None,
             });
             match evaluate_node(node, &self.prep, &mut scratch, false, ex.as_mut()) {
                 NodeOutcome::Fit(score) => feasible.push(FeasibleNode {
@@ -435,6 +437,7 @@ fn allocate_with(
         let mut ex = explain.then(|| NodeExplanation {
             node: id,
             containers: Vec::new(),
+            quota: None,
         });
         // Deterministic: the same evaluation again, this time recording the cards.
         let NodeOutcome::Fit(_) = evaluate_node(node, prep, scratch, true, ex.as_mut()) else {
@@ -482,6 +485,7 @@ fn allocate_with(
             let mut ex = NodeExplanation {
                 node: id,
                 containers: Vec::new(),
+                quota: None,
             };
             evaluate_node(node, prep, scratch, false, Some(&mut ex));
             explanations.push(ex);
@@ -553,11 +557,15 @@ fn batch_with(
     let mut items = Vec::with_capacity(workloads.len());
     let mut all_placed = true;
     let mut abandoned = false;
+    // A namespace's workloads share its quota budget (placement-semantics section 9.5).
+    let mut quotas = BatchQuotas::new(workloads);
     for workload in workloads {
         if stop() {
             abandoned = true;
             break;
         }
+        let narrowed = quotas.narrowed(workload);
+        let workload = narrowed.as_ref().unwrap_or(workload);
         let prepared = PreparedWorkload::new(workload);
         let (allocation, stopped) = allocate_with(&current, &prepared, options, &mut scratch, stop);
         if stopped {
@@ -569,6 +577,7 @@ fn batch_with(
             if let Some(node) = current.nodes.get_mut(p.node.index()) {
                 Arc::make_mut(node).set_usage(&p.final_usage);
             }
+            quotas.spend(workload, p);
         } else if allocation.requests_gpu {
             all_placed = false;
         }

@@ -44,15 +44,19 @@ pub(crate) fn evaluate_node(
     prep: &Prepared<'_>,
     scratch: &mut Scratch,
     picks: bool,
-    explain: Option<&mut NodeExplanation>,
+    mut explain: Option<&mut NodeExplanation>,
 ) -> NodeOutcome {
-    match evaluate_once(
+    let outcome = evaluate_once(
         node,
         prep,
         scratch,
         EvalMode { picks, idle: false },
-        explain,
-    ) {
+        explain.as_deref_mut(),
+    );
+    if let Some(ex) = explain {
+        scratch.fit.quota.explain(ex);
+    }
+    match outcome {
         NodeOutcome::Fail(mut failure) => {
             let idle = evaluate_once(
                 node,
@@ -78,10 +82,11 @@ fn evaluate_once(
     mode: EvalMode,
     mut explain: Option<&mut NodeExplanation>,
 ) -> NodeOutcome {
+    scratch.fit.quota.start(prep.workload, node.cards.len());
     if let (Some(position), false, None) = (prep.lone, mode.picks, explain.as_ref())
         && let Some(req) = prep.workload.containers.get(position)
     {
-        match lone_fit(node, mode.idle, req, prep) {
+        match lone_fit(node, mode.idle, req, prep, &scratch.fit.quota) {
             Err(reasons) => {
                 return NodeOutcome::Fail(NodeFailure {
                     container_position: position,

@@ -34,6 +34,10 @@
 //! - **Shared nodes.** A snapshot holds its nodes in [`Arc`](std::sync::Arc)s: a service can
 //!   keep validated nodes ([`Node::new`]) and build snapshots from them without copying
 //!   ([`Snapshot::from_nodes`]); `apply`/`release` copy only the node they change.
+//! - **Quotas.** [`Workload::with_quota`] gives a workload the [`QuotaBudget`] its namespace
+//!   may still book; check 7q then refuses cards past it ([`Reason::QuotaMemoryExceeded`],
+//!   [`Reason::QuotaCoresExceeded`]), [`Placement::quota_use`] is what a placement consumes,
+//!   and [`QuotaBudget::admission_refusal`] tells an admission webhook what can never fit.
 //! - **Inventory.** [`normalize_inventory`] turns raw NVML facts into schedulable cards.
 //!
 //! ```
@@ -79,6 +83,7 @@ mod model;
 mod names;
 mod policy;
 mod quantity;
+mod quota;
 mod reason;
 mod score;
 mod weights;
@@ -106,6 +111,7 @@ pub use names::{AnnotationNames, KubeNames, ResourceNames, split_list};
 pub use policy::{
     GpuPolicy, GpuToken, NodePolicy, ParseGpuPolicyError, ParseNodePolicyError, SortKey, VisitPlan,
 };
+pub use quota::{MAX_QUOTA_VALUE, QuotaBudget, QuotaExplanation, QuotaResource, QuotaUse};
 pub use reason::{NodeFailure, Reason, ReasonCounts};
 pub use score::{NodeScore, ScoreTerms};
 pub use weights::{MAX_WEIGHT, ScoringWeights, ScoringWeightsError, WeightKey};
