@@ -82,11 +82,15 @@ fn evaluate_once(
     mode: EvalMode,
     mut explain: Option<&mut NodeExplanation>,
 ) -> NodeOutcome {
-    scratch.fit.quota.start(prep.workload, node.cards.len());
     if let (Some(position), false, None) = (prep.lone, mode.picks, explain.as_ref())
         && let Some(req) = prep.workload.containers.get(position)
     {
-        match lone_fit(node, mode.idle, req, prep, &scratch.fit.quota) {
+        let fit = if prep.lone_quota.is_some() {
+            lone_fit::<true>(node, mode.idle, req, prep)
+        } else {
+            lone_fit::<false>(node, mode.idle, req, prep)
+        };
+        match fit {
             Err(reasons) => {
                 return NodeOutcome::Fail(NodeFailure {
                     container_position: position,
@@ -121,6 +125,7 @@ fn evaluate_once(
         }));
     };
     scratch.picks.clear();
+    scratch.fit.quota.start(prep.workload, node.cards.len());
     let containers = &prep.workload.containers;
     let has_init = containers.iter().any(|c| c.init && c.gpus > 0);
     if has_init {

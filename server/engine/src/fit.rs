@@ -27,6 +27,9 @@ pub(crate) struct Prepared<'w> {
     /// Position of the only GPU container when the workload is one app container without
     /// numa-bind or topology: its node feasibility and score need no device scores.
     pub(crate) lone: Option<usize>,
+    /// The quota check of that lone container, when the workload has a budget (nothing placed
+    /// before it: the budget alone).
+    pub(crate) lone_quota: Option<QuotaTally>,
 }
 
 impl<'w> Prepared<'w> {
@@ -39,6 +42,7 @@ impl<'w> Prepared<'w> {
             type_filter: workload.filters.has_type_filter(),
             uuid_filter: workload.filters.has_uuid_filter(),
             lone: lone_container(workload),
+            lone_quota: QuotaTally::alone(workload),
         }
     }
 }
@@ -47,11 +51,7 @@ fn lone_container(w: &Workload) -> Option<usize> {
     let mut gpu = w.containers.iter().enumerate().filter(|(_, c)| c.gpus > 0);
     let (position, c) = gpu.next()?;
     let plan = w.gpu_policy.visit_plan(w.numa_bind);
-    // Under a quota budget the cards a multi-card container gets depend on the visiting order
-    // (placement-semantics section 9.3): only one card is decided without choosing.
-    let quota_free = c.gpus == 1 || w.quota().is_unlimited();
-    (gpu.next().is_none() && !c.init && !plan.numa_bind && !plan.topology && quota_free)
-        .then_some(position)
+    (gpu.next().is_none() && !c.init && !plan.numa_bind && !plan.topology).then_some(position)
 }
 
 /// Outcome of [`lone_fit`].
@@ -60,26 +60,41 @@ pub(crate) enum LoneFit {
     /// The container fits; every fitting card books the same memory, so the node's usage
     /// after placement does not depend on which cards are chosen.
     Uniform { booked_mem: u64 },
-    /// The container fits but fitting cards book different memory: choose the cards.
+    /// The container fits but fitting cards book different memory: choose the cards. Also
+    /// when a quota budget makes the visiting order decide (placement-semantics section 9.3).
     Varying,
 }
 
 /// Feasibility of a lone container (see [`Prepared::lone`]) without choosing cards: without
 /// numa-bind or topology, the container gets the first `gpus` cards in visiting order that
 /// pass the checks, so it fits exactly when that many cards pass. Reasons are those of the
-/// full visit.
-pub(crate) fn lone_fit(
+/// full visit. `QUOTA`: whether [`Prepared::lone_quota`] is checked (a constant, so that the
+/// loop without a budget carries no quota test at all).
+pub(crate) fn lone_fit<const QUOTA: bool>(
     node: &Node,
     idle: bool,
     req: &ContainerRequest,
     prep: &Prepared<'_>,
-    quota: &QuotaTally,
 ) -> Result<LoneFit, ReasonCounts> {
+    let quota = if QUOTA {
+        prep.lone_quota.as_ref()
+    } else {
+        None
+    };
     let need = req.gpus as usize;
     let mut reasons = ReasonCounts::default();
     if need > node.cards.len() {
         reasons.add(Reason::NodeInsufficientDevice, 1);
         return Err(reasons);
+    }
+    // Under a budget the cards of a multi-card container are counted, not chosen, only when
+    // every card books the same and the budget admits none of them or all it needs.
+    if let (Some(q), true) = (quota, need > 1) {
+        let uniform = req.mem_mib.is_some() || node.sums.uniform_mem;
+        let mem = node.cards.first().map_or(0, |c| req.booked_mem(c));
+        if !uniform || q.admits_some_not(need, req, mem) {
+            return Ok(LoneFit::Varying);
+        }
     }
     let mut passing = 0usize;
     let mut booked: Option<u64> = None;
@@ -205,15 +220,17 @@ pub(crate) fn pre_checks(card: &Card, cordoned: bool, prep: &Prepared<'_>) -> Op
 }
 
 /// Checks 5-11: id filter, slots, mutex, quota (7q, only with a budget), memory, cores,
-/// exclusivity, compute exhausted. `pos` is the card's position on its node.
-#[inline]
+/// exclusivity, compute exhausted. `pos` is the card's position on its node; `quota` is the
+/// running total when the workload has a budget ([`QuotaTally::gate`]). Always inlined: it is
+/// the inner loop of every card visit.
+#[inline(always)]
 pub(crate) fn post_checks(
     card: &Card,
     pos: usize,
     u: CardUsage,
     req: &ContainerRequest,
     prep: &Prepared<'_>,
-    quota: &QuotaTally,
+    quota: Option<&QuotaTally>,
 ) -> Option<Reason> {
     if prep.uuid_filter && !prep.workload.filters.uuid_allows(card) {
         return Some(Reason::CardUuidMismatch);
@@ -224,12 +241,11 @@ pub(crate) fn post_checks(
     if prep.plan.mutex && u.used > 0 {
         return Some(Reason::ExclusiveDeviceAllocateConflict);
     }
-    let booked_mem = req.booked_mem(card);
-    if let Some(r) = quota.refuse(pos, req, booked_mem) {
+    if let Some(r) = quota.and_then(|q| q.refuse(pos, req, req.booked_mem(card))) {
         return Some(r);
     }
     let free_mem = i128::from(card.total_mem_mib) - i128::from(u.used_mem_mib);
-    if free_mem < i128::from(booked_mem) {
+    if free_mem < i128::from(req.booked_mem(card)) {
         return Some(Reason::CardInsufficientMemory);
     }
     let free_cores = i64::from(card.total_cores) - i64::from(u.used_cores);
@@ -274,9 +290,10 @@ pub(crate) fn place_container(
     if need == 1 && !plan.numa_bind && !plan.topology && explain.is_none() {
         // Fast path: the first card in visiting order that passes is the best passing card.
         let mut best: Option<OrderEntry> = None;
+        let quota = scratch.quota.gate();
         for (pos, (card, &u)) in node.cards.iter().zip(usage.iter()).enumerate() {
             if let Some(r) = pre_checks(card, node.is_cordoned(pos), prep)
-                .or_else(|| post_checks(card, pos, u, req, prep, &scratch.quota))
+                .or_else(|| post_checks(card, pos, u, req, prep, quota))
             {
                 reasons.add(r, 1);
                 continue;
@@ -432,7 +449,7 @@ fn visit_in_order(
             prev_numa = Some(card.numa);
         }
         let u = usage.get(pos).copied().unwrap_or_default();
-        if let Some(r) = post_checks(card, pos, u, req, prep, &scratch.quota) {
+        if let Some(r) = post_checks(card, pos, u, req, prep, scratch.quota.gate()) {
             reasons.add(r, 1);
             mark(&mut explain, visit, Some(r));
             continue;

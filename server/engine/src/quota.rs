@@ -232,11 +232,17 @@ pub(crate) struct QuotaTally {
 impl QuotaTally {
     /// Starts a node of `cards` cards for `workload`; inactive (every check passes, nothing is
     /// counted) without a budget.
+    #[inline]
     pub(crate) fn start(&mut self, workload: &Workload, cards: usize) {
-        self.active = !workload.quota.is_unlimited();
-        if !self.active {
-            return;
+        self.active = false;
+        if !workload.quota.is_unlimited() {
+            self.start_budget(workload, cards);
         }
+    }
+
+    #[inline(never)]
+    fn start_budget(&mut self, workload: &Workload, cards: usize) {
+        self.active = true;
         self.budget = workload.quota;
         self.per_card = workload.containers.iter().any(|c| c.init && c.gpus > 0);
         self.cards.clear();
@@ -245,6 +251,30 @@ impl QuotaTally {
         }
         self.used = QuotaUse::default();
         self.pending = QuotaUse::default();
+    }
+
+    /// The tally of a workload's only GPU container before anything is placed (the budget
+    /// alone), when the workload has a budget.
+    pub(crate) fn alone(workload: &Workload) -> Option<QuotaTally> {
+        (!workload.quota.is_unlimited()).then(|| QuotaTally {
+            active: true,
+            budget: workload.quota,
+            ..QuotaTally::default()
+        })
+    }
+
+    /// With nothing placed yet: whether the budget admits some but fewer than `need` cards
+    /// that each book `mem` MiB and the container's cores (then the visiting order decides
+    /// which cards a container gets, and whether it fits).
+    pub(crate) fn admits_some_not(&self, need: usize, req: &ContainerRequest, mem: u64) -> bool {
+        let cards = |budget: Option<u64>, each: u64| match budget {
+            None => u64::MAX,
+            Some(b) if each == 0 && b > 0 => u64::MAX,
+            Some(b) => b.checked_div(each).unwrap_or(0),
+        };
+        let admitted =
+            cards(self.budget.mem_mib, mem).min(cards(self.budget.cores, u64::from(req.cores)));
+        admitted > 0 && admitted < u64::try_from(need).unwrap_or(u64::MAX)
     }
 
     /// Whether a budget is being checked.
@@ -282,18 +312,23 @@ impl QuotaTally {
         }
     }
 
-    /// Check 7q: the reason to refuse the card at `pos` for the container `req` (booking
-    /// `booked_mem` MiB there), given what the container has collected so far.
+    /// The tally when a budget is being checked, for the card loops: they test the `Option`
+    /// (a register) per card instead of reading the flag.
     #[inline]
+    pub(crate) fn gate(&self) -> Option<&QuotaTally> {
+        self.active.then_some(self)
+    }
+
+    /// Check 7q: the reason to refuse the card at `pos` for the container `req` (booking
+    /// `booked_mem` MiB there), given what the container has collected so far. Kept out of
+    /// line: the card loops stay small.
+    #[inline(never)]
     pub(crate) fn refuse(
         &self,
         pos: usize,
         req: &ContainerRequest,
         booked_mem: u64,
     ) -> Option<Reason> {
-        if !self.active {
-            return None;
-        }
         let total = self
             .used
             .plus(self.pending)
