@@ -606,21 +606,14 @@ fn arb_workload() -> impl Strategy<Value = Workload> {
         prop::collection::vec(arb_gpu_container(false), 1..3),
     )
         .prop_map(|(gpu_policy, node_policy, numa_bind, init, apps)| {
-            let spec = TypedSpec {
+            typed(TypedSpec {
                 node_policy: Some(node_policy),
                 gpu_policy,
                 numa_bind,
                 init_containers: init,
                 containers: apps,
                 ..TypedSpec::default()
-            };
-            Workload::parse(
-                WorkloadMeta::default(),
-                &WorkloadSpec::Typed(spec),
-                &Defaults::default(),
-                &KubeNames::default(),
-            )
-            .unwrap()
+            })
         })
 }
 
@@ -632,20 +625,6 @@ fn arb_budget() -> impl Strategy<Value = QuotaBudget> {
         prop::option::of(prop::sample::select(vec![0u64, 10, 30, 60, 200])),
     )
         .prop_map(|(mem_mib, cores)| QuotaBudget { mem_mib, cores })
-}
-
-/// The decision by names and ids: chosen node and cards, and every failure's text.
-type Decision = (Option<(String, Vec<Vec<String>>)>, Vec<(String, String)>);
-
-fn decision(s: &Snapshot, w: &Workload) -> Decision {
-    let a = allocate(s, w, DecideOptions::default());
-    let mut failed: Vec<(String, String)> = a
-        .failed
-        .iter()
-        .map(|f| (s[f.node].name().to_owned(), f.failure.hami_text()))
-        .collect();
-    failed.sort();
-    (placed(s, &a), failed)
 }
 
 proptest! {
@@ -750,15 +729,7 @@ proptest! {
     ) {
         let w = w.with_quota(b).unwrap();
         let s1 = Snapshot::new(nodes.clone()).unwrap();
-        let mut permuted = nodes;
-        permuted.reverse();
-        let len = permuted.len();
-        permuted.rotate_left(rot % len);
-        for n in &mut permuted {
-            n.cards.reverse();
-            n.pair_scores.reverse();
-        }
-        let s2 = Snapshot::new(permuted).unwrap();
+        let s2 = Snapshot::new(reordered(nodes, rot)).unwrap();
         prop_assert_eq!(decision(&s1, &w), decision(&s2, &w));
     }
 
