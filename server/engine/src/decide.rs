@@ -9,7 +9,8 @@ use crate::explain::NodeExplanation;
 use crate::fit::Prepared;
 use crate::model::{CardUsage, Node, NodeId, Snapshot};
 use crate::policy::NodePolicy;
-use crate::quota::BatchQuotas;
+use crate::quota::QuotaUse;
+use crate::quota_workload::BatchQuotas;
 use crate::reason::NodeFailure;
 use crate::score::{NodeScore, score_from_sums};
 use crate::workload::Workload;
@@ -109,6 +110,19 @@ pub struct Placement {
     /// What the placement books on each of the node's cards (in card order): `final_usage`
     /// minus the usage before. [`apply`] adds it, [`release`] takes it away.
     pub booked: Vec<CardUsage>,
+}
+
+impl Placement {
+    /// What the placement consumes against its workload's budget: memory and cores of
+    /// [`Placement::booked`] summed over the node's cards (section 9.2).
+    pub fn quota_use(&self) -> QuotaUse {
+        self.booked.iter().fold(QuotaUse::default(), |sum, b| {
+            sum.plus(QuotaUse {
+                mem_mib: b.used_mem_mib,
+                cores: u64::from(b.used_cores),
+            })
+        })
+    }
 }
 
 /// The answer for one workload.
@@ -577,7 +591,7 @@ fn batch_with(
             if let Some(node) = current.nodes.get_mut(p.node.index()) {
                 Arc::make_mut(node).set_usage(&p.final_usage);
             }
-            quotas.spend(workload, p);
+            quotas.spend(workload, p.quota_use());
         } else if allocation.requests_gpu {
             all_placed = false;
         }

@@ -5,7 +5,7 @@ use std::cmp::Ordering;
 use crate::explain::CardExplanation;
 use crate::model::{Card, CardUsage, Node};
 use crate::policy::{SortKey, VisitPlan};
-use crate::quota::QuotaTally;
+use crate::quota_tally::QuotaTally;
 use crate::reason::{Reason, ReasonCounts};
 use crate::score::{device_key, device_score};
 use crate::weights::ScoringWeights;

@@ -84,6 +84,8 @@ mod names;
 mod policy;
 mod quantity;
 mod quota;
+mod quota_tally;
+mod quota_workload;
 mod reason;
 mod score;
 mod weights;
