@@ -250,19 +250,26 @@ fn mutex_needs_every_workload_of_a_card_gone_9_8_5() {
         .workload();
     let n1 = occupied(
         "n1",
-        vec![card("GPU-0", 0, MIB), card("GPU-1", 1, MIB)],
+        vec![
+            card("GPU-0", 0, MIB),
+            card("GPU-1", 1, MIB),
+            card("GPU-2", 2, MIB),
+        ],
         vec![
             held("x", 5).started(1000).on("GPU-0", 1, 1000, 0),
             held("y", 50).on("GPU-0", 1, 1000, 0),
-            held("z", 5).started(2000).on("GPU-1", 1, 1000, 0),
+            held("z", 5).started(3000).on("GPU-1", 1, 1000, 0),
+            held("t", 5).started(2000).on("GPU-2", 1, 1000, 0),
         ],
     );
-    let (s, p) = decide(vec![n1], &w, 10, PreemptOptions::default());
+    let (s, p) = decide(vec![n1], &w, 10, PreemptOptions::explained());
     assert_eq!(
         victims(&s, &p, "n1"),
         (ids(&["z"]), 0, vec![vec![("GPU-1".into(), MIB)]])
     );
-    assert_eq!(p.nodes[0].eligible, 2);
+    let order: Vec<&str> = p.nodes[0].reprieves.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(order, ["x", "t", "z"]);
+    assert_eq!(p.nodes[0].eligible, 3);
 }
 
 /// One card of whole memory per node; `extra` a workload of priority 50 booking a slot and
@@ -288,8 +295,8 @@ fn choice_nodes() -> Vec<(NodeSpec, NodeWorkloads)> {
     vec![
         choice_node("n1", &[(1, 0, true)], false),
         choice_node("n2", &[(5, 0, false)], false),
-        choice_node("n3", &[(3, 0, false), (3, 0, false)], false),
-        choice_node("n4", &[(3, 0, false), (i32::MIN, 0, false)], false),
+        choice_node("n3", &[(3, 300, false), (3, 300, false)], false),
+        choice_node("n4", &[(3, 200, false), (i32::MIN, 0, false)], false),
         choice_node("n5", &[(3, 100, false)], false),
         choice_node("n6", &[(3, 200, false)], false),
         choice_node("n7", &[(3, 200, false)], true),
@@ -662,4 +669,34 @@ fn a_valid_occupancy_gives_back_what_was_placed() {
     );
     assert_eq!(o.placed(s.id_of("n0").unwrap()).len(), 0);
     assert!(std::ptr::eq(o.snapshot(), &s));
+}
+
+#[test]
+fn equal_priority_and_start_fall_to_the_id() {
+    // Either workload alone makes room; the smaller id is more important, so it stays. Victims
+    // are listed most important first: of two equal victims, the smaller id first.
+    let w = one_card("30000");
+    let n1 = occupied(
+        "n1",
+        vec![card("GPU-0", 0, MIB), card("GPU-1", 1, MIB)],
+        vec![
+            held("b", 1).on("GPU-1", 1, 20000, 0),
+            held("a", 1).on("GPU-0", 1, 20000, 0),
+        ],
+    );
+    let (s, p) = decide(vec![n1], &w, 10, PreemptOptions::default());
+    assert_eq!(
+        victims(&s, &p, "n1"),
+        (ids(&["b"]), 0, vec![vec![("GPU-1".into(), 30000)]])
+    );
+    let n2 = occupied(
+        "n2",
+        vec![card("GPU-0", 0, MIB)],
+        vec![
+            held("d", 1).on("GPU-0", 1, 15000, 0),
+            held("c", 1).on("GPU-0", 1, 15000, 0),
+        ],
+    );
+    let (s, p) = decide(vec![n2], &w, 10, PreemptOptions::default());
+    assert_eq!(victims(&s, &p, "n2").0, ids(&["c", "d"]));
 }
