@@ -437,7 +437,7 @@ fn allocate_with(
             containers: Vec::new(),
         });
         // Deterministic: the same evaluation again, this time recording the cards.
-        let mut placement = placement_on(node, id, prep, scratch, ex.as_mut())?;
+        let mut placement = placement_on(node, id, prep, scratch, ex.as_mut()).ok()?;
         explanations.extend(ex);
         let min = keys.iter().min().copied().unwrap_or(score.key);
         let max = keys.iter().max().copied().unwrap_or(score.key);
@@ -472,16 +472,17 @@ fn allocate_with(
 }
 
 /// The placement of the prepared workload on `node` (handle `id`) with its cards chosen, or
-/// `None` when it does not fit; `normalized` is 100 (the caller knows the other nodes).
+/// why it does not fit; `normalized` is 100 (the caller knows the other nodes).
 pub(crate) fn placement_on(
     node: &Node,
     id: NodeId,
     prep: &Prepared<'_>,
     scratch: &mut Scratch,
     explain: Option<&mut NodeExplanation>,
-) -> Option<Placement> {
-    let NodeOutcome::Fit(score) = evaluate_node(node, prep, scratch, true, explain) else {
-        return None;
+) -> Result<Placement, NodeFailure> {
+    let score = match evaluate_node(node, prep, scratch, true, explain) {
+        NodeOutcome::Fit(score) => score,
+        NodeOutcome::Fail(failure) => return Err(failure),
     };
     let mut containers: Vec<ContainerAssignment> = (0..prep.workload.containers.len())
         .map(|position| ContainerAssignment {
@@ -504,7 +505,7 @@ pub(crate) fn placement_on(
         .zip(&scratch.final_usage)
         .map(|(card, after)| difference(*after, card.usage))
         .collect();
-    Some(Placement {
+    Ok(Placement {
         node: id,
         score,
         normalized: 100,

@@ -357,7 +357,18 @@ proptest! {
 
     #[test]
     fn the_reprieve_explains_every_eligible_workload(cluster in arb_cluster(), w in arb_workload(), priority in arb_priority()) {
-        let (_, p) = decide(&cluster, &w, priority);
+        let (s, p) = decide(&cluster, &w, priority);
+        // Explaining changes nothing but the explanation.
+        let plain = {
+            let placed = cluster.iter().map(|(_, x)| x.clone()).collect();
+            let o = Occupancy::new(&s, placed, &PreemptLimits::default()).unwrap();
+            preempt(&o, &w, priority, PreemptOptions::default())
+        };
+        let mut unexplained = p.clone();
+        for n in &mut unexplained.nodes {
+            n.reprieves.clear();
+        }
+        prop_assert_eq!(&plain, &unexplained);
         for n in &p.nodes {
             let Some(v) = n.victims() else { continue };
             prop_assert_eq!(n.reprieves.len(), n.eligible as usize);

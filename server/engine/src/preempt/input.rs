@@ -2,7 +2,7 @@
 //! and the resolved form the victim search works from (`docs/placement-semantics.md` sections
 //! 9.1 and 9.2).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use crate::error::{InvalidInput, Violation, ViolationKind};
 use crate::model::{CardUsage, Node, NodeId, Snapshot};
@@ -116,11 +116,12 @@ impl<'s> Occupancy<'s> {
         let mut seen: HashMap<&str, usize> = HashMap::with_capacity(placed.len());
         let mut resolved: Vec<(usize, NodeId)> = Vec::with_capacity(placed.len());
         for (i, entry) in placed.iter().enumerate() {
-            let field = format!("placed[{i}].node");
+            // Field paths are built only for a violation: most input is valid.
+            let field = || format!("placed[{i}].node");
             if entry.node.is_empty() {
                 violations.push(Violation::new(
                     ViolationKind::MissingField,
-                    field,
+                    field(),
                     "node name must not be empty",
                 ));
                 continue;
@@ -128,7 +129,7 @@ impl<'s> Occupancy<'s> {
             if let Some(first) = seen.get(entry.node.as_str()) {
                 violations.push(Violation::new(
                     ViolationKind::DuplicateId,
-                    field,
+                    field(),
                     format!(
                         "node {:?} is listed twice (also placed[{first}])",
                         entry.node
@@ -140,7 +141,7 @@ impl<'s> Occupancy<'s> {
             let Some(id) = snapshot.id_of(&entry.node) else {
                 violations.push(Violation::new(
                     ViolationKind::UnknownReference,
-                    field,
+                    field(),
                     format!("node {:?} is not a candidate node", entry.node),
                 ));
                 continue;
@@ -244,13 +245,15 @@ fn resolve_node(
         .collect();
     let mut ids: HashMap<&str, usize> = HashMap::with_capacity(entry.workloads.len());
     let mut sums = vec![CardSums::default(); node.cards.len()];
+    // The last workload (position + 1) that booked each card: a repeat within one workload.
+    let mut booked_by = vec![0usize; node.cards.len()];
     let mut resolved = Vec::with_capacity(entry.workloads.len());
     for (k, w) in entry.workloads.iter().enumerate() {
-        let prefix = format!("placed[{i}].workloads[{k}]");
+        let id_field = || format!("placed[{i}].workloads[{k}].id");
         if w.id.chars().all(char::is_whitespace) {
             violations.push(Violation::new(
                 ViolationKind::MissingField,
-                format!("{prefix}.id"),
+                id_field(),
                 if w.id.is_empty() {
                     "workload id must not be empty"
                 } else {
@@ -260,7 +263,7 @@ fn resolve_node(
         } else if w.id.len() > limits.max_id_bytes {
             violations.push(Violation::new(
                 ViolationKind::LimitExceeded,
-                format!("{prefix}.id"),
+                id_field(),
                 format!(
                     "workload id of {} bytes exceeds the limit of {}",
                     w.id.len(),
@@ -270,7 +273,7 @@ fn resolve_node(
         } else if let Some(first) = ids.get(w.id.as_str()) {
             violations.push(Violation::new(
                 ViolationKind::DuplicateId,
-                format!("{prefix}.id"),
+                id_field(),
                 format!(
                     "workload id {:?} is repeated on node {:?} (also workloads[{first}])",
                     w.id, entry.node
@@ -280,13 +283,12 @@ fn resolve_node(
             ids.insert(w.id.as_str(), k);
         }
         let mut holds = Vec::with_capacity(w.bookings.len());
-        let mut cards_here: HashSet<usize> = HashSet::with_capacity(w.bookings.len());
         for (b, booking) in w.bookings.iter().enumerate() {
-            let field = format!("{prefix}.bookings[{b}]");
+            let field = |name: &str| format!("placed[{i}].workloads[{k}].bookings[{b}].{name}");
             let Some(&pos) = positions.get(booking.card_id.as_str()) else {
                 violations.push(Violation::new(
                     ViolationKind::UnknownReference,
-                    format!("{field}.card_id"),
+                    field("card_id"),
                     format!(
                         "card {:?} is not a card of node {:?}",
                         booking.card_id, entry.node
@@ -294,10 +296,10 @@ fn resolve_node(
                 ));
                 continue;
             };
-            if !cards_here.insert(pos) {
+            if booked_by.get(pos) == Some(&(k + 1)) {
                 violations.push(Violation::new(
                     ViolationKind::DuplicateId,
-                    format!("{field}.card_id"),
+                    field("card_id"),
                     format!(
                         "workload {:?} books card {:?} twice (one booking per card)",
                         w.id, booking.card_id
@@ -305,10 +307,13 @@ fn resolve_node(
                 ));
                 continue;
             }
+            if let Some(mark) = booked_by.get_mut(pos) {
+                *mark = k + 1;
+            }
             if booking.slots == 0 {
                 violations.push(Violation::new(
                     ViolationKind::OutOfRange,
-                    format!("{field}.slots"),
+                    field("slots"),
                     "a booking holds at least 1 slot (each container on a card takes one)",
                 ));
                 continue;
@@ -343,7 +348,7 @@ fn add_to_card(
     booking: &Booking,
     usage: CardUsage,
     card_id: &str,
-    field: &str,
+    field: &dyn Fn(&str) -> String,
     violations: &mut Vec<Violation>,
 ) {
     sum.slots += u64::from(booking.slots);
@@ -374,7 +379,7 @@ fn add_to_card(
             sum.reported[d] = true;
             violations.push(Violation::new(
                 ViolationKind::OutOfRange,
-                format!("{field}.{name}"),
+                field(name),
                 format!(
                     "bookings on card {card_id:?} sum to {total} {name}, above its {usage_name} \
                      of {limit}"

@@ -9,7 +9,7 @@ use super::answer::{
 };
 use super::input::{PlacedWorkload, Resident};
 use crate::decide::{Stop, placement_on};
-use crate::evaluate::{NodeOutcome, Scratch, evaluate_node};
+use crate::evaluate::{EvalMode, NodeOutcome, Scratch, evaluate_node, evaluate_once};
 use crate::fit::Prepared;
 use crate::model::{CardUsage, Node, NodeId};
 use crate::reason::NodeFailure;
@@ -93,27 +93,29 @@ pub(crate) fn node_preemption(
     }
     let mut work = node.clone();
     let mut trial = usage.clone();
-    if let Err(failure) = fits(&mut work, &trial, pending, scratch) {
+    if let Err(Some(failure)) = fits(&mut work, &trial, pending, scratch, true) {
         let not = NotCandidate {
             reason: NotCandidateReason::InsufficientAfterEviction,
             failure,
         };
         return Some(answer(PreemptVerdict::NotCandidate(not), Vec::new()));
     }
-    // Step 4: put each back in reprieve order, keep it when the workload still fits.
-    let mut outcomes: Vec<ReprieveOutcome> = Vec::with_capacity(eligible.len());
+    // Step 4: put each back in reprieve order, keep it when the workload still fits. What
+    // happened to each is recorded only for an explanation (then with the failure met).
+    let why = pending.explain;
+    let mut outcomes: Vec<ReprieveOutcome> = Vec::new();
     let mut victims: Vec<usize> = Vec::new();
     for (at, r) in eligible.iter().enumerate() {
         trial.clone_from(&usage);
         give(&mut trial, r);
-        match fits(&mut work, &trial, pending, scratch) {
+        match fits(&mut work, &trial, pending, scratch, why) {
             Ok(()) => {
                 std::mem::swap(&mut usage, &mut trial);
-                outcomes.push(ReprieveOutcome::Kept);
+                outcomes.extend(why.then_some(ReprieveOutcome::Kept));
             }
             Err(failure) => {
                 victims.push(at);
-                outcomes.push(ReprieveOutcome::Evicted(failure));
+                outcomes.extend(failure.map(ReprieveOutcome::Evicted));
             }
         }
     }
@@ -127,7 +129,7 @@ pub(crate) fn node_preemption(
                 let Some(r) = eligible.get(at) else { continue };
                 trial.clone_from(&usage);
                 give(&mut trial, r);
-                if fits(&mut work, &trial, pending, scratch).is_ok() {
+                if fits(&mut work, &trial, pending, scratch, false).is_ok() {
                     std::mem::swap(&mut usage, &mut trial);
                     if let Some(o) = outcomes.get_mut(at) {
                         *o = ReprieveOutcome::KeptAtSecondLook;
@@ -141,21 +143,23 @@ pub(crate) fn node_preemption(
     }
     // Step 6: the placement once the victims are gone.
     work.set_usage(&usage);
-    let Some(placement) = placement_on(&work, id, pending.prep, scratch, None) else {
-        // Unreachable: `usage` is the last state that fitted, and fitting is deterministic.
-        let failure = fits(&mut work, &usage, pending, scratch).err()?;
-        let not = NotCandidate {
-            reason: NotCandidateReason::InsufficientAfterEviction,
-            failure,
-        };
-        return Some(answer(PreemptVerdict::NotCandidate(not), Vec::new()));
+    let placement = match placement_on(&work, id, pending.prep, scratch, None) {
+        Ok(placement) => placement,
+        // Not reached: `usage` is the last state that fitted, and fitting is deterministic.
+        Err(failure) => {
+            let not = NotCandidate {
+                reason: NotCandidateReason::InsufficientAfterEviction,
+                failure,
+            };
+            return Some(answer(PreemptVerdict::NotCandidate(not), Vec::new()));
+        }
     };
     let mut chosen: Vec<&Resident> = victims
         .iter()
         .filter_map(|&at| eligible.get(at).copied())
         .collect();
     chosen.sort_by(|a, b| importance(&a.workload, &b.workload));
-    let reprieves = if pending.explain {
+    let reprieves = if why {
         eligible
             .iter()
             .zip(outcomes)
@@ -178,17 +182,29 @@ pub(crate) fn node_preemption(
     Some(answer(PreemptVerdict::Victims(victims), reprieves))
 }
 
-/// Whether the workload fits `work` with its cards' usage set to `usage`.
+/// Whether the workload fits `work` with its cards' usage set to `usage`; when it does not,
+/// the node failure (classified unresolvable or not, as for any failed node) only when `why`:
+/// without, one evaluation instead of two.
 fn fits(
     work: &mut Node,
     usage: &[CardUsage],
     pending: &Pending<'_, '_>,
     scratch: &mut Scratch,
-) -> Result<(), NodeFailure> {
+    why: bool,
+) -> Result<(), Option<NodeFailure>> {
     work.set_usage(usage);
-    match evaluate_node(work, pending.prep, scratch, false, None) {
+    let outcome = if why {
+        evaluate_node(work, pending.prep, scratch, false, None)
+    } else {
+        let mode = EvalMode {
+            picks: false,
+            idle: false,
+        };
+        evaluate_once(work, pending.prep, scratch, mode, None)
+    };
+    match outcome {
         NodeOutcome::Fit(_) => Ok(()),
-        NodeOutcome::Fail(failure) => Err(failure),
+        NodeOutcome::Fail(failure) => Err(why.then_some(failure)),
     }
 }
 
