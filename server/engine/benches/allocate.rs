@@ -33,7 +33,7 @@ fn bench(c: &mut Criterion) {
         }
     }
     group.finish();
-    // A quota budget that is checked on every card but never binds (section 9): the cost of
+    // A quota budget that is checked on every card but never binds (section 10): the cost of
     // the running total itself.
     let mut group = c.benchmark_group("quota");
     let snapshot = cluster(1_000, 42);

@@ -37,7 +37,7 @@ pub struct NodeExplanation {
     pub node: NodeId,
     /// The containers.
     pub containers: Vec<ContainerExplanation>,
-    /// The workload's quota budget and what the placement on this node consumes (section 9.5);
+    /// The workload's quota budget and what the placement on this node consumes (section 10.5);
     /// `None` without a budget.
     pub quota: Option<QuotaExplanation>,
 }

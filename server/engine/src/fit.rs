@@ -61,7 +61,7 @@ pub(crate) enum LoneFit {
     /// after placement does not depend on which cards are chosen.
     Uniform { booked_mem: u64 },
     /// The container fits but fitting cards book different memory: choose the cards. Also
-    /// when a quota budget makes the visiting order decide (placement-semantics section 9.3).
+    /// when a quota budget makes the visiting order decide (placement-semantics section 10.3).
     Varying,
 }
 
@@ -459,7 +459,7 @@ fn visit_in_order(
         collected_visits.push(visit);
         if !plan.topology {
             // Topology-aware candidates are checked one by one and chosen within budget
-            // together (placement-semantics section 9.4).
+            // together (placement-semantics section 10.4).
             scratch.quota.collect(pos, card, req);
         }
         if !plan.topology && scratch.collected.len() == need {
@@ -502,7 +502,7 @@ type Within<'a> = &'a dyn Fn(&[usize]) -> bool;
 
 /// The topology-aware choice among the collected candidates, within the quota budget, into
 /// `scratch.chosen`. When no combination fits the budget, every candidate is counted with the
-/// quota reason, which is returned (placement-semantics section 9.4).
+/// quota reason, which is returned (placement-semantics section 10.4).
 fn choose_collected(
     node: &Node,
     req: &ContainerRequest,

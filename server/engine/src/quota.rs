@@ -1,4 +1,4 @@
-//! Quota budgets (`docs/placement-semantics.md` section 9.1): the values a workload carries,
+//! Quota budgets (`docs/placement-semantics.md` section 10.1): the values a workload carries,
 //! what a placement consumes, and the rule of what passes a budget. A leaf: what a workload
 //! consumes is in `quota_workload`, the running total of check 7q in `quota_tally`.
 
@@ -10,7 +10,7 @@ use crate::reason::Reason;
 /// "unlimited", which is an absent value.
 pub const MAX_QUOTA_VALUE: u64 = (1 << 53) - 1;
 
-/// What a workload may still book against its namespace's quota (section 9.1): each value
+/// What a workload may still book against its namespace's quota (section 10.1): each value
 /// optional, absent = unlimited; 0 blocks every GPU container for that resource.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
 pub struct QuotaBudget {
@@ -109,7 +109,7 @@ impl QuotaBudget {
     }
 
     /// The resource whose budget `consumed` passes, memory first; a budget of 0 is passed by
-    /// anything (section 9.1: 0 blocks every GPU container). `None` when within budget.
+    /// anything (section 10.1: 0 blocks every GPU container). `None` when within budget.
     pub fn refusal(&self, consumed: QuotaUse) -> Option<QuotaResource> {
         let over = |budget: Option<u64>, used: u64| budget.is_some_and(|b| b == 0 || used > b);
         if over(self.mem_mib, consumed.mem_mib) {

@@ -1,5 +1,5 @@
 //! The running total of check 7q while one node's tentative placement is built
-//! (`docs/placement-semantics.md` sections 9.3 and 9.4). The hot path pays nothing without a
+//! (`docs/placement-semantics.md` sections 10.3 and 10.4). The hot path pays nothing without a
 //! budget: the tally is inactive and the card loops are given no tally at all.
 
 use crate::explain::NodeExplanation;
@@ -17,7 +17,7 @@ struct CardBook {
     app: QuotaUse,
 }
 
-/// The running total of check 7q while one node's tentative placement is built (section 9.3).
+/// The running total of check 7q while one node's tentative placement is built (section 10.3).
 #[derive(Debug, Default)]
 pub(crate) struct QuotaTally {
     active: bool,
@@ -173,7 +173,7 @@ impl QuotaTally {
     }
 
     /// Whether the container can be given all of `cards` (positions) within budget, checked
-    /// together (topology-aware, section 9.4). Always true when inactive.
+    /// together (topology-aware, section 10.4). Always true when inactive.
     pub(crate) fn fits_together(
         &self,
         node: &Node,
@@ -190,7 +190,7 @@ impl QuotaTally {
         self.budget.refusal(total).is_none()
     }
 
-    /// Why no `need`-combination of `candidates` fits (section 9.4): memory when even the
+    /// Why no `need`-combination of `candidates` fits (section 10.4): memory when even the
     /// `need` smallest memory growths exceed the memory budget, else cores.
     pub(crate) fn combination_reason(
         &self,

@@ -1,6 +1,6 @@
-//! What a workload consumes against a quota budget (`docs/placement-semantics.md` section 9):
-//! the budget set on a workload, the admission floor (9.6), and the sharing of a namespace's
-//! budget within a batch (9.5).
+//! What a workload consumes against a quota budget (`docs/placement-semantics.md` section 10):
+//! the budget set on a workload, the admission floor (10.6), and the sharing of a namespace's
+//! budget within a batch (10.5).
 
 use std::collections::BTreeMap;
 
@@ -9,7 +9,7 @@ use crate::quota::{QuotaBudget, QuotaResource, QuotaUse};
 use crate::workload::Workload;
 
 impl Workload {
-    /// The same workload with a quota budget (section 9.1), validated
+    /// The same workload with a quota budget (section 10.1), validated
     /// ([`QuotaBudget::validate`]): whatever the workload asks, since the budget comes from the
     /// caller, not from the pod.
     pub fn with_quota(mut self, budget: QuotaBudget) -> Result<Workload, InvalidInput> {
@@ -24,7 +24,7 @@ impl Workload {
         self.quota
     }
 
-    /// The least this workload consumes on any node (section 9.6): per resource, the larger of
+    /// The least this workload consumes on any node (section 10.6): per resource, the larger of
     /// the app containers' sum and the largest init container, each container counted as its
     /// cards times its fixed per-card booking (`mem_mib`; a percentage counts 0 MiB, since its
     /// MiB depend on the card; cores).
@@ -52,7 +52,7 @@ impl Workload {
 }
 
 impl QuotaBudget {
-    /// Admission (section 9.6), with `self` the namespace's **hard** limits: the resource
+    /// Admission (section 10.6), with `self` the namespace's **hard** limits: the resource
     /// for which `workload` can never fit (its [`Workload::quota_floor`] is above the limit,
     /// or the limit is 0), or `None` when it may fit now or later. A workload without GPU
     /// always may.
@@ -64,7 +64,7 @@ impl QuotaBudget {
     }
 }
 
-/// The budgets of a batch's namespaces (section 9.5): each workload's budget is reduced by what
+/// The budgets of a batch's namespaces (section 10.5): each workload's budget is reduced by what
 /// the workloads of its namespace placed before it consume.
 #[derive(Debug, Default)]
 pub(crate) struct BatchQuotas {

@@ -37,7 +37,7 @@ pub enum Reason {
     /// on the valid ones reports the others with this reason ([`NodeFailure::invalid_node`]).
     InvalidNode,
     /// Check 7q: the card's booking would take the workload's GPU memory past its quota budget
-    /// (`docs/placement-semantics.md` section 9). HAMi's text: `ResourceQuotaNotFit`.
+    /// (`docs/placement-semantics.md` section 10). HAMi's text: `ResourceQuotaNotFit`.
     QuotaMemoryExceeded,
     /// Check 7q: the card's booking would take the workload's GPU cores past its quota budget.
     /// HAMi's text: `ResourceQuotaNotFit`.

@@ -313,7 +313,7 @@ pub struct Workload {
     pub filters: CardFilters,
     /// All containers in pod order: init containers first.
     pub containers: Vec<ContainerRequest>,
-    /// Quota budget (section 9): unlimited unless set by [`Workload::with_quota`], which
+    /// Quota budget (section 10): unlimited unless set by [`Workload::with_quota`], which
     /// validates it.
     pub(crate) quota: QuotaBudget,
 }

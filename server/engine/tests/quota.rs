@@ -1,4 +1,4 @@
-//! Quotas (`docs/placement-semantics.md` section 9): every worked example of 9.7, HAMi's own
+//! Quotas (`docs/placement-semantics.md` section 10): every worked example of 10.7, HAMi's own
 //! vectors, validation, and invariants over random clusters (proptest).
 
 #![allow(clippy::unwrap_used)]
@@ -53,7 +53,7 @@ fn cards(name: &str, mems: &[u64]) -> NodeSpec {
     NodeSpec::new(name, cards)
 }
 
-// 9.7.1: `Test_ResourceQuota` of HAMi's pkg/scheduler/scheduler_test.go, the same numbers.
+// 10.7.1: `Test_ResourceQuota` of HAMi's pkg/scheduler/scheduler_test.go, the same numbers.
 
 fn hami_node() -> Snapshot {
     snapshot(vec![cards("node1", &[2000, 8000, 4000, 6000])])
@@ -107,7 +107,7 @@ fn hami_whole_card_request_takes_the_card_the_quota_allows() {
     );
 }
 
-// 9.7.2
+// 10.7.2
 
 #[test]
 fn a_percentage_over_budget_on_the_big_card_lands_on_the_small_one() {
@@ -143,7 +143,7 @@ fn on_one_node_the_card_policy_tries_the_next_card() {
     );
 }
 
-// 9.7.3
+// 10.7.3
 
 #[test]
 fn the_running_total_spans_the_containers() {
@@ -162,7 +162,7 @@ fn the_running_total_spans_the_containers() {
     assert_eq!(a.placement.unwrap().quota_use(), use_of(20000, 0));
 }
 
-// 9.7.4
+// 10.7.4
 
 #[test]
 fn init_containers_count_per_card_as_the_peak_rule_books() {
@@ -188,7 +188,7 @@ fn init_containers_count_per_card_as_the_peak_rule_books() {
     assert_eq!(p.workload().quota_floor(), use_of(30000, 0));
 }
 
-// 9.7.5
+// 10.7.5
 
 #[test]
 fn cores_budgets_and_an_explicit_zero() {
@@ -220,7 +220,7 @@ fn cores_budgets_and_an_explicit_zero() {
     assert_eq!(f.reasons.get(Reason::QuotaCoresExceeded), 0);
 }
 
-// 9.7.6
+// 10.7.6
 
 fn with_pairs(mut n: NodeSpec, pairs: &[(usize, usize, i64)], default: i64) -> NodeSpec {
     let ids: Vec<String> = n.cards.iter().map(|c| c.id.clone()).collect();
@@ -312,7 +312,7 @@ fn topology_with_numa_bind_tries_the_next_group_when_none_fits_the_budget() {
 #[test]
 fn beyond_the_exact_limit_topology_keeps_the_cards_the_running_total_allows() {
     // C(40, 5) = 658,008 combinations: the greedy choice (section 5.3), under a budget first
-    // reduced to the candidates that keep the running total within it (section 9.4).
+    // reduced to the candidates that keep the running total within it (section 10.4).
     let mut n = cards("n", &[10000; 40]);
     n = with_pairs(
         n,
@@ -332,7 +332,7 @@ fn beyond_the_exact_limit_topology_keeps_the_cards_the_running_total_allows() {
     assert_eq!(f.hami_text(), "40/40 ResourceQuotaNotFit");
 }
 
-// 9.7.7
+// 10.7.7
 
 #[test]
 fn admission_refuses_only_what_can_never_fit_the_hard_limit() {
@@ -373,7 +373,7 @@ fn admission_refuses_only_what_can_never_fit_the_hard_limit() {
     );
 }
 
-// 9.7.8
+// 10.7.8
 
 fn in_namespace(ns: &str, p: &Pod, b: QuotaBudget) -> Workload {
     let meta = WorkloadMeta {
@@ -421,7 +421,7 @@ fn a_batch_shares_each_namespaces_budget() {
     assert!(gang.items.iter().all(|i| !i.placed()));
 }
 
-// 9.3: the greedy corner, pinned as documented.
+// 10.3: the greedy corner, pinned as documented.
 
 #[test]
 fn the_quota_check_is_greedy_in_visiting_order() {
@@ -438,7 +438,7 @@ fn the_quota_check_is_greedy_in_visiting_order() {
     );
 }
 
-// 9.4: mutex refuses a used card before the quota is asked.
+// 10.4: mutex refuses a used card before the quota is asked.
 
 #[test]
 fn mutex_refusals_come_before_the_quota() {
@@ -466,7 +466,7 @@ fn mutex_refusals_come_before_the_quota() {
     );
 }
 
-// 9.5: the explanation names the budget and what the node's placement consumes.
+// 10.5: the explanation names the budget and what the node's placement consumes.
 
 #[test]
 fn the_explanation_names_the_budget_and_the_consumption() {
@@ -499,7 +499,7 @@ fn the_explanation_names_the_budget_and_the_consumption() {
     assert_eq!(a.explanations[0].quota, None);
 }
 
-// 9.1: validation.
+// 10.1: validation.
 
 #[test]
 fn budgets_above_the_largest_value_are_typed_violations_naming_the_field() {
@@ -705,7 +705,7 @@ proptest! {
         nodes in arb_nodes(), w in arb_workload(), b in arb_budget()
     ) {
         // Not topology-aware: its one-card choice looks at the other candidates, which a
-        // smaller budget may remove (section 9.4).
+        // smaller budget may remove (section 10.4).
         prop_assume!(!w.gpu_policy.contains(GpuToken::TopologyAware));
         let s = Snapshot::new(nodes).unwrap();
         let w = w.with_quota(b).unwrap();
