@@ -73,21 +73,13 @@ fn arb_nodes() -> impl Strategy<Value = Vec<NodeSpec>> {
 }
 
 fn arb_container(init: bool) -> impl Strategy<Value = TypedContainer> {
-    (
-        prop::sample::select(vec![0u32, 1, 1, 1, 2, 3]),
-        prop::sample::select(vec![0u64, 0, 500, 2000, 5000]),
-        prop::sample::select(vec![0u32, 0, 10, 40, 100]),
-        prop::option::of(prop::sample::select(vec![0u32, 10, 30, 100])),
+    common::arb_container(
+        init,
+        vec![0, 1, 1, 1, 2, 3],
+        vec![0, 0, 500, 2000, 5000],
+        vec![0, 0, 10, 40, 100],
+        vec![0, 10, 30, 100],
     )
-        .prop_map(
-            move |(gpus, gpumem_mib, gpumem_percent, gpucores)| TypedContainer {
-                name: if init { "init".into() } else { "app".into() },
-                gpus,
-                gpumem_mib,
-                gpumem_percent,
-                gpucores,
-            },
-        )
 }
 
 fn arb_workload() -> impl Strategy<Value = Workload> {

@@ -574,21 +574,13 @@ fn arb_nodes() -> impl Strategy<Value = Vec<NodeSpec>> {
 }
 
 fn arb_gpu_container(init: bool) -> impl Strategy<Value = TypedContainer> {
-    (
-        1u32..=2,
-        prop::sample::select(vec![0u64, 1000, 3000, 6000]),
-        prop::sample::select(vec![0u32, 0, 25, 50]),
-        prop::option::of(prop::sample::select(vec![0u32, 10, 30])),
+    common::arb_container(
+        init,
+        vec![1, 2],
+        vec![0, 1000, 3000, 6000],
+        vec![0, 0, 25, 50],
+        vec![0, 10, 30],
     )
-        .prop_map(
-            move |(gpus, gpumem_mib, gpumem_percent, gpucores)| TypedContainer {
-                name: if init { "i".into() } else { "a".into() },
-                gpus,
-                gpumem_mib,
-                gpumem_percent,
-                gpucores,
-            },
-        )
 }
 
 fn arb_workload() -> impl Strategy<Value = Workload> {

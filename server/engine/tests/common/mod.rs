@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 
 use gpusched_engine::{
     Allocation, Card, CardUsage, DecideOptions, Defaults, KubeContainer, KubeNames, KubeSpec,
-    NodeSpec, Snapshot, TypedSpec, Workload, WorkloadMeta, WorkloadSpec, allocate,
+    NodeSpec, Snapshot, TypedContainer, TypedSpec, Workload, WorkloadMeta, WorkloadSpec, allocate,
 };
+use proptest::prelude::*;
 
 /// A healthy card `id` with `index`, 10 slots, 100 cores and `mem` MiB.
 pub fn card(id: &str, index: u32, mem: u64) -> Card {
@@ -232,4 +233,30 @@ pub fn reordered(mut nodes: Vec<NodeSpec>, rot: usize) -> Vec<NodeSpec> {
         n.pair_scores.reverse();
     }
     nodes
+}
+
+/// A proptest strategy for one typed container: its card count, MiB, percentage and cores (or
+/// none: the default) each drawn from the values given.
+pub fn arb_container(
+    init: bool,
+    gpus: Vec<u32>,
+    mem_mib: Vec<u64>,
+    percent: Vec<u32>,
+    cores: Vec<u32>,
+) -> impl Strategy<Value = TypedContainer> {
+    (
+        prop::sample::select(gpus),
+        prop::sample::select(mem_mib),
+        prop::sample::select(percent),
+        prop::option::of(prop::sample::select(cores)),
+    )
+        .prop_map(
+            move |(gpus, gpumem_mib, gpumem_percent, gpucores)| TypedContainer {
+                name: if init { "init".into() } else { "app".into() },
+                gpus,
+                gpumem_mib,
+                gpumem_percent,
+                gpucores,
+            },
+        )
 }
