@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::config::Names;
+use crate::inventory::Inventory;
 use crate::translate::{self, PodUsage};
 
 /// A bind decision written by this instance and not yet confirmed by the informer.
@@ -108,7 +109,7 @@ pub struct ClusterView {
     locks: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     synced: AtomicBool,
     /// Decoded inventories by node name, valid for one resourceVersion.
-    inventories: std::sync::Mutex<HashMap<String, (String, Arc<translate::Inventory>)>>,
+    inventories: std::sync::Mutex<HashMap<String, (String, Arc<Inventory>)>>,
     /// Decoded pod usage by uid, valid for one resourceVersion.
     usages: std::sync::Mutex<UsageCache>,
     /// The usage of each assumed decision by uid, kept while the decision is unchanged (so that
@@ -124,14 +125,14 @@ pub struct ClusterView {
 struct PreparedEntry {
     /// The informer's object it was built from (None: read from the API).
     source: Option<Arc<Node>>,
-    inventory: Arc<translate::Inventory>,
+    inventory: Arc<Inventory>,
     usages: Vec<Arc<PodUsage>>,
     node: Arc<v1::Node>,
     prepared: Arc<PreparedNode>,
 }
 
 impl PreparedEntry {
-    fn built_from(&self, inventory: &Arc<translate::Inventory>, usages: &[Arc<PodUsage>]) -> bool {
+    fn built_from(&self, inventory: &Arc<Inventory>, usages: &[Arc<PodUsage>]) -> bool {
         Arc::ptr_eq(&self.inventory, inventory)
             && self.usages.len() == usages.len()
             && self
@@ -363,7 +364,7 @@ impl ClusterView {
         by_node
     }
 
-    fn inventory(&self, node: &Node) -> Arc<translate::Inventory> {
+    fn inventory(&self, node: &Node) -> Arc<Inventory> {
         let name = node.metadata.name.as_deref().unwrap_or("");
         let rv = node.metadata.resource_version.as_deref().unwrap_or("");
         let mut cache = match self.inventories.lock() {
