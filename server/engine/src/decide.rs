@@ -136,7 +136,7 @@ pub struct Abandoned;
 /// decides (a deadline, a cancellation flag).
 pub type Stop<'a> = &'a dyn Fn() -> bool;
 
-fn never() -> bool {
+pub(crate) fn never() -> bool {
     false
 }
 
@@ -357,7 +357,7 @@ fn normalize(feasible: &mut [FeasibleNode], policy: NodePolicy) {
 /// Preference 0..=100 of a score key among feasible keys `min..=max`: 100 for the most
 /// preferred, 0 for the least, linear between (rounded half up, exact integer arithmetic);
 /// 100 when all are equal.
-fn preference(key: i64, min: i64, max: i64, policy: NodePolicy) -> u32 {
+pub(crate) fn preference(key: i64, min: i64, max: i64, policy: NodePolicy) -> u32 {
     let span = i128::from(max) - i128::from(min);
     if span <= 0 {
         return 100;
@@ -437,41 +437,13 @@ fn allocate_with(
             containers: Vec::new(),
         });
         // Deterministic: the same evaluation again, this time recording the cards.
-        let NodeOutcome::Fit(_) = evaluate_node(node, prep, scratch, true, ex.as_mut()) else {
-            return None;
-        };
+        let mut placement = placement_on(node, id, prep, scratch, ex.as_mut()).ok()?;
         explanations.extend(ex);
-        let mut containers: Vec<ContainerAssignment> = (0..workload.containers.len())
-            .map(|position| ContainerAssignment {
-                position,
-                cards: Vec::new(),
-            })
-            .collect();
-        for pick in &scratch.picks {
-            if let Some(c) = containers.get_mut(pick.container) {
-                c.cards.push(AssignedCard {
-                    card: pick.card,
-                    mem_mib: pick.mem_mib,
-                    cores: pick.cores,
-                });
-            }
-        }
         let min = keys.iter().min().copied().unwrap_or(score.key);
         let max = keys.iter().max().copied().unwrap_or(score.key);
-        let booked = node
-            .cards
-            .iter()
-            .zip(&scratch.final_usage)
-            .map(|(card, after)| difference(*after, card.usage))
-            .collect();
-        Some(Placement {
-            node: id,
-            score,
-            normalized: preference(score.key, min, max, policy),
-            containers,
-            final_usage: scratch.final_usage.clone(),
-            booked,
-        })
+        placement.score = score;
+        placement.normalized = preference(score.key, min, max, policy);
+        Some(placement)
     });
     if placement.is_none() && explain && !abandoned {
         for (id, node) in snapshot.iter() {
@@ -497,6 +469,50 @@ fn allocate_with(
         },
         abandoned,
     )
+}
+
+/// The placement of the prepared workload on `node` (handle `id`) with its cards chosen, or
+/// why it does not fit; `normalized` is 100 (the caller knows the other nodes).
+pub(crate) fn placement_on(
+    node: &Node,
+    id: NodeId,
+    prep: &Prepared<'_>,
+    scratch: &mut Scratch,
+    explain: Option<&mut NodeExplanation>,
+) -> Result<Placement, NodeFailure> {
+    let score = match evaluate_node(node, prep, scratch, true, explain) {
+        NodeOutcome::Fit(score) => score,
+        NodeOutcome::Fail(failure) => return Err(failure),
+    };
+    let mut containers: Vec<ContainerAssignment> = (0..prep.workload.containers.len())
+        .map(|position| ContainerAssignment {
+            position,
+            cards: Vec::new(),
+        })
+        .collect();
+    for pick in &scratch.picks {
+        if let Some(c) = containers.get_mut(pick.container) {
+            c.cards.push(AssignedCard {
+                card: pick.card,
+                mem_mib: pick.mem_mib,
+                cores: pick.cores,
+            });
+        }
+    }
+    let booked = node
+        .cards
+        .iter()
+        .zip(&scratch.final_usage)
+        .map(|(card, after)| difference(*after, card.usage))
+        .collect();
+    Ok(Placement {
+        node: id,
+        score,
+        normalized: 100,
+        containers,
+        final_usage: scratch.final_usage.clone(),
+        booked,
+    })
 }
 
 /// One workload's result in a batch.

@@ -71,7 +71,7 @@ pub(crate) fn evaluate_node(
     }
 }
 
-fn evaluate_once(
+pub(crate) fn evaluate_once(
     node: &Node,
     prep: &Prepared<'_>,
     scratch: &mut Scratch,

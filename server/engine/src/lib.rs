@@ -34,6 +34,12 @@
 //! - **Shared nodes.** A snapshot holds its nodes in [`Arc`](std::sync::Arc)s: a service can
 //!   keep validated nodes ([`Node::new`]) and build snapshots from them without copying
 //!   ([`Snapshot::from_nodes`]); `apply`/`release` copy only the node they change.
+//! - **Preemption.** [`Occupancy::new`] validates who holds what on each card
+//!   ([`NodeWorkloads`], [`PlacedWorkload`], [`Booking`], within [`PreemptLimits`]);
+//!   [`preempt`] answers, per node, whether it needs no eviction, which victims must leave
+//!   and the placement once they are gone, or why it is not a candidate ([`PreemptVerdict`]),
+//!   and which node to preempt on ([`PreemptChoice`]); [`preempt_until`] takes a [`Stop`]
+//!   hook.
 //! - **Inventory.** [`normalize_inventory`] turns raw NVML facts into schedulable cards.
 //!
 //! ```
@@ -78,6 +84,7 @@ mod inventory;
 mod model;
 mod names;
 mod policy;
+mod preempt;
 mod quantity;
 mod reason;
 mod score;
@@ -105,6 +112,11 @@ pub use model::{
 pub use names::{AnnotationNames, KubeNames, ResourceNames, split_list};
 pub use policy::{
     GpuPolicy, GpuToken, NodePolicy, ParseGpuPolicyError, ParseNodePolicyError, SortKey, VisitPlan,
+};
+pub use preempt::{
+    Booking, NodePreemption, NodeWorkloads, NotCandidate, NotCandidateReason, Occupancy,
+    PlacedWorkload, PreemptChoice, PreemptLimits, PreemptOptions, PreemptVerdict, Preemption,
+    Reprieve, ReprieveOutcome, VictimSummary, Victims, preempt, preempt_until,
 };
 pub use reason::{NodeFailure, Reason, ReasonCounts};
 pub use score::{NodeScore, ScoreTerms};
