@@ -40,6 +40,10 @@
 //!   and the placement once they are gone, or why it is not a candidate ([`PreemptVerdict`]),
 //!   and which node to preempt on ([`PreemptChoice`]); [`preempt_until`] takes a [`Stop`]
 //!   hook.
+//! - **Quotas.** [`Workload::with_quota`] gives a workload the [`QuotaBudget`] its namespace
+//!   may still book; check 7q then refuses cards past it ([`Reason::QuotaMemoryExceeded`],
+//!   [`Reason::QuotaCoresExceeded`]), [`Placement::quota_use`] is what a placement consumes,
+//!   and [`QuotaBudget::admission_refusal`] tells an admission webhook what can never fit.
 //! - **Inventory.** [`normalize_inventory`] turns raw NVML facts into schedulable cards.
 //!
 //! ```
@@ -86,6 +90,9 @@ mod names;
 mod policy;
 mod preempt;
 mod quantity;
+mod quota;
+mod quota_tally;
+mod quota_workload;
 mod reason;
 mod score;
 mod weights;
@@ -118,6 +125,7 @@ pub use preempt::{
     PlacedWorkload, PreemptChoice, PreemptLimits, PreemptOptions, PreemptVerdict, Preemption,
     Reprieve, ReprieveOutcome, VictimSummary, Victims, preempt, preempt_until,
 };
+pub use quota::{MAX_QUOTA_VALUE, QuotaBudget, QuotaExplanation, QuotaResource, QuotaUse};
 pub use reason::{NodeFailure, Reason, ReasonCounts};
 pub use score::{NodeScore, ScoreTerms};
 pub use weights::{MAX_WEIGHT, ScoringWeights, ScoringWeightsError, WeightKey};
