@@ -47,6 +47,11 @@ for stage in "${stages[@]}"; do
       proto/generate.sh --check
       log "versions: Cargo.toml's workspace version in every client and the chart"
       scripts/version.sh --check
+      log "imports: no import cycle between modules (scripts/check-imports.py)"
+      scripts/check-imports.py --self-test
+      scripts/check-imports.py server/engine/src server/api/src server/runtime/src \
+        clients/hami/src clients/agent/src clients/sim/src clients/slurm/src clients/rust/src \
+        clients/kube/src server/service/src loadtest/src
       ;;
     rust)
       log "rust: cargo test --workspace"

@@ -710,7 +710,7 @@ mod tests {
 
     #[test]
     fn every_kind_appears_and_is_valid() {
-        let settings = crate::inproc::default_settings().unwrap();
+        let settings = gpusched_service::default_settings().unwrap();
         for form in [Form::Kubernetes, Form::Typed] {
             let ws = workloads(&Mix::default(), form, 400, 8, 11);
             for kind in Kind::ALL {

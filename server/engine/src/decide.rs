@@ -9,6 +9,8 @@ use crate::explain::NodeExplanation;
 use crate::fit::Prepared;
 use crate::model::{CardUsage, Node, NodeId, Snapshot};
 use crate::policy::NodePolicy;
+use crate::quota::QuotaUse;
+use crate::quota_workload::BatchQuotas;
 use crate::reason::NodeFailure;
 use crate::score::{NodeScore, score_from_sums};
 use crate::workload::Workload;
@@ -110,6 +112,19 @@ pub struct Placement {
     pub booked: Vec<CardUsage>,
 }
 
+impl Placement {
+    /// What the placement consumes against its workload's budget: memory and cores of
+    /// [`Placement::booked`] summed over the node's cards (section 10.2).
+    pub fn quota_use(&self) -> QuotaUse {
+        self.booked.iter().fold(QuotaUse::default(), |sum, b| {
+            sum.plus(QuotaUse {
+                mem_mib: b.used_mem_mib,
+                cores: u64::from(b.used_cores),
+            })
+        })
+    }
+}
+
 /// The answer for one workload.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Allocation {
@@ -136,7 +151,7 @@ pub struct Abandoned;
 /// decides (a deadline, a cancellation flag).
 pub type Stop<'a> = &'a dyn Fn() -> bool;
 
-fn never() -> bool {
+pub(crate) fn never() -> bool {
     false
 }
 
@@ -307,6 +322,7 @@ impl<'w> PreparedWorkload<'w> {
             let mut ex = options.explain.then(|| NodeExplanation {
                 node: id,
                 containers: Vec::new(),
+                quota: None,
             });
             match evaluate_node(node, &self.prep, &mut scratch, false, ex.as_mut()) {
                 NodeOutcome::Fit(score) => feasible.push(FeasibleNode {
@@ -357,7 +373,7 @@ fn normalize(feasible: &mut [FeasibleNode], policy: NodePolicy) {
 /// Preference 0..=100 of a score key among feasible keys `min..=max`: 100 for the most
 /// preferred, 0 for the least, linear between (rounded half up, exact integer arithmetic);
 /// 100 when all are equal.
-fn preference(key: i64, min: i64, max: i64, policy: NodePolicy) -> u32 {
+pub(crate) fn preference(key: i64, min: i64, max: i64, policy: NodePolicy) -> u32 {
     let span = i128::from(max) - i128::from(min);
     if span <= 0 {
         return 100;
@@ -435,43 +451,16 @@ fn allocate_with(
         let mut ex = explain.then(|| NodeExplanation {
             node: id,
             containers: Vec::new(),
+            quota: None,
         });
         // Deterministic: the same evaluation again, this time recording the cards.
-        let NodeOutcome::Fit(_) = evaluate_node(node, prep, scratch, true, ex.as_mut()) else {
-            return None;
-        };
+        let mut placement = placement_on(node, id, prep, scratch, ex.as_mut()).ok()?;
         explanations.extend(ex);
-        let mut containers: Vec<ContainerAssignment> = (0..workload.containers.len())
-            .map(|position| ContainerAssignment {
-                position,
-                cards: Vec::new(),
-            })
-            .collect();
-        for pick in &scratch.picks {
-            if let Some(c) = containers.get_mut(pick.container) {
-                c.cards.push(AssignedCard {
-                    card: pick.card,
-                    mem_mib: pick.mem_mib,
-                    cores: pick.cores,
-                });
-            }
-        }
         let min = keys.iter().min().copied().unwrap_or(score.key);
         let max = keys.iter().max().copied().unwrap_or(score.key);
-        let booked = node
-            .cards
-            .iter()
-            .zip(&scratch.final_usage)
-            .map(|(card, after)| difference(*after, card.usage))
-            .collect();
-        Some(Placement {
-            node: id,
-            score,
-            normalized: preference(score.key, min, max, policy),
-            containers,
-            final_usage: scratch.final_usage.clone(),
-            booked,
-        })
+        placement.score = score;
+        placement.normalized = preference(score.key, min, max, policy);
+        Some(placement)
     });
     if placement.is_none() && explain && !abandoned {
         for (id, node) in snapshot.iter() {
@@ -482,6 +471,7 @@ fn allocate_with(
             let mut ex = NodeExplanation {
                 node: id,
                 containers: Vec::new(),
+                quota: None,
             };
             evaluate_node(node, prep, scratch, false, Some(&mut ex));
             explanations.push(ex);
@@ -497,6 +487,50 @@ fn allocate_with(
         },
         abandoned,
     )
+}
+
+/// The placement of the prepared workload on `node` (handle `id`) with its cards chosen, or
+/// why it does not fit; `normalized` is 100 (the caller knows the other nodes).
+pub(crate) fn placement_on(
+    node: &Node,
+    id: NodeId,
+    prep: &Prepared<'_>,
+    scratch: &mut Scratch,
+    explain: Option<&mut NodeExplanation>,
+) -> Result<Placement, NodeFailure> {
+    let score = match evaluate_node(node, prep, scratch, true, explain) {
+        NodeOutcome::Fit(score) => score,
+        NodeOutcome::Fail(failure) => return Err(failure),
+    };
+    let mut containers: Vec<ContainerAssignment> = (0..prep.workload.containers.len())
+        .map(|position| ContainerAssignment {
+            position,
+            cards: Vec::new(),
+        })
+        .collect();
+    for pick in &scratch.picks {
+        if let Some(c) = containers.get_mut(pick.container) {
+            c.cards.push(AssignedCard {
+                card: pick.card,
+                mem_mib: pick.mem_mib,
+                cores: pick.cores,
+            });
+        }
+    }
+    let booked = node
+        .cards
+        .iter()
+        .zip(&scratch.final_usage)
+        .map(|(card, after)| difference(*after, card.usage))
+        .collect();
+    Ok(Placement {
+        node: id,
+        score,
+        normalized: 100,
+        containers,
+        final_usage: scratch.final_usage.clone(),
+        booked,
+    })
 }
 
 /// One workload's result in a batch.
@@ -553,11 +587,15 @@ fn batch_with(
     let mut items = Vec::with_capacity(workloads.len());
     let mut all_placed = true;
     let mut abandoned = false;
+    // A namespace's workloads share its quota budget (placement-semantics section 10.5).
+    let mut quotas = BatchQuotas::new(workloads);
     for workload in workloads {
         if stop() {
             abandoned = true;
             break;
         }
+        let narrowed = quotas.narrowed(workload);
+        let workload = narrowed.as_ref().unwrap_or(workload);
         let prepared = PreparedWorkload::new(workload);
         let (allocation, stopped) = allocate_with(&current, &prepared, options, &mut scratch, stop);
         if stopped {
@@ -569,6 +607,7 @@ fn batch_with(
             if let Some(node) = current.nodes.get_mut(p.node.index()) {
                 Arc::make_mut(node).set_usage(&p.final_usage);
             }
+            quotas.spend(workload, p.quota_use());
         } else if allocation.requests_gpu {
             all_placed = false;
         }

@@ -44,15 +44,19 @@ pub(crate) fn evaluate_node(
     prep: &Prepared<'_>,
     scratch: &mut Scratch,
     picks: bool,
-    explain: Option<&mut NodeExplanation>,
+    mut explain: Option<&mut NodeExplanation>,
 ) -> NodeOutcome {
-    match evaluate_once(
+    let outcome = evaluate_once(
         node,
         prep,
         scratch,
         EvalMode { picks, idle: false },
-        explain,
-    ) {
+        explain.as_deref_mut(),
+    );
+    if let Some(ex) = explain {
+        scratch.fit.quota.explain(ex);
+    }
+    match outcome {
         NodeOutcome::Fail(mut failure) => {
             let idle = evaluate_once(
                 node,
@@ -71,7 +75,7 @@ pub(crate) fn evaluate_node(
     }
 }
 
-fn evaluate_once(
+pub(crate) fn evaluate_once(
     node: &Node,
     prep: &Prepared<'_>,
     scratch: &mut Scratch,
@@ -81,7 +85,12 @@ fn evaluate_once(
     if let (Some(position), false, None) = (prep.lone, mode.picks, explain.as_ref())
         && let Some(req) = prep.workload.containers.get(position)
     {
-        match lone_fit(node, mode.idle, req, prep) {
+        let fit = if prep.lone_quota.is_some() {
+            lone_fit::<true>(node, mode.idle, req, prep)
+        } else {
+            lone_fit::<false>(node, mode.idle, req, prep)
+        };
+        match fit {
             Err(reasons) => {
                 return NodeOutcome::Fail(NodeFailure {
                     container_position: position,
@@ -116,6 +125,7 @@ fn evaluate_once(
         }));
     };
     scratch.picks.clear();
+    scratch.fit.quota.start(prep.workload, node.cards.len());
     let containers = &prep.workload.containers;
     let has_init = containers.iter().any(|c| c.init && c.gpus > 0);
     if has_init {

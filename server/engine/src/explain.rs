@@ -1,6 +1,7 @@
 //! Explanations: how each card of a node scored and fared for each container.
 
 use crate::model::NodeId;
+use crate::quota::QuotaExplanation;
 use crate::reason::Reason;
 use crate::score::ScoreTerms;
 
@@ -36,4 +37,7 @@ pub struct NodeExplanation {
     pub node: NodeId,
     /// The containers.
     pub containers: Vec<ContainerExplanation>,
+    /// The workload's quota budget and what the placement on this node consumes (section 10.5);
+    /// `None` without a budget.
+    pub quota: Option<QuotaExplanation>,
 }

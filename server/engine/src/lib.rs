@@ -34,6 +34,16 @@
 //! - **Shared nodes.** A snapshot holds its nodes in [`Arc`](std::sync::Arc)s: a service can
 //!   keep validated nodes ([`Node::new`]) and build snapshots from them without copying
 //!   ([`Snapshot::from_nodes`]); `apply`/`release` copy only the node they change.
+//! - **Preemption.** [`Occupancy::new`] validates who holds what on each card
+//!   ([`NodeWorkloads`], [`PlacedWorkload`], [`Booking`], within [`PreemptLimits`]);
+//!   [`preempt`] answers, per node, whether it needs no eviction, which victims must leave
+//!   and the placement once they are gone, or why it is not a candidate ([`PreemptVerdict`]),
+//!   and which node to preempt on ([`PreemptChoice`]); [`preempt_until`] takes a [`Stop`]
+//!   hook.
+//! - **Quotas.** [`Workload::with_quota`] gives a workload the [`QuotaBudget`] its namespace
+//!   may still book; check 7q then refuses cards past it ([`Reason::QuotaMemoryExceeded`],
+//!   [`Reason::QuotaCoresExceeded`]), [`Placement::quota_use`] is what a placement consumes,
+//!   and [`QuotaBudget::admission_refusal`] tells an admission webhook what can never fit.
 //! - **Inventory.** [`normalize_inventory`] turns raw NVML facts into schedulable cards.
 //!
 //! ```
@@ -78,7 +88,11 @@ mod inventory;
 mod model;
 mod names;
 mod policy;
+mod preempt;
 mod quantity;
+mod quota;
+mod quota_tally;
+mod quota_workload;
 mod reason;
 mod score;
 mod weights;
@@ -106,6 +120,12 @@ pub use names::{AnnotationNames, KubeNames, ResourceNames, split_list};
 pub use policy::{
     GpuPolicy, GpuToken, NodePolicy, ParseGpuPolicyError, ParseNodePolicyError, SortKey, VisitPlan,
 };
+pub use preempt::{
+    Booking, NodePreemption, NodeWorkloads, NotCandidate, NotCandidateReason, Occupancy,
+    PlacedWorkload, PreemptChoice, PreemptLimits, PreemptOptions, PreemptVerdict, Preemption,
+    Reprieve, ReprieveOutcome, VictimSummary, Victims, preempt, preempt_until,
+};
+pub use quota::{MAX_QUOTA_VALUE, QuotaBudget, QuotaExplanation, QuotaResource, QuotaUse};
 pub use reason::{NodeFailure, Reason, ReasonCounts};
 pub use score::{NodeScore, ScoreTerms};
 pub use weights::{MAX_WEIGHT, ScoringWeights, ScoringWeightsError, WeightKey};

@@ -36,11 +36,17 @@ pub enum Reason {
     /// decisions never see such a node; a caller that validates nodes one by one and decides
     /// on the valid ones reports the others with this reason ([`NodeFailure::invalid_node`]).
     InvalidNode,
+    /// Check 7q: the card's booking would take the workload's GPU memory past its quota budget
+    /// (`docs/placement-semantics.md` section 10). HAMi's text: `ResourceQuotaNotFit`.
+    QuotaMemoryExceeded,
+    /// Check 7q: the card's booking would take the workload's GPU cores past its quota budget.
+    /// HAMi's text: `ResourceQuotaNotFit`.
+    QuotaCoresExceeded,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 16] = [
         Reason::NodeInsufficientDevice,
         Reason::CardNotHealth,
         Reason::CardCordoned,
@@ -55,10 +61,13 @@ impl Reason {
         Reason::AllocatedCardsInsufficientRequest,
         Reason::CardZeroCapacity,
         Reason::InvalidNode,
+        Reason::QuotaMemoryExceeded,
+        Reason::QuotaCoresExceeded,
     ];
 
-    /// HAMi's name of the reason (`CardZeroCapacity` and `InvalidNode` are ours: HAMi has no
-    /// such checks).
+    /// The reason's name: HAMi's, except `CardZeroCapacity` and `InvalidNode` (HAMi has no such
+    /// checks) and the two quota reasons, which HAMi writes as one, `ResourceQuotaNotFit`
+    /// ([`Reason::hami_name`]).
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::NodeInsufficientDevice => "NodeInsufficientDevice",
@@ -75,6 +84,17 @@ impl Reason {
             Reason::AllocatedCardsInsufficientRequest => "AllocatedCardsInsufficientRequest",
             Reason::CardZeroCapacity => "CardZeroCapacity",
             Reason::InvalidNode => "InvalidNode",
+            Reason::QuotaMemoryExceeded => "QuotaMemoryExceeded",
+            Reason::QuotaCoresExceeded => "QuotaCoresExceeded",
+        }
+    }
+
+    /// The name in HAMi's text: [`Reason::as_str`], but `ResourceQuotaNotFit` for both quota
+    /// reasons.
+    pub fn hami_name(self) -> &'static str {
+        match self {
+            Reason::QuotaMemoryExceeded | Reason::QuotaCoresExceeded => "ResourceQuotaNotFit",
+            other => other.as_str(),
         }
     }
 
@@ -129,12 +149,21 @@ impl ReasonCounts {
     }
 
     /// HAMi's text: `"<count>/<cards> <Reason>"` items sorted as strings, joined with `", "`
-    /// (`NodeInsufficientDevice` and `InvalidNode` stand alone, as HAMi writes the former).
+    /// (`NodeInsufficientDevice` and `InvalidNode` stand alone, as HAMi writes the former; the
+    /// two quota reasons are one item, `ResourceQuotaNotFit`, with their counts added).
     pub fn hami_text(&self, cards_on_node: u32) -> String {
+        let quota = self
+            .get(Reason::QuotaMemoryExceeded)
+            .saturating_add(self.get(Reason::QuotaCoresExceeded));
         let mut items: Vec<String> = Reason::ALL
             .into_iter()
-            .filter(|r| self.get(*r) > 0)
-            .map(|r| item(r, self.get(r), cards_on_node))
+            .filter(|r| *r != Reason::QuotaCoresExceeded)
+            .map(|r| match r {
+                Reason::QuotaMemoryExceeded => (r, quota),
+                _ => (r, self.get(r)),
+            })
+            .filter(|(_, n)| *n > 0)
+            .map(|(r, n)| item(r, n, cards_on_node))
             .collect();
         items.sort();
         items.join(", ")
@@ -144,7 +173,7 @@ impl ReasonCounts {
 fn item(reason: Reason, count: u32, cards: u32) -> String {
     match reason {
         Reason::NodeInsufficientDevice | Reason::InvalidNode => reason.as_str().to_owned(),
-        _ => format!("{count}/{cards} {}", reason.as_str()),
+        _ => format!("{count}/{cards} {}", reason.hami_name()),
     }
 }
 
@@ -213,5 +242,22 @@ mod tests {
                 (Reason::CardCordoned, 2)
             ]
         );
+    }
+
+    #[test]
+    fn the_two_quota_reasons_are_one_hami_item() {
+        let mut r = ReasonCounts::default();
+        r.add(Reason::QuotaMemoryExceeded, 2);
+        r.add(Reason::QuotaCoresExceeded, 1);
+        r.add(Reason::AllocatedCardsInsufficientRequest, 1);
+        assert_eq!(
+            r.hami_text(4),
+            "1/4 AllocatedCardsInsufficientRequest, 3/4 ResourceQuotaNotFit"
+        );
+        let mut c = ReasonCounts::default();
+        c.add(Reason::QuotaCoresExceeded, 2);
+        assert_eq!(c.hami_text(2), "2/2 ResourceQuotaNotFit");
+        assert_eq!(c.entries(2), vec![(Reason::QuotaCoresExceeded, 2)]);
+        assert_eq!(Reason::QuotaCoresExceeded.as_str(), "QuotaCoresExceeded");
     }
 }
