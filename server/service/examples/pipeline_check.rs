@@ -344,7 +344,7 @@ fn answers() {
         ("batch-all-or-nothing", true, true),
     ] {
         line(
-            &name.to_string(),
+            name,
             batch(
                 &st,
                 v1::AllocateBatchRequest {

@@ -118,8 +118,8 @@ fn crate_paths(code: &str) -> Vec<Vec<String>> {
             .map(str::to_owned)
             .collect();
         let after = &rest[path.len()..];
-        if after.starts_with('{') {
-            let group: String = after[1..].chars().take_while(|c| *c != '}').collect();
+        if let Some(group) = after.strip_prefix('{') {
+            let group: String = group.chars().take_while(|c| *c != '}').collect();
             for item in group.split(',') {
                 let item: String = item
                     .trim()
