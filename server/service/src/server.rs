@@ -1,5 +1,11 @@
 //! Wiring: the gRPC server (placement, inventory, health, reflection v1 and v1alpha, TLS,
 //! message limits), the metrics endpoint, and graceful shutdown.
+//!
+//! A call passes, in this order: the listener (`transport::accept`), TLS, tonic's HTTP/2 server,
+//! the `transport::edge` layer (outermost: content-type, deadline, codes, counting), the
+//! `transport::intake` layer (prefix, memory budget, body timeout, `prescan`, offload), tonic's
+//! router and decoder, then the service (`handlers::placement` or `handlers::inventory`). A
+//! layer added first is outermost: `.layer(edge).layer(intake)` below.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
