@@ -75,6 +75,7 @@ mod evaluate;
 mod explain;
 mod fit;
 mod inventory;
+mod mig;
 mod model;
 mod names;
 mod policy;
@@ -97,6 +98,10 @@ pub use fit::TOPOLOGY_EXACT_LIMIT;
 pub use inventory::{
     LinkKind, NormalizationConfig, NormalizationOverride, NormalizedInventory, RawCard, RawLink,
     normalize_inventory,
+};
+pub use mig::{
+    MAX_MIG_INSTANCES, MAX_MIG_PROFILES, MAX_MIG_SLICES, MigAssignment, MigExplanation,
+    MigInstance, MigLayout, MigOutcome, MigPlacement, MigProfile, MigProfileConsidered,
 };
 pub use model::{
     Card, CardMode, CardUsage, MAX_CARD_CORES, MAX_CARD_MEM_MIB, MAX_CARD_SLOTS, Node, NodeId,

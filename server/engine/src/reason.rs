@@ -36,11 +36,19 @@ pub enum Reason {
     /// decisions never see such a node; a caller that validates nodes one by one and decides
     /// on the valid ones reports the others with this reason ([`NodeFailure::invalid_node`]).
     InvalidNode,
+    /// A MIG card: no profile covers the request's memory (or memory slices) and cores, or the
+    /// card has no MIG layout (`docs/placement-semantics.md` section 9.4).
+    MigNoProfileLargeEnough,
+    /// A MIG card: profiles cover the request, but none of them is allowed on the node.
+    MigProfileNotAllowed,
+    /// A MIG card: no covering allowed profile has a free instance or a free placement
+    /// (HAMi's `CardMigTopologyInfeasible`).
+    MigNoFreePlacement,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 17] = [
         Reason::NodeInsufficientDevice,
         Reason::CardNotHealth,
         Reason::CardCordoned,
@@ -55,10 +63,14 @@ impl Reason {
         Reason::AllocatedCardsInsufficientRequest,
         Reason::CardZeroCapacity,
         Reason::InvalidNode,
+        Reason::MigNoProfileLargeEnough,
+        Reason::MigProfileNotAllowed,
+        Reason::MigNoFreePlacement,
     ];
 
-    /// HAMi's name of the reason (`CardZeroCapacity` and `InvalidNode` are ours: HAMi has no
-    /// such checks).
+    /// HAMi's name of the reason (`CardZeroCapacity`, `InvalidNode` and the three `Mig*` are
+    /// ours: HAMi has no such checks, and reports every MIG failure as
+    /// `CardMigTopologyInfeasible`).
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::NodeInsufficientDevice => "NodeInsufficientDevice",
@@ -75,6 +87,9 @@ impl Reason {
             Reason::AllocatedCardsInsufficientRequest => "AllocatedCardsInsufficientRequest",
             Reason::CardZeroCapacity => "CardZeroCapacity",
             Reason::InvalidNode => "InvalidNode",
+            Reason::MigNoProfileLargeEnough => "MigNoProfileLargeEnough",
+            Reason::MigProfileNotAllowed => "MigProfileNotAllowed",
+            Reason::MigNoFreePlacement => "MigNoFreePlacement",
         }
     }
 

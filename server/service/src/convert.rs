@@ -379,6 +379,8 @@ fn card_in(c: v1::Card, at: (NodeAt, usize), violations: &mut Vec<Violation>) ->
         healthy,
         mode,
         usage,
+        // MIG layouts arrive with the MIG fields of the v1 API (issue 23, next phase).
+        mig: None,
     }
 }
 
@@ -949,6 +951,10 @@ pub fn reason_out(r: Reason) -> v1::Reason {
         Reason::AllocatedCardsInsufficientRequest => v1::Reason::AllocatedCardsInsufficientRequest,
         Reason::CardZeroCapacity => v1::Reason::CardZeroCapacity,
         Reason::InvalidNode => v1::Reason::InvalidNode,
+        // Reasons 17-20 are reserved for them in the v1 API (issue 23, next phase).
+        Reason::MigNoProfileLargeEnough
+        | Reason::MigProfileNotAllowed
+        | Reason::MigNoFreePlacement => v1::Reason::Unspecified,
     }
 }
 
@@ -1069,6 +1075,7 @@ pub fn explanations_out(
                                         visit_position,
                                         rejected,
                                         chosen,
+                                        mig: _, // not in the v1 API yet (issue 23)
                                     } = k;
                                     let c = n.and_then(|n| n.cards().get(*card));
                                     v1::CardExplanation {
@@ -1159,6 +1166,7 @@ pub fn allocation_out(
                                 card,
                                 mem_mib,
                                 cores,
+                                mig: _, // not in the v1 API yet (issue 23)
                             } = k;
                             let c = n.and_then(|n| n.cards().get(*card));
                             v1::CardAssignment {
@@ -1190,6 +1198,7 @@ pub fn card_out(c: &Card) -> v1::Card {
         healthy,
         mode,
         usage,
+        mig: _, // not in the v1 API yet (issue 23, next phase)
     } = c;
     let CardUsage {
         used,
