@@ -34,6 +34,10 @@
 //! - **Shared nodes.** A snapshot holds its nodes in [`Arc`](std::sync::Arc)s: a service can
 //!   keep validated nodes ([`Node::new`]) and build snapshots from them without copying
 //!   ([`Snapshot::from_nodes`]); `apply`/`release` copy only the node they change.
+//! - **MIG cards.** A card in [`CardMode::Mig`] carries a [`MigLayout`] (profiles,
+//!   placements, instances; validated with its node); a workload whose `vgpu-mode` admits
+//!   `mig` gets one instance per card, chosen by HAMi's rule, reported as a [`MigAssignment`]
+//!   and booked by [`apply`]/[`release`] (`docs/placement-semantics.md` section 9).
 //! - **Inventory.** [`normalize_inventory`] turns raw NVML facts into schedulable cards.
 //!
 //! ```

@@ -151,20 +151,6 @@ pub struct Card {
     pub mig: Option<Box<MigLayout>>,
 }
 
-impl Card {
-    /// The usage of the instances in use of a card with a MIG layout (section 9.5).
-    pub fn mig_usage(&self) -> Option<CardUsage> {
-        self.mig.as_deref().map(|l| {
-            let (used, used_mem_mib, used_cores) =
-                l.in_use_share(self.total_mem_mib, self.total_cores);
-            CardUsage {
-                used,
-                used_mem_mib,
-                used_cores,
-            }
-        })
-    }
-}
 
 impl Card {
     /// A healthy idle card with HAMi's defaults: 10 slots, 100 cores, NUMA 0.
@@ -187,6 +173,19 @@ impl Card {
             usage: CardUsage::default(),
             mig: None,
         }
+    }
+
+    /// The usage of the instances in use of a card with a MIG layout (section 9.5).
+    pub fn mig_usage(&self) -> Option<CardUsage> {
+        self.mig.as_deref().map(|l| {
+            let (used, used_mem_mib, used_cores) =
+                l.in_use_share(self.total_mem_mib, self.total_cores);
+            CardUsage {
+                used,
+                used_mem_mib,
+                used_cores,
+            }
+        })
     }
 }
 
