@@ -151,7 +151,6 @@ pub struct Card {
     pub mig: Option<Box<MigLayout>>,
 }
 
-
 impl Card {
     /// A healthy idle card with HAMi's defaults: 10 slots, 100 cores, NUMA 0.
     pub fn new(
