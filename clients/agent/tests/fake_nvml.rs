@@ -13,7 +13,6 @@ use common::{FakeMachine, Recording, healthy, start_server, uuid};
 use gpusched_agent::agent::{self, AgentState, LoopSettings};
 use gpusched_agent::discovery::nvml::{NvmlOptions, NvmlSource};
 use gpusched_agent::discovery::{DiscoveryError, GpuSource};
-use gpusched_agent::inventory::ServiceNormalizer;
 use gpusched_api::v1;
 
 fn open(m: &FakeMachine) -> NvmlSource {
@@ -223,12 +222,7 @@ fn loop_settings(node: &str) -> LoopSettings {
 async fn agent_publishes_the_fake_machine_and_its_failures() {
     let m = FakeMachine::new("");
     let server = start_server().await;
-    let normalizer = ServiceNormalizer::connect_lazy(
-        &server.grpc_addr.to_string(),
-        None,
-        Duration::from_secs(2),
-    )
-    .unwrap();
+    let normalizer = common::normalizer(&server, Duration::from_secs(2));
     let rec = Recording::default();
     let state = Arc::new(AgentState::default());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -312,12 +306,7 @@ async fn agent_publishes_the_fake_machine_and_its_failures() {
 async fn a_half_read_machine_is_never_published() {
     let m = FakeMachine::new("error 6\n");
     let server = start_server().await;
-    let normalizer = ServiceNormalizer::connect_lazy(
-        &server.grpc_addr.to_string(),
-        None,
-        Duration::from_secs(2),
-    )
-    .unwrap();
+    let normalizer = common::normalizer(&server, Duration::from_secs(2));
     let rec = Recording::default();
     let state = Arc::new(AgentState::default());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -532,12 +521,7 @@ async fn mig_cards_are_published_in_hamis_node_form() {
     ];
     let facts = NvmlSource::open(options).unwrap().read().unwrap();
     let server = start_server().await;
-    let normalizer = ServiceNormalizer::connect_lazy(
-        &server.grpc_addr.to_string(),
-        None,
-        Duration::from_secs(5),
-    )
-    .unwrap();
+    let normalizer = common::normalizer(&server, Duration::from_secs(5));
     use gpusched_agent::inventory::Normalizer as _;
     let normalized = normalizer
         .normalize(gpusched_agent::inventory::request("n", &facts))

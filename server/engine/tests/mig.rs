@@ -4,8 +4,10 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
 mod mig_common;
 
+use common::snapshot;
 use gpusched_engine::{
     BookingError, Card, CardMode, CardUsage, DecideOptions, MigInstance, MigOutcome, Node,
     NodeSpec, Reason, ViolationKind, allocate, apply, evaluate, release,

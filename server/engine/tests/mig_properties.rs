@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
 mod mig_common;
 
 use gpusched_engine::{

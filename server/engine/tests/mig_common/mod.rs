@@ -2,13 +2,13 @@
 //! (`docs/placement-semantics.md` section 9.7), MIG cards and workloads asking for instances.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
-
 use gpusched_engine::{
-    Allocation, Card, CardMode, DecideOptions, Defaults, KubeContainer, KubeNames, KubeSpec,
-    MigAssignment, MigInstance, MigLayout, MigPlacement, MigProfile, NodeSpec, Snapshot, Workload,
-    WorkloadMeta, WorkloadSpec, allocate, apply,
+    Allocation, Card, CardMode, DecideOptions, Defaults, KubeNames, MigAssignment, MigInstance,
+    MigLayout, MigPlacement, MigProfile, Snapshot, Workload, WorkloadMeta, WorkloadSpec, allocate,
+    apply,
 };
+
+use crate::common::pod;
 
 /// NVML's total memory of an H100 80GB HBM3, MiB.
 pub const H100_MIB: u64 = 81_559;
@@ -116,67 +116,46 @@ pub fn at(start: u32, size: u32) -> MigPlacement {
     MigPlacement::new(start, size)
 }
 
-pub fn snapshot(nodes: Vec<NodeSpec>) -> Snapshot {
-    Snapshot::new(nodes).expect("valid snapshot")
-}
-
-fn limits(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| {
-            let key = match *k {
-                "gpu" => "nvidia.com/gpu",
-                "mem" => "nvidia.com/gpumem",
-                "pct" => "nvidia.com/gpumem-percentage",
-                "cores" => "nvidia.com/gpucores",
-                other => other,
-            };
-            (key.to_owned(), (*v).to_owned())
-        })
-        .collect()
-}
-
-/// A pod `ns/name` with annotations and one app container per limits list (short names gpu,
-/// mem, pct, cores; gpu 1 when not given).
+/// A pod `team/<name>` with annotations, init and app containers, each given by its limits in
+/// short names (gpu, mem, pct, cores; gpu 1 when not given): `common`'s builder, this
+/// workload's own identity (the owner of its instances).
 pub fn pod_with(
     name: &str,
     annotations: &[(&str, &str)],
     init: &[&[(&str, &str)]],
     containers: &[&[(&str, &str)]],
 ) -> Workload {
-    let container = |i: usize, pairs: &[(&str, &str)], prefix: &str| {
-        let mut l = limits(pairs);
-        l.entry("nvidia.com/gpu".into())
-            .or_insert_with(|| "1".into());
-        KubeContainer {
-            name: format!("{prefix}{i}"),
-            limits: l,
-            requests: BTreeMap::new(),
-        }
-    };
-    let spec = KubeSpec {
-        annotations: annotations
+    let with_gpu = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = pairs
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-        init_containers: init
-            .iter()
-            .enumerate()
-            .map(|(i, p)| container(i, p, "init"))
-            .collect(),
-        containers: containers
-            .iter()
-            .enumerate()
-            .map(|(i, p)| container(i, p, "c"))
-            .collect(),
+            .collect();
+        if !v.iter().any(|(k, _)| k == "gpu") {
+            v.push(("gpu".into(), "1".into()));
+        }
+        v
     };
+    let mut p = pod();
+    for (k, v) in annotations {
+        p = p.ann(k, v);
+    }
+    for c in init {
+        let v = with_gpu(c);
+        let pairs: Vec<(&str, &str)> = v.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        p = p.init(&pairs);
+    }
+    for c in containers {
+        let v = with_gpu(c);
+        let pairs: Vec<(&str, &str)> = v.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        p = p.container(&pairs);
+    }
     Workload::parse(
         WorkloadMeta {
             namespace: "team".into(),
             name: name.into(),
             uid: format!("uid-{name}"),
         },
-        &WorkloadSpec::Kubernetes(spec),
+        &WorkloadSpec::Kubernetes(p.spec),
         &Defaults::default(),
         &KubeNames::default(),
     )
