@@ -15,8 +15,11 @@
 
 use std::collections::BTreeMap;
 
+mod error;
 mod mig;
 
+pub use error::HamiError;
+use error::err;
 pub use mig::{
     MIG_ALLOCATIONS, MigAllocation, MigPlacement, MigProfile, MigRuntime, decode_mig_allocations,
     encode_mig_allocations,
@@ -47,23 +50,6 @@ pub const BIND_PHASE: &str = "hami.io/bind-phase";
 pub const BIND_TIME: &str = "hami.io/bind-time";
 /// The device type written in pod bookings.
 pub const NVIDIA: &str = "NVIDIA";
-
-/// A protocol value that cannot be read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{annotation}: {message}")]
-pub struct HamiError {
-    /// The annotation key.
-    pub annotation: &'static str,
-    /// What is wrong.
-    pub message: String,
-}
-
-fn err(annotation: &'static str, message: impl Into<String>) -> HamiError {
-    HamiError {
-        annotation,
-        message: message.into(),
-    }
-}
 
 fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
     *v == T::default()

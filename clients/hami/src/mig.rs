@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{HamiError, err};
+use crate::error::{HamiError, err};
 
 /// Pod annotation: the MIG reservations of a pod (JSON array of [`MigAllocation`]).
 pub const MIG_ALLOCATIONS: &str = "hami.io/vgpu-mig-allocations";

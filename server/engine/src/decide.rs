@@ -83,7 +83,7 @@ pub struct AssignedCard {
     /// Cores booked, percent.
     pub cores: u32,
     /// On a MIG card, the instance (its `mem_mib` and `cores` are the profile's;
-    /// `docs/placement-semantics.md` section 9.5).
+    /// `docs/placement-semantics.md` section 10.5).
     pub mig: Option<MigAssignment>,
 }
 
@@ -140,7 +140,7 @@ pub struct Abandoned;
 /// decides (a deadline, a cancellation flag).
 pub type Stop<'a> = &'a dyn Fn() -> bool;
 
-fn never() -> bool {
+pub(crate) fn never() -> bool {
     false
 }
 
@@ -361,7 +361,7 @@ fn normalize(feasible: &mut [FeasibleNode], policy: NodePolicy) {
 /// Preference 0..=100 of a score key among feasible keys `min..=max`: 100 for the most
 /// preferred, 0 for the least, linear between (rounded half up, exact integer arithmetic);
 /// 100 when all are equal.
-fn preference(key: i64, min: i64, max: i64, policy: NodePolicy) -> u32 {
+pub(crate) fn preference(key: i64, min: i64, max: i64, policy: NodePolicy) -> u32 {
     let span = i128::from(max) - i128::from(min);
     if span <= 0 {
         return 100;
@@ -441,45 +441,13 @@ fn allocate_with(
             containers: Vec::new(),
         });
         // Deterministic: the same evaluation again, this time recording the cards.
-        let NodeOutcome::Fit(_) = evaluate_node(node, prep, scratch, true, ex.as_mut()) else {
-            return None;
-        };
+        let mut placement = placement_on(node, id, prep, scratch, ex.as_mut()).ok()?;
         explanations.extend(ex);
-        let mut containers: Vec<ContainerAssignment> = (0..workload.containers.len())
-            .map(|position| ContainerAssignment {
-                position,
-                cards: Vec::new(),
-            })
-            .collect();
-        let owner = workload.meta.owner();
-        for pick in &scratch.picks {
-            if let Some(c) = containers.get_mut(pick.container) {
-                c.cards.push(AssignedCard {
-                    card: pick.card,
-                    mem_mib: pick.mem_mib,
-                    cores: pick.cores,
-                    mig: pick
-                        .mig
-                        .and_then(|m| book::assignment(node, pick.card, &m, &owner)),
-                });
-            }
-        }
         let min = keys.iter().min().copied().unwrap_or(score.key);
         let max = keys.iter().max().copied().unwrap_or(score.key);
-        let booked = node
-            .cards
-            .iter()
-            .zip(&scratch.final_usage)
-            .map(|(card, after)| difference(*after, card.usage))
-            .collect();
-        Some(Placement {
-            node: id,
-            score,
-            normalized: preference(score.key, min, max, policy),
-            containers,
-            final_usage: scratch.final_usage.clone(),
-            booked,
-        })
+        placement.score = score;
+        placement.normalized = preference(score.key, min, max, policy);
+        Some(placement)
     });
     if placement.is_none() && explain && !abandoned {
         for (id, node) in snapshot.iter() {
@@ -505,6 +473,54 @@ fn allocate_with(
         },
         abandoned,
     )
+}
+
+/// The placement of the prepared workload on `node` (handle `id`) with its cards chosen, or
+/// why it does not fit; `normalized` is 100 (the caller knows the other nodes).
+pub(crate) fn placement_on(
+    node: &Node,
+    id: NodeId,
+    prep: &Prepared<'_>,
+    scratch: &mut Scratch,
+    explain: Option<&mut NodeExplanation>,
+) -> Result<Placement, NodeFailure> {
+    let score = match evaluate_node(node, prep, scratch, true, explain) {
+        NodeOutcome::Fit(score) => score,
+        NodeOutcome::Fail(failure) => return Err(failure),
+    };
+    let mut containers: Vec<ContainerAssignment> = (0..prep.workload.containers.len())
+        .map(|position| ContainerAssignment {
+            position,
+            cards: Vec::new(),
+        })
+        .collect();
+    let owner = prep.workload.meta.owner();
+    for pick in &scratch.picks {
+        if let Some(c) = containers.get_mut(pick.container) {
+            c.cards.push(AssignedCard {
+                card: pick.card,
+                mem_mib: pick.mem_mib,
+                cores: pick.cores,
+                mig: pick
+                    .mig
+                    .and_then(|m| book::assignment(node, pick.card, &m, &owner)),
+            });
+        }
+    }
+    let booked = node
+        .cards
+        .iter()
+        .zip(&scratch.final_usage)
+        .map(|(card, after)| difference(*after, card.usage))
+        .collect();
+    Ok(Placement {
+        node: id,
+        score,
+        normalized: 100,
+        containers,
+        final_usage: scratch.final_usage.clone(),
+        booked,
+    })
 }
 
 /// One workload's result in a batch.
@@ -574,7 +590,7 @@ fn batch_with(
         }
         if let Some(p) = &allocation.placement {
             // Decided on `current` itself: its final usage is exactly the usage plus the booking,
-            // and its MIG instances fit (section 9.5).
+            // and its MIG instances fit (section 10.5).
             if let Some(node) = current.nodes.get_mut(p.node.index()) {
                 let mig = book::plan(node, mig_assignments(p), Way::Apply).ok();
                 let node = Arc::make_mut(node);

@@ -71,7 +71,7 @@ pub(crate) fn evaluate_node(
     }
 }
 
-fn evaluate_once(
+pub(crate) fn evaluate_once(
     node: &Node,
     prep: &Prepared<'_>,
     scratch: &mut Scratch,
@@ -134,7 +134,7 @@ fn evaluate_once(
             scratch.work.clone_from(&scratch.base);
         } else if !app_started {
             fill(&mut scratch.work);
-            // MIG instances of init containers stay booked (section 9.5).
+            // MIG instances of init containers stay booked (section 10.5).
             book_mig(&mut scratch.work, &scratch.fit.mig_taken);
             app_started = true;
         }

@@ -20,7 +20,7 @@ pub struct CardExplanation {
     /// Whether the card was given to the container.
     pub chosen: bool,
     /// For a card with a MIG layout: every profile in choice order with its outcome
-    /// (`docs/placement-semantics.md` section 9.6).
+    /// (`docs/placement-semantics.md` section 10.6).
     pub mig: Option<MigExplanation>,
 }
 

@@ -24,7 +24,7 @@ pub(crate) struct Prepared<'w> {
     pub(crate) weights: ScoringWeights,
     type_filter: bool,
     uuid_filter: bool,
-    /// The workload asks for MIG instances (`vgpu-mode` contains `mig`, section 9.2).
+    /// The workload asks for MIG instances (`vgpu-mode` contains `mig`, section 10.2).
     pub(crate) admits_mig: bool,
     /// Position of the only GPU container when the workload is one app container without
     /// numa-bind or topology: its node feasibility and score need no device scores.
@@ -147,7 +147,7 @@ pub(crate) struct FitScratch {
     order: Vec<OrderEntry>,
     collected: Vec<usize>,
     chosen: Vec<usize>,
-    /// MIG instances chosen so far in this evaluation, every container (section 9.5).
+    /// MIG instances chosen so far in this evaluation, every container (section 10.5).
     pub(crate) mig_taken: Vec<MigTaken>,
     /// The current container's MIG choice per card position (MIG cards only).
     mig_choice: Vec<Option<Result<MigChoice, Reason>>>,
@@ -163,7 +163,7 @@ impl FitScratch {
     }
 }
 
-/// The MIG choice (section 9.4) for `req` on the card at `pos`; `None` for a card not in
+/// The MIG choice (section 10.4) for `req` on the card at `pos`; `None` for a card not in
 /// mode `mig`. A MIG card without a layout has no profile.
 fn mig_choice(
     card: &Card,
@@ -182,7 +182,7 @@ fn mig_choice(
     })
 }
 
-/// Checks 5-7 of a MIG card, then its choice (section 9.4).
+/// Checks 5-7 of a MIG card, then its choice (section 10.4).
 fn mig_post_checks(
     card: &Card,
     u: CardUsage,
@@ -374,7 +374,7 @@ pub(crate) fn place_container(
         let mig = scratch.mig_choice.get(pos).copied().flatten();
         if let (Some(Ok(c)), Some(layout)) = (mig, card.mig.as_deref()) {
             // A MIG card books the instance's slices; the container gets the profile's memory
-            // and cores (section 9.5).
+            // and cores (section 10.5).
             let (mem_mib, cores) = layout
                 .profiles
                 .get(c.profile)
@@ -522,7 +522,7 @@ fn visit_in_order(
     scratch.collected.clear();
     let mut collected_visits: Vec<usize> = Vec::new();
     let mut prev_numa: Option<u32> = None;
-    // A container's cards are of one mode: MIG or not (section 9.2).
+    // A container's cards are of one mode: MIG or not (section 10.2).
     let mut mig_mode: Option<bool> = None;
     let mut done = false;
     for visit in 0..scratch.order.len() {

@@ -34,10 +34,16 @@
 //! - **Shared nodes.** A snapshot holds its nodes in [`Arc`](std::sync::Arc)s: a service can
 //!   keep validated nodes ([`Node::new`]) and build snapshots from them without copying
 //!   ([`Snapshot::from_nodes`]); `apply`/`release` copy only the node they change.
+//! - **Preemption.** [`Occupancy::new`] validates who holds what on each card
+//!   ([`NodeWorkloads`], [`PlacedWorkload`], [`Booking`], within [`PreemptLimits`]);
+//!   [`preempt`] answers, per node, whether it needs no eviction, which victims must leave
+//!   and the placement once they are gone, or why it is not a candidate ([`PreemptVerdict`]),
+//!   and which node to preempt on ([`PreemptChoice`]); [`preempt_until`] takes a [`Stop`]
+//!   hook.
 //! - **MIG cards.** A card in [`CardMode::Mig`] carries a [`MigLayout`] (profiles,
 //!   placements, instances; validated with its node); a workload whose `vgpu-mode` admits
 //!   `mig` gets one instance per card, chosen by HAMi's rule, reported as a [`MigAssignment`]
-//!   and booked by [`apply`]/[`release`] (`docs/placement-semantics.md` section 9).
+//!   and booked by [`apply`]/[`release`] (`docs/placement-semantics.md` section 10).
 //! - **Inventory.** [`normalize_inventory`] turns raw NVML facts into schedulable cards.
 //!
 //! ```
@@ -80,9 +86,11 @@ mod explain;
 mod fit;
 mod inventory;
 mod mig;
+mod mig_layout;
 mod model;
 mod names;
 mod policy;
+mod preempt;
 mod quantity;
 mod reason;
 mod score;
@@ -103,9 +111,10 @@ pub use inventory::{
     LinkKind, NormalizationConfig, NormalizationOverride, NormalizedInventory, RawCard, RawLink,
     normalize_inventory,
 };
-pub use mig::{
-    MAX_MIG_INSTANCES, MAX_MIG_PROFILES, MAX_MIG_SLICES, MigAssignment, MigExplanation,
-    MigInstance, MigLayout, MigOutcome, MigPlacement, MigProfile, MigProfileConsidered,
+pub use mig::{MigAssignment, MigExplanation, MigOutcome, MigProfileConsidered};
+pub use mig_layout::{
+    MAX_MIG_INSTANCES, MAX_MIG_PROFILES, MAX_MIG_SLICES, MigInstance, MigLayout, MigPlacement,
+    MigProfile,
 };
 pub use model::{
     Card, CardMode, CardUsage, MAX_CARD_CORES, MAX_CARD_MEM_MIB, MAX_CARD_SLOTS, Node, NodeId,
@@ -114,6 +123,11 @@ pub use model::{
 pub use names::{AnnotationNames, KubeNames, ResourceNames, split_list};
 pub use policy::{
     GpuPolicy, GpuToken, NodePolicy, ParseGpuPolicyError, ParseNodePolicyError, SortKey, VisitPlan,
+};
+pub use preempt::{
+    Booking, NodePreemption, NodeWorkloads, NotCandidate, NotCandidateReason, Occupancy,
+    PlacedWorkload, PreemptChoice, PreemptLimits, PreemptOptions, PreemptVerdict, Preemption,
+    Reprieve, ReprieveOutcome, VictimSummary, Victims, preempt, preempt_until,
 };
 pub use reason::{NodeFailure, Reason, ReasonCounts};
 pub use score::{NodeScore, ScoreTerms};

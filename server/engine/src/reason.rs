@@ -37,7 +37,7 @@ pub enum Reason {
     /// on the valid ones reports the others with this reason ([`NodeFailure::invalid_node`]).
     InvalidNode,
     /// A MIG card: no profile covers the request's memory (or memory slices) and cores, or the
-    /// card has no MIG layout (`docs/placement-semantics.md` section 9.4).
+    /// card has no MIG layout (`docs/placement-semantics.md` section 10.4).
     MigNoProfileLargeEnough,
     /// A MIG card: profiles cover the request, but none of them is allowed on the node.
     MigProfileNotAllowed,

@@ -284,7 +284,7 @@ impl CardFilters {
     }
 
     /// Whether the workload asks for MIG instances: its vgpu mode contains `mig`
-    /// (`docs/placement-semantics.md` section 9.2).
+    /// (`docs/placement-semantics.md` section 10.2).
     pub fn admits_mig(&self) -> bool {
         self.vgpu_mode
             .as_deref()

@@ -1,6 +1,6 @@
-//! MIG cards (`docs/placement-semantics.md` section 9): the worked examples of 9.7 on the real
-//! H100 80GB and H200 141GB tables, the reasons, validation (9.1), explanations (9.6) and
-//! booking (9.5).
+//! MIG cards (`docs/placement-semantics.md` section 10): the worked examples of 10.7 on the real
+//! H100 80GB and H200 141GB tables, the reasons, validation (10.1), explanations (10.6) and
+//! booking (10.5).
 
 #![allow(clippy::unwrap_used)]
 
@@ -22,7 +22,7 @@ fn usage(s: &gpusched_engine::Snapshot, card: usize) -> CardUsage {
     s.node_named("n").unwrap().cards()[card].usage
 }
 
-/// 9.7 example 1: filling an idle H100 under HAMi's default allowlist.
+/// 10.7 example 1: filling an idle H100 under HAMi's default allowlist.
 #[test]
 fn example_1_filling_an_h100() {
     let mut s = snapshot(vec![one(h100("GPU-0", 0, hami_h100_allowlist()))]);
@@ -68,7 +68,7 @@ fn example_1_filling_an_h100() {
     assert_eq!(choice(&e), Some(("2g.20gb".into(), 4, false)));
 }
 
-/// 9.7 example 2: how requests resolve on an idle H100 with every profile allowed.
+/// 10.7 example 2: how requests resolve on an idle H100 with every profile allowed.
 #[test]
 fn example_2_request_resolution() {
     let s = snapshot(vec![one(h100("GPU-0", 0, h100_profiles()))]);
@@ -118,7 +118,7 @@ fn example_2_request_resolution() {
     assert!(a.failed[0].failure.unresolvable);
 }
 
-/// 9.7 example 3: an H200 with a free and a used instance: reuse, then fragmentation.
+/// 10.7 example 3: an H200 with a free and a used instance: reuse, then fragmentation.
 #[test]
 fn example_3_h200_with_instances() {
     let card = h200(
@@ -160,7 +160,7 @@ fn example_3_h200_with_instances() {
     assert_eq!(instances(&s, "n", 0)[0], ("1g.18gb".into(), 0, None));
 }
 
-/// 9.7 example 4: binpack and spread order MIG cards by slices taken.
+/// 10.7 example 4: binpack and spread order MIG cards by slices taken.
 #[test]
 fn example_4_card_order() {
     let node = NodeSpec::new(
@@ -200,7 +200,7 @@ fn example_4_card_order() {
     }
 }
 
-/// 9.7 example 5 and 9.2: MIG is opt-in, and a card of one mode never takes the other's work.
+/// 10.7 example 5 and 10.2: MIG is opt-in, and a card of one mode never takes the other's work.
 #[test]
 fn example_5_opt_in_and_mixed_nodes() {
     let node = NodeSpec::new(
@@ -384,7 +384,7 @@ fn slots_mutex_and_cards_without_a_layout() {
     assert_eq!(failure(&a), "1/1 CardTypeMismatch");
 }
 
-/// 9.6: the profiles considered, in choice order, with their outcomes.
+/// 10.6: the profiles considered, in choice order, with their outcomes.
 #[test]
 fn explanations_list_the_profiles_considered() {
     let card = h100(
@@ -481,7 +481,7 @@ fn booking_errors_are_typed() {
     assert_eq!(s, before);
 }
 
-/// 9.1: a malformed layout makes the node invalid, each problem named; never a panic.
+/// 10.1: a malformed layout makes the node invalid, each problem named; never a panic.
 #[test]
 fn malformed_layouts_make_the_node_invalid() {
     type Edit = fn(&mut Card);

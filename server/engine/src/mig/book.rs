@@ -1,9 +1,9 @@
-//! Booking MIG assignments on a node (`docs/placement-semantics.md` section 9.5): apply marks a
+//! Booking MIG assignments on a node (`docs/placement-semantics.md` section 10.5): apply marks a
 //! reused instance in use or adds the new one; release is the exact inverse. Checked before
 //! anything changes.
 
 use crate::mig::choose::MigChoice;
-use crate::mig::layout::{MigInstance, MigLayout, MigPlacement};
+use crate::mig_layout::{MigInstance, MigLayout, MigPlacement};
 use crate::model::Node;
 
 /// The instance one container holds on one MIG card, as the answer reports it.

@@ -1,6 +1,8 @@
 //! Builders for engine tests: nodes, cards and Kubernetes-style workloads in a few words.
 #![allow(dead_code)]
 
+pub mod placed;
+
 use std::collections::BTreeMap;
 
 use gpusched_engine::{
