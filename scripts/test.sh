@@ -50,9 +50,10 @@ for stage in "${stages[@]}"; do
       log "imports: no import cycle between modules (scripts/check-imports.py)"
       scripts/check-imports.py --self-test
       scripts/check-imports.py server/engine/src server/api/src server/runtime/src \
-        clients/hami/src clients/agent/src clients/sim/src clients/slurm/src
+        clients/hami/src clients/agent/src clients/sim/src clients/slurm/src clients/rust/src \
+        clients/kube/src
       # Report only until their cycles are broken (issue 21); each then moves to the line above.
-      scripts/check-imports.py --report-only server/service/src clients/kube/src clients/rust/src loadtest/src
+      scripts/check-imports.py --report-only server/service/src loadtest/src
       ;;
     rust)
       log "rust: cargo test --workspace"

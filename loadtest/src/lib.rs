@@ -8,7 +8,7 @@
 //! - [`load`]: open-loop (fixed rate, latency from the intended start) and closed-loop load;
 //! - [`inproc`]: the same requests in process;
 //! - [`report`]: hdrhistogram percentiles and the JSON report;
-//! - [`app`]: the `run`, `sweep` and `profile` commands.
+//! - [`app`]: the command line, one file per command (`run`, `sweep`, `profile`).
 
 pub mod app;
 pub mod byref;

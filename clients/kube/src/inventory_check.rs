@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use gpusched_client::v1;
 
 use crate::config::Names;
-use crate::translate::Inventory;
+use crate::inventory::Inventory;
 
 /// Largest accepted slot count (`count` in the register annotation), as the service's.
 pub const MAX_CARD_SLOTS: u32 = 10_000;

@@ -16,6 +16,7 @@ pub mod answer;
 pub mod config;
 pub mod extender;
 pub mod extender_v1;
+pub mod inventory;
 pub mod inventory_check;
 pub mod leader;
 pub mod metrics;

@@ -8,6 +8,8 @@ use gpusched_hami::Booking;
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 
 use crate::config::Names;
+use crate::inventory::Inventory;
+use crate::inventory_check;
 
 /// Annotations never sent to the service (large and irrelevant to placement).
 const SKIPPED_ANNOTATIONS: [&str; 1] = ["kubectl.kubernetes.io/last-applied-configuration"];
@@ -95,22 +97,6 @@ pub fn violations_text(violations: &[(String, String)]) -> String {
         .join("; ")
 }
 
-/// A node's GPU inventory as read from its annotations.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Inventory {
-    /// Cards (idle).
-    pub cards: Vec<v1::Card>,
-    /// Pair scores.
-    pub pair_scores: Vec<v1::CardPairScore>,
-    /// Cordoned card ids.
-    pub cordoned: Vec<String>,
-    /// The raw cordon annotation, passed on to the service.
-    pub cordon_annotation: Option<String>,
-    /// Why the node has no usable inventory (missing or unreadable register annotation, or an
-    /// invalid one: [`crate::inventory_check`]); such a node is never sent to the service.
-    pub problem: Option<String>,
-}
-
 /// Reads the card inventory (`hami.io/node-nvidia-register`, JSON or colon form), pair scores
 /// (`hami.io/node-nvidia-score`) and cordoned cards (`hami.io/device-cordon`) of a node, and
 /// checks them ([`crate::inventory_check`]).
@@ -149,9 +135,9 @@ pub fn inventory(node: &Node, names: &Names) -> Inventory {
         inv.cordon_annotation = Some(v.to_owned());
     }
     if inv.problem.is_none() {
-        let problems = crate::inventory_check::problems(&inv, names);
+        let problems = inventory_check::problems(&inv, names);
         if !problems.is_empty() {
-            inv.problem = Some(crate::inventory_check::message(&problems));
+            inv.problem = Some(inventory_check::message(&problems));
         }
     }
     inv

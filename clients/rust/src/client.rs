@@ -15,11 +15,11 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::builder::RetryPolicy;
 use crate::byref::{
     ByRef, NodesRequest, Plan, PreparedNode, SET_SUBJECT_PREFIX, field_back, parse_subject,
 };
 use crate::error::{ApiError, Error};
+use crate::retry::RetryPolicy;
 
 /// A connected client (cheap to clone; calls may run concurrently).
 #[derive(Clone, Debug)]

@@ -23,8 +23,9 @@ pub mod byref;
 mod client;
 mod error;
 mod pod;
+mod retry;
 
-pub use builder::{ClientBuilder, RetryPolicy, TlsOptions};
+pub use builder::{ClientBuilder, TlsOptions};
 pub use byref::PreparedNode;
 pub use client::Client;
 pub use error::{
@@ -32,3 +33,4 @@ pub use error::{
 };
 pub use gpusched_api::v1;
 pub use pod::{PodBuilder, node, node_from_cards};
+pub use retry::RetryPolicy;

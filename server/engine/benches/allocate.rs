@@ -1,10 +1,11 @@
 //! `cargo bench -p gpusched-engine`: Allocate of a 1-card and a 4-card workload over
-//! 100, 1,000 and 5,000 nodes x 8 cards with random (seeded) usage.
+//! 100, 1,000 and 5,000 nodes x 8 cards with random (seeded) usage; the same on 1,000 nodes
+//! with a quota budget that never binds.
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use gpusched_engine::{DecideOptions, allocate, evaluate};
+use gpusched_engine::{DecideOptions, QuotaBudget, allocate, evaluate};
 
 mod cluster;
 use cluster::{cluster, workload};
@@ -30,6 +31,28 @@ fn bench(c: &mut Criterion) {
                 },
             );
         }
+    }
+    group.finish();
+    // A quota budget that is checked on every card but never binds (section 10): the cost of
+    // the running total itself.
+    let mut group = c.benchmark_group("quota");
+    let snapshot = cluster(1_000, 42);
+    group.throughput(Throughput::Elements(1_000));
+    for gpus in [1u32, 4] {
+        let budget = QuotaBudget {
+            mem_mib: Some(1 << 30),
+            cores: Some(1 << 20),
+        };
+        let w = workload(gpus).with_quota(budget).expect("valid budget");
+        group.bench_function(format!("{gpus}-card/1000"), |b| {
+            b.iter(|| {
+                black_box(allocate(
+                    black_box(&snapshot),
+                    black_box(&w),
+                    DecideOptions::default(),
+                ))
+            })
+        });
     }
     group.finish();
     let mut group = c.benchmark_group("score");

@@ -1,9 +1,10 @@
 //! Runs Allocate K times over N nodes x 8 cards, for instruction-level profiling:
-//! `valgrind --tool=callgrind target/release/examples/profile_allocate N K GPUS`.
+//! `valgrind --tool=callgrind target/release/examples/profile_allocate N K GPUS [quota]`
+//! (`quota`: with a quota budget that is checked on every card but never binds).
 
 use std::hint::black_box;
 
-use gpusched_engine::{DecideOptions, allocate};
+use gpusched_engine::{DecideOptions, QuotaBudget, allocate};
 
 #[path = "../benches/cluster.rs"]
 mod cluster;
@@ -20,7 +21,14 @@ fn main() {
         args.get(2).copied().unwrap_or(1),
     );
     let s = cluster(nodes, 42);
-    let w = workload(u32::try_from(gpus).unwrap_or(1));
+    let mut w = workload(u32::try_from(gpus).unwrap_or(1));
+    if std::env::args().any(|a| a == "quota") {
+        let budget = QuotaBudget {
+            mem_mib: Some(1 << 30),
+            cores: Some(1 << 20),
+        };
+        w = w.with_quota(budget).unwrap_or_else(|e| panic!("{e}"));
+    }
     for _ in 0..runs {
         black_box(allocate(
             black_box(&s),

@@ -10,6 +10,8 @@ use crate::fit::Prepared;
 use crate::mig::book::{self, MigAssignment, Way};
 use crate::model::{CardUsage, Node, NodeId, Snapshot};
 use crate::policy::NodePolicy;
+use crate::quota::QuotaUse;
+use crate::quota_workload::BatchQuotas;
 use crate::reason::NodeFailure;
 use crate::score::{NodeScore, score_from_sums};
 use crate::workload::Workload;
@@ -83,7 +85,7 @@ pub struct AssignedCard {
     /// Cores booked, percent.
     pub cores: u32,
     /// On a MIG card, the instance (its `mem_mib` and `cores` are the profile's;
-    /// `docs/placement-semantics.md` section 10.5).
+    /// `docs/placement-semantics.md` section 11.5).
     pub mig: Option<MigAssignment>,
 }
 
@@ -112,6 +114,19 @@ pub struct Placement {
     /// What the placement books on each of the node's cards (in card order): `final_usage`
     /// minus the usage before. [`apply`] adds it, [`release`] takes it away.
     pub booked: Vec<CardUsage>,
+}
+
+impl Placement {
+    /// What the placement consumes against its workload's budget: memory and cores of
+    /// [`Placement::booked`] summed over the node's cards (section 10.2).
+    pub fn quota_use(&self) -> QuotaUse {
+        self.booked.iter().fold(QuotaUse::default(), |sum, b| {
+            sum.plus(QuotaUse {
+                mem_mib: b.used_mem_mib,
+                cores: u64::from(b.used_cores),
+            })
+        })
+    }
 }
 
 /// The answer for one workload.
@@ -311,6 +326,7 @@ impl<'w> PreparedWorkload<'w> {
             let mut ex = options.explain.then(|| NodeExplanation {
                 node: id,
                 containers: Vec::new(),
+                quota: None,
             });
             match evaluate_node(node, &self.prep, &mut scratch, false, ex.as_mut()) {
                 NodeOutcome::Fit(score) => feasible.push(FeasibleNode {
@@ -439,6 +455,7 @@ fn allocate_with(
         let mut ex = explain.then(|| NodeExplanation {
             node: id,
             containers: Vec::new(),
+            quota: None,
         });
         // Deterministic: the same evaluation again, this time recording the cards.
         let mut placement = placement_on(node, id, prep, scratch, ex.as_mut()).ok()?;
@@ -458,6 +475,7 @@ fn allocate_with(
             let mut ex = NodeExplanation {
                 node: id,
                 containers: Vec::new(),
+                quota: None,
             };
             evaluate_node(node, prep, scratch, false, Some(&mut ex));
             explanations.push(ex);
@@ -577,11 +595,15 @@ fn batch_with(
     let mut items = Vec::with_capacity(workloads.len());
     let mut all_placed = true;
     let mut abandoned = false;
+    // A namespace's workloads share its quota budget (placement-semantics section 10.5).
+    let mut quotas = BatchQuotas::new(workloads);
     for workload in workloads {
         if stop() {
             abandoned = true;
             break;
         }
+        let narrowed = quotas.narrowed(workload);
+        let workload = narrowed.as_ref().unwrap_or(workload);
         let prepared = PreparedWorkload::new(workload);
         let (allocation, stopped) = allocate_with(&current, &prepared, options, &mut scratch, stop);
         if stopped {
@@ -590,13 +612,14 @@ fn batch_with(
         }
         if let Some(p) = &allocation.placement {
             // Decided on `current` itself: its final usage is exactly the usage plus the booking,
-            // and its MIG instances fit (section 10.5).
+            // and its MIG instances fit (section 11.5).
             if let Some(node) = current.nodes.get_mut(p.node.index()) {
                 let mig = book::plan(node, mig_assignments(p), Way::Apply).ok();
                 let node = Arc::make_mut(node);
                 node.set_usage(&p.final_usage);
                 book::commit(node, mig.unwrap_or_default());
             }
+            quotas.spend(workload, p.quota_use());
         } else if allocation.requests_gpu {
             all_placed = false;
         }

@@ -44,15 +44,19 @@ pub(crate) fn evaluate_node(
     prep: &Prepared<'_>,
     scratch: &mut Scratch,
     picks: bool,
-    explain: Option<&mut NodeExplanation>,
+    mut explain: Option<&mut NodeExplanation>,
 ) -> NodeOutcome {
-    match evaluate_once(
+    let outcome = evaluate_once(
         node,
         prep,
         scratch,
         EvalMode { picks, idle: false },
-        explain,
-    ) {
+        explain.as_deref_mut(),
+    );
+    if let Some(ex) = explain {
+        scratch.fit.quota.explain(ex);
+    }
+    match outcome {
         NodeOutcome::Fail(mut failure) => {
             let idle = evaluate_once(
                 node,
@@ -81,7 +85,12 @@ pub(crate) fn evaluate_once(
     if let (Some(position), false, None) = (prep.lone, mode.picks, explain.as_ref())
         && let Some(req) = prep.workload.containers.get(position)
     {
-        match lone_fit(node, mode.idle, req, prep) {
+        let fit = if prep.lone_quota.is_some() {
+            lone_fit::<true>(node, mode.idle, req, prep)
+        } else {
+            lone_fit::<false>(node, mode.idle, req, prep)
+        };
+        match fit {
             Err(reasons) => {
                 return NodeOutcome::Fail(NodeFailure {
                     container_position: position,
@@ -117,6 +126,7 @@ pub(crate) fn evaluate_once(
         }));
     };
     scratch.picks.clear();
+    scratch.fit.quota.start(prep.workload, node.cards.len());
     let containers = &prep.workload.containers;
     let has_init = containers.iter().any(|c| c.init && c.gpus > 0);
     if has_init {
@@ -134,7 +144,7 @@ pub(crate) fn evaluate_once(
             scratch.work.clone_from(&scratch.base);
         } else if !app_started {
             fill(&mut scratch.work);
-            // MIG instances of init containers stay booked (section 10.5).
+            // MIG instances of init containers stay booked (section 11.5).
             book_mig(&mut scratch.work, &scratch.fit.mig_taken);
             app_started = true;
         }

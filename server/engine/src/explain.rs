@@ -2,6 +2,7 @@
 
 use crate::mig::choose::MigExplanation;
 use crate::model::NodeId;
+use crate::quota::QuotaExplanation;
 use crate::reason::Reason;
 use crate::score::ScoreTerms;
 
@@ -20,7 +21,7 @@ pub struct CardExplanation {
     /// Whether the card was given to the container.
     pub chosen: bool,
     /// For a card with a MIG layout: every profile in choice order with its outcome
-    /// (`docs/placement-semantics.md` section 10.6).
+    /// (`docs/placement-semantics.md` section 11.6).
     pub mig: Option<MigExplanation>,
 }
 
@@ -40,4 +41,7 @@ pub struct NodeExplanation {
     pub node: NodeId,
     /// The containers.
     pub containers: Vec<ContainerExplanation>,
+    /// The workload's quota budget and what the placement on this node consumes (section 10.5);
+    /// `None` without a budget.
+    pub quota: Option<QuotaExplanation>,
 }

@@ -6,6 +6,7 @@ use crate::explain::CardExplanation;
 use crate::mig::choose::{MigChoice, MigExplanation, MigTaken, choose};
 use crate::model::{Card, CardMode, CardUsage, Node};
 use crate::policy::{SortKey, VisitPlan};
+use crate::quota_tally::QuotaTally;
 use crate::reason::{Reason, ReasonCounts};
 use crate::score::{booking_key, booking_score, device_key, device_score};
 use crate::weights::ScoringWeights;
@@ -24,11 +25,14 @@ pub(crate) struct Prepared<'w> {
     pub(crate) weights: ScoringWeights,
     type_filter: bool,
     uuid_filter: bool,
-    /// The workload asks for MIG instances (`vgpu-mode` contains `mig`, section 10.2).
+    /// The workload asks for MIG instances (`vgpu-mode` contains `mig`, section 11.2).
     pub(crate) admits_mig: bool,
     /// Position of the only GPU container when the workload is one app container without
     /// numa-bind or topology: its node feasibility and score need no device scores.
     pub(crate) lone: Option<usize>,
+    /// The quota check of that lone container, when the workload has a budget (nothing placed
+    /// before it: the budget alone).
+    pub(crate) lone_quota: Option<QuotaTally>,
 }
 
 impl<'w> Prepared<'w> {
@@ -43,6 +47,7 @@ impl<'w> Prepared<'w> {
             admits_mig: workload.filters.admits_mig(),
             // A MIG choice depends on the card's instances: no shortcut.
             lone: lone_container(workload).filter(|_| !workload.filters.admits_mig()),
+            lone_quota: QuotaTally::alone(workload),
         }
     }
 }
@@ -60,25 +65,41 @@ pub(crate) enum LoneFit {
     /// The container fits; every fitting card books the same memory, so the node's usage
     /// after placement does not depend on which cards are chosen.
     Uniform { booked_mem: u64 },
-    /// The container fits but fitting cards book different memory: choose the cards.
+    /// The container fits but fitting cards book different memory: choose the cards. Also
+    /// when a quota budget makes the visiting order decide (placement-semantics section 10.3).
     Varying,
 }
 
 /// Feasibility of a lone container (see [`Prepared::lone`]) without choosing cards: without
 /// numa-bind or topology, the container gets the first `gpus` cards in visiting order that
 /// pass the checks, so it fits exactly when that many cards pass. Reasons are those of the
-/// full visit.
-pub(crate) fn lone_fit(
+/// full visit. `QUOTA`: whether [`Prepared::lone_quota`] is checked (a constant, so that the
+/// loop without a budget carries no quota test at all).
+pub(crate) fn lone_fit<const QUOTA: bool>(
     node: &Node,
     idle: bool,
     req: &ContainerRequest,
     prep: &Prepared<'_>,
 ) -> Result<LoneFit, ReasonCounts> {
+    let quota = if QUOTA {
+        prep.lone_quota.as_ref()
+    } else {
+        None
+    };
     let need = req.gpus as usize;
     let mut reasons = ReasonCounts::default();
     if need > node.cards.len() {
         reasons.add(Reason::NodeInsufficientDevice, 1);
         return Err(reasons);
+    }
+    // Under a budget the cards of a multi-card container are counted, not chosen, only when
+    // every card books the same and the budget admits none of them or all it needs.
+    if let (Some(q), true) = (quota, need > 1) {
+        let uniform = req.mem_mib.is_some() || node.sums.uniform_mem;
+        let mem = node.cards.first().map_or(0, |c| req.booked_mem(c));
+        if !uniform || q.admits_some_not(need, req, mem) {
+            return Ok(LoneFit::Varying);
+        }
     }
     let mut passing = 0usize;
     let mut booked: Option<u64> = None;
@@ -95,7 +116,7 @@ pub(crate) fn lone_fit(
             card.usage
         };
         if let Some(r) = pre_checks(card, node.is_cordoned(pos), prep)
-            .or_else(|| post_checks(card, u, req, prep))
+            .or_else(|| post_checks(card, pos, u, req, prep, quota))
         {
             reasons.add(r, 1);
             continue;
@@ -147,12 +168,14 @@ pub(crate) struct FitScratch {
     order: Vec<OrderEntry>,
     collected: Vec<usize>,
     chosen: Vec<usize>,
-    /// MIG instances chosen so far in this evaluation, every container (section 10.5).
+    /// MIG instances chosen so far in this evaluation, every container (section 11.5).
     pub(crate) mig_taken: Vec<MigTaken>,
     /// The current container's MIG choice per card position (MIG cards only).
     mig_choice: Vec<Option<Result<MigChoice, Reason>>>,
     /// Evaluating as if every card were idle (no MIG instance at all).
     idle: bool,
+    /// The workload's running total against its quota budget on the node being evaluated.
+    pub(crate) quota: QuotaTally,
 }
 
 impl FitScratch {
@@ -163,7 +186,7 @@ impl FitScratch {
     }
 }
 
-/// The MIG choice (section 10.4) for `req` on the card at `pos`; `None` for a card not in
+/// The MIG choice (section 11.4) for `req` on the card at `pos`; `None` for a card not in
 /// mode `mig`. A MIG card without a layout has no profile.
 fn mig_choice(
     card: &Card,
@@ -182,11 +205,15 @@ fn mig_choice(
     })
 }
 
-/// Checks 5-7 of a MIG card, then its choice (section 10.4).
+/// Checks 5-7q of a MIG card, then its choice (section 11.4). The quota counts the
+/// request's memory and cores, as HAMi's `fitQuota` does.
 fn mig_post_checks(
     card: &Card,
+    pos: usize,
     u: CardUsage,
+    req: &ContainerRequest,
     prep: &Prepared<'_>,
+    quota: Option<&QuotaTally>,
     choice: Result<MigChoice, Reason>,
 ) -> Result<MigChoice, Reason> {
     if prep.uuid_filter && !prep.workload.filters.uuid_allows(card) {
@@ -197,6 +224,9 @@ fn mig_post_checks(
     }
     if prep.plan.mutex && u.used > 0 {
         return Err(Reason::ExclusiveDeviceAllocateConflict);
+    }
+    if let Some(r) = quota.and_then(|q| q.refuse(pos, req, req.booked_mem(card))) {
+        return Err(r);
     }
     choice
 }
@@ -259,13 +289,18 @@ pub(crate) fn pre_checks(card: &Card, cordoned: bool, prep: &Prepared<'_>) -> Op
     None
 }
 
-/// Checks 5-11: id filter, slots, mutex, memory, cores, exclusivity, compute exhausted.
-#[inline]
+/// Checks 5-11: id filter, slots, mutex, quota (7q, only with a budget), memory, cores,
+/// exclusivity, compute exhausted. `pos` is the card's position on its node; `quota` is the
+/// running total when the workload has a budget ([`QuotaTally::gate`]). Always inlined: it is
+/// the inner loop of every card visit.
+#[inline(always)]
 pub(crate) fn post_checks(
     card: &Card,
+    pos: usize,
     u: CardUsage,
     req: &ContainerRequest,
     prep: &Prepared<'_>,
+    quota: Option<&QuotaTally>,
 ) -> Option<Reason> {
     if prep.uuid_filter && !prep.workload.filters.uuid_allows(card) {
         return Some(Reason::CardUuidMismatch);
@@ -275,6 +310,9 @@ pub(crate) fn post_checks(
     }
     if prep.plan.mutex && u.used > 0 {
         return Some(Reason::ExclusiveDeviceAllocateConflict);
+    }
+    if let Some(r) = quota.and_then(|q| q.refuse(pos, req, req.booked_mem(card))) {
+        return Some(r);
     }
     let free_mem = i128::from(card.total_mem_mib) - i128::from(u.used_mem_mib);
     if free_mem < i128::from(req.booked_mem(card)) {
@@ -321,17 +359,19 @@ pub(crate) fn place_container(
         scratch.mig_choice.clear();
         scratch.mig_choice.resize(n, None);
     }
+    scratch.quota.start_container();
     let plan = &prep.plan;
     if need == 1 && !plan.numa_bind && !plan.topology && explain.is_none() {
         // Fast path: the first card in visiting order that passes is the best passing card.
         let mut best: Option<OrderEntry> = None;
+        let quota = scratch.quota.gate();
         for (pos, (card, &u)) in node.cards.iter().zip(usage.iter()).enumerate() {
             if let Some(r) = pre_checks(card, node.is_cordoned(pos), prep) {
                 reasons.add(r, 1);
                 continue;
             }
             let mig = match mig_choice(card, pos, req, &scratch.mig_taken, scratch.idle, None) {
-                Some(choice) => match mig_post_checks(card, u, prep, choice) {
+                Some(choice) => match mig_post_checks(card, pos, u, req, prep, quota, choice) {
                     Ok(c) => {
                         if let Some(slot) = scratch.mig_choice.get_mut(pos) {
                             *slot = Some(Ok(c));
@@ -344,7 +384,7 @@ pub(crate) fn place_container(
                     }
                 },
                 None => {
-                    if let Some(r) = post_checks(card, u, req, prep) {
+                    if let Some(r) = post_checks(card, pos, u, req, prep, quota) {
                         reasons.add(r, 1);
                         continue;
                     }
@@ -374,11 +414,12 @@ pub(crate) fn place_container(
         let mig = scratch.mig_choice.get(pos).copied().flatten();
         if let (Some(Ok(c)), Some(layout)) = (mig, card.mig.as_deref()) {
             // A MIG card books the instance's slices; the container gets the profile's memory
-            // and cores (section 10.5).
+            // and cores (section 11.5).
             let (mem_mib, cores) = layout
                 .profiles
                 .get(c.profile)
                 .map_or((0, 0), |p| (p.mem_mib, p.cores));
+            scratch.quota.commit(pos, req, req.booked_mem(card));
             *u = add_usage(*u, c.booked);
             picks.push(Pick {
                 container: position,
@@ -394,6 +435,7 @@ pub(crate) fn place_container(
             continue;
         }
         let mem = req.booked_mem(card);
+        scratch.quota.commit(pos, req, mem);
         u.used = u.used.saturating_add(1);
         u.used_mem_mib = u.used_mem_mib.saturating_add(mem);
         u.used_cores = u.used_cores.saturating_add(req.cores);
@@ -522,7 +564,7 @@ fn visit_in_order(
     scratch.collected.clear();
     let mut collected_visits: Vec<usize> = Vec::new();
     let mut prev_numa: Option<u32> = None;
-    // A container's cards are of one mode: MIG or not (section 10.2).
+    // A container's cards are of one mode: MIG or not (section 11.2).
     let mut mig_mode: Option<bool> = None;
     let mut done = false;
     for visit in 0..scratch.order.len() {
@@ -540,9 +582,19 @@ fn visit_in_order(
         }
         if plan.numa_bind && prev_numa != Some(card.numa) {
             if plan.topology && scratch.collected.len() >= need {
-                break;
-            }
-            if !scratch.collected.is_empty() {
+                match choose_collected(node, req, need, scratch, reasons) {
+                    Ok(()) => {
+                        done = true;
+                        break;
+                    }
+                    // No combination of this group within the quota budget: the next group.
+                    Err(r) => {
+                        for &v in &collected_visits {
+                            mark(&mut explain, v, Some(r));
+                        }
+                    }
+                }
+            } else if !scratch.collected.is_empty() {
                 reasons.add(
                     Reason::NumaNotFit,
                     u32::try_from(scratch.collected.len()).unwrap_or(u32::MAX),
@@ -552,6 +604,7 @@ fn visit_in_order(
                 }
             }
             scratch.collected.clear();
+            scratch.quota.drop_collected();
             collected_visits.clear();
             mig_mode = None;
             prev_numa = Some(card.numa);
@@ -561,9 +614,9 @@ fn visit_in_order(
         let later = if mig_mode.is_some_and(|m| m != is_mig) {
             Some(Reason::CardTypeMismatch)
         } else if let Some(Some(choice)) = scratch.mig_choice.get(pos).copied().filter(|_| is_mig) {
-            mig_post_checks(card, u, prep, choice).err()
+            mig_post_checks(card, pos, u, req, prep, scratch.quota.gate(), choice).err()
         } else {
-            post_checks(card, u, req, prep)
+            post_checks(card, pos, u, req, prep, scratch.quota.gate())
         };
         if let Some(r) = later {
             reasons.add(r, 1);
@@ -576,16 +629,27 @@ fn visit_in_order(
         mark(&mut explain, visit, None);
         scratch.collected.push(pos);
         collected_visits.push(visit);
+        if !plan.topology {
+            // Topology-aware candidates are checked one by one and chosen within budget
+            // together (placement-semantics section 10.4).
+            scratch.quota.collect(pos, card, req);
+        }
         if !plan.topology && scratch.collected.len() == need {
             done = true;
             break;
         }
     }
-    if plan.topology && scratch.collected.len() >= need {
-        let chosen = choose_by_topology(node, &scratch.collected, need);
-        scratch.chosen.extend(chosen);
-        done = true;
-    } else if done {
+    if !done && plan.topology && scratch.collected.len() >= need {
+        match choose_collected(node, req, need, scratch, reasons) {
+            Ok(()) => done = true,
+            Err(r) => {
+                for &v in &collected_visits {
+                    mark(&mut explain, v, Some(r));
+                }
+                scratch.collected.clear();
+            }
+        }
+    } else if done && !plan.topology {
         scratch.chosen.extend_from_slice(&scratch.collected);
     }
     if !done {
@@ -605,12 +669,52 @@ fn visit_in_order(
     Ok(())
 }
 
+/// Whether a set of cards (positions) fits the workload's quota budget together.
+type Within<'a> = &'a dyn Fn(&[usize]) -> bool;
+
+/// The topology-aware choice among the collected candidates, within the quota budget, into
+/// `scratch.chosen`. When no combination fits the budget, every candidate is counted with the
+/// quota reason, which is returned (placement-semantics section 10.4).
+fn choose_collected(
+    node: &Node,
+    req: &ContainerRequest,
+    need: usize,
+    scratch: &mut FitScratch,
+    reasons: &mut ReasonCounts,
+) -> Result<(), Reason> {
+    let quota = &scratch.quota;
+    let within = |combo: &[usize]| quota.fits_together(node, combo, req);
+    let within: Option<Within<'_>> = quota.is_active().then_some(&within);
+    let chosen = choose_by_topology(node, &scratch.collected, need, within);
+    if chosen.len() == need {
+        scratch.chosen.extend(chosen);
+        return Ok(());
+    }
+    let reason = quota.combination_reason(node, &scratch.collected, need, req);
+    reasons.add(
+        reason,
+        u32::try_from(scratch.collected.len()).unwrap_or(u32::MAX),
+    );
+    Err(reason)
+}
+
 /// Topology-aware choice among `candidates` (card positions in visiting order).
 /// One card: the lowest sum of pair scores to the other candidates. N cards: the
 /// N-combination with the highest sum over its pairs. Ties: first in visiting order.
-pub(crate) fn choose_by_topology(node: &Node, candidates: &[usize], need: usize) -> Vec<usize> {
+/// With `within` (a quota budget), only combinations it accepts; empty when none does.
+pub(crate) fn choose_by_topology(
+    node: &Node,
+    candidates: &[usize],
+    need: usize,
+    within: Option<Within<'_>>,
+) -> Vec<usize> {
+    let fits = |combo: &[usize]| within.is_none_or(|f| f(combo));
     if candidates.len() <= need {
-        return candidates.to_vec();
+        return if fits(candidates) {
+            candidates.to_vec()
+        } else {
+            Vec::new()
+        };
     }
     if need == 1 {
         let mut best: Option<(i128, usize)> = None;
@@ -634,9 +738,11 @@ pub(crate) fn choose_by_topology(node: &Node, candidates: &[usize], need: usize)
                 .iter()
                 .filter_map(|&i| candidates.get(i).copied())
                 .collect();
-            let sum = pair_sum(node, &combo);
-            if best.as_ref().is_none_or(|(s, _)| sum > *s) {
-                best = Some((sum, combo));
+            if fits(&combo) {
+                let sum = pair_sum(node, &combo);
+                if best.as_ref().is_none_or(|(s, _)| sum > *s) {
+                    best = Some((sum, combo));
+                }
             }
             if !next_combination(&mut idx, candidates.len()) {
                 break;
@@ -644,7 +750,23 @@ pub(crate) fn choose_by_topology(node: &Node, candidates: &[usize], need: usize)
         }
         return best.map(|(_, c)| c).unwrap_or_default();
     }
-    greedy_topology(node, candidates, need)
+    let Some(within) = within else {
+        return greedy_topology(node, candidates, need);
+    };
+    // Beyond the exact limit under a budget: first the candidates that keep the running total
+    // within budget, in visiting order (every subset of them fits), then the greedy choice.
+    let mut kept: Vec<usize> = Vec::new();
+    for &c in candidates {
+        kept.push(c);
+        if !within(&kept) {
+            kept.pop();
+        }
+    }
+    match kept.len().cmp(&need) {
+        Ordering::Less => Vec::new(),
+        Ordering::Equal => kept,
+        Ordering::Greater => greedy_topology(node, &kept, need),
+    }
 }
 
 fn pair_sum(node: &Node, combo: &[usize]) -> i128 {

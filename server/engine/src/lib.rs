@@ -40,10 +40,14 @@
 //!   and the placement once they are gone, or why it is not a candidate ([`PreemptVerdict`]),
 //!   and which node to preempt on ([`PreemptChoice`]); [`preempt_until`] takes a [`Stop`]
 //!   hook.
+//! - **Quotas.** [`Workload::with_quota`] gives a workload the [`QuotaBudget`] its namespace
+//!   may still book; check 7q then refuses cards past it ([`Reason::QuotaMemoryExceeded`],
+//!   [`Reason::QuotaCoresExceeded`]), [`Placement::quota_use`] is what a placement consumes,
+//!   and [`QuotaBudget::admission_refusal`] tells an admission webhook what can never fit.
 //! - **MIG cards.** A card in [`CardMode::Mig`] carries a [`MigLayout`] (profiles,
 //!   placements, instances; validated with its node); a workload whose `vgpu-mode` admits
 //!   `mig` gets one instance per card, chosen by HAMi's rule, reported as a [`MigAssignment`]
-//!   and booked by [`apply`]/[`release`] (`docs/placement-semantics.md` section 10).
+//!   and booked by [`apply`]/[`release`] (`docs/placement-semantics.md` section 11).
 //! - **Inventory.** [`normalize_inventory`] turns raw NVML facts into schedulable cards.
 //!
 //! ```
@@ -92,6 +96,9 @@ mod names;
 mod policy;
 mod preempt;
 mod quantity;
+mod quota;
+mod quota_tally;
+mod quota_workload;
 mod reason;
 mod score;
 mod weights;
@@ -129,6 +136,7 @@ pub use preempt::{
     PlacedWorkload, PreemptChoice, PreemptLimits, PreemptOptions, PreemptVerdict, Preemption,
     Reprieve, ReprieveOutcome, VictimSummary, Victims, preempt, preempt_until,
 };
+pub use quota::{MAX_QUOTA_VALUE, QuotaBudget, QuotaExplanation, QuotaResource, QuotaUse};
 pub use reason::{NodeFailure, Reason, ReasonCounts};
 pub use score::{NodeScore, ScoreTerms};
 pub use weights::{MAX_WEIGHT, ScoringWeights, ScoringWeightsError, WeightKey};

@@ -1,6 +1,6 @@
 //! A MIG card's layout (a leaf: the model holds it, the MIG rule in `mig/` reads it): its profiles, their placements and the instances on the card, the
-//! layout's validation (`docs/placement-semantics.md` section 10.1) and the usage its instances in
-//! use take (10.5).
+//! layout's validation (`docs/placement-semantics.md` section 11.1) and the usage its instances in
+//! use take (11.5).
 
 use std::collections::HashMap;
 
@@ -176,7 +176,7 @@ impl MigLayout {
     }
 
     /// What one instance of `profile` books on a card of `total_mem_mib` and `total_cores`
-    /// (10.5): the share of the card's memory and cores its slices are, as `(MiB, cores)`.
+    /// (11.5): the share of the card's memory and cores its slices are, as `(MiB, cores)`.
     pub fn share(&self, profile: &MigProfile, total_mem_mib: u64, total_cores: u32) -> (u64, u32) {
         (
             share_u64(total_mem_mib, profile.memory_slices, self.memory_slices),
@@ -184,7 +184,7 @@ impl MigLayout {
         )
     }
 
-    /// The instances in use and their shares summed: `(slots, MiB, cores)` (10.5).
+    /// The instances in use and their shares summed: `(slots, MiB, cores)` (11.5).
     pub(crate) fn in_use_share(&self, total_mem_mib: u64, total_cores: u32) -> (u32, u64, u32) {
         let (mut slots, mut mem, mut cores) = (0u32, 0u64, 0u32);
         for i in self.instances.iter().filter(|i| i.is_in_use()) {

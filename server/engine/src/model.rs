@@ -144,10 +144,10 @@ pub struct Card {
     /// Sharing mode.
     pub mode: CardMode,
     /// Current usage. For a card with a MIG layout, the usage of its instances in use (zero
-    /// is accepted and replaced by it; `docs/placement-semantics.md` section 10.5).
+    /// is accepted and replaced by it; `docs/placement-semantics.md` section 11.5).
     pub usage: CardUsage,
     /// The MIG layout of a card in mode [`CardMode::Mig`]: profiles, placements and instances
-    /// (section 10.1). `None` for other cards; a MIG card without one takes no work.
+    /// (section 11.1). `None` for other cards; a MIG card without one takes no work.
     pub mig: Option<Box<MigLayout>>,
 }
 
@@ -174,7 +174,7 @@ impl Card {
         }
     }
 
-    /// The usage of the instances in use of a card with a MIG layout (section 10.5).
+    /// The usage of the instances in use of a card with a MIG layout (section 11.5).
     pub fn mig_usage(&self) -> Option<CardUsage> {
         self.mig.as_deref().map(|l| {
             let (used, used_mem_mib, used_cores) =
@@ -335,7 +335,7 @@ impl Node {
     /// A copy of this node with the usage of the cards at the given positions replaced (the
     /// sums recomputed), without validating again: the node was validated when built. `None`
     /// when a position is not a card of the node, or is a card with a MIG layout (its usage is
-    /// that of its instances, section 10.5).
+    /// that of its instances, section 11.5).
     pub fn with_card_usage(
         &self,
         updates: impl IntoIterator<Item = (usize, CardUsage)>,
@@ -668,7 +668,7 @@ fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
     }
 }
 
-/// A card with a MIG layout (section 10.1): the layout, the card's mode and its usage.
+/// A card with a MIG layout (section 11.1): the layout, the card's mode and its usage.
 fn check_mig_card(card: &Card, field: &str, violations: &mut Vec<Violation>) {
     let Some(layout) = card.mig.as_deref() else {
         return;

@@ -36,8 +36,14 @@ pub enum Reason {
     /// decisions never see such a node; a caller that validates nodes one by one and decides
     /// on the valid ones reports the others with this reason ([`NodeFailure::invalid_node`]).
     InvalidNode,
+    /// Check 7q: the card's booking would take the workload's GPU memory past its quota budget
+    /// (`docs/placement-semantics.md` section 10). HAMi's text: `ResourceQuotaNotFit`.
+    QuotaMemoryExceeded,
+    /// Check 7q: the card's booking would take the workload's GPU cores past its quota budget.
+    /// HAMi's text: `ResourceQuotaNotFit`.
+    QuotaCoresExceeded,
     /// A MIG card: no profile covers the request's memory (or memory slices) and cores, or the
-    /// card has no MIG layout (`docs/placement-semantics.md` section 10.4).
+    /// card has no MIG layout (`docs/placement-semantics.md` section 11.4).
     MigNoProfileLargeEnough,
     /// A MIG card: profiles cover the request, but none of them is allowed on the node.
     MigProfileNotAllowed,
@@ -48,7 +54,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 19] = [
         Reason::NodeInsufficientDevice,
         Reason::CardNotHealth,
         Reason::CardCordoned,
@@ -63,14 +69,17 @@ impl Reason {
         Reason::AllocatedCardsInsufficientRequest,
         Reason::CardZeroCapacity,
         Reason::InvalidNode,
+        Reason::QuotaMemoryExceeded,
+        Reason::QuotaCoresExceeded,
         Reason::MigNoProfileLargeEnough,
         Reason::MigProfileNotAllowed,
         Reason::MigNoFreePlacement,
     ];
 
-    /// HAMi's name of the reason (`CardZeroCapacity`, `InvalidNode` and the three `Mig*` are
-    /// ours: HAMi has no such checks, and reports every MIG failure as
-    /// `CardMigTopologyInfeasible`).
+    /// The reason's name: HAMi's, except `CardZeroCapacity` and `InvalidNode` (HAMi has no such
+    /// checks), the two quota reasons, which HAMi writes as one, `ResourceQuotaNotFit`
+    /// ([`Reason::hami_name`]), and the three `Mig*` (HAMi reports every MIG failure as
+    /// `CardMigTopologyInfeasible`; we keep which of the three it is, also in the text).
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::NodeInsufficientDevice => "NodeInsufficientDevice",
@@ -87,9 +96,20 @@ impl Reason {
             Reason::AllocatedCardsInsufficientRequest => "AllocatedCardsInsufficientRequest",
             Reason::CardZeroCapacity => "CardZeroCapacity",
             Reason::InvalidNode => "InvalidNode",
+            Reason::QuotaMemoryExceeded => "QuotaMemoryExceeded",
+            Reason::QuotaCoresExceeded => "QuotaCoresExceeded",
             Reason::MigNoProfileLargeEnough => "MigNoProfileLargeEnough",
             Reason::MigProfileNotAllowed => "MigProfileNotAllowed",
             Reason::MigNoFreePlacement => "MigNoFreePlacement",
+        }
+    }
+
+    /// The name in HAMi's text: [`Reason::as_str`], but `ResourceQuotaNotFit` for both quota
+    /// reasons.
+    pub fn hami_name(self) -> &'static str {
+        match self {
+            Reason::QuotaMemoryExceeded | Reason::QuotaCoresExceeded => "ResourceQuotaNotFit",
+            other => other.as_str(),
         }
     }
 
@@ -144,12 +164,21 @@ impl ReasonCounts {
     }
 
     /// HAMi's text: `"<count>/<cards> <Reason>"` items sorted as strings, joined with `", "`
-    /// (`NodeInsufficientDevice` and `InvalidNode` stand alone, as HAMi writes the former).
+    /// (`NodeInsufficientDevice` and `InvalidNode` stand alone, as HAMi writes the former; the
+    /// two quota reasons are one item, `ResourceQuotaNotFit`, with their counts added).
     pub fn hami_text(&self, cards_on_node: u32) -> String {
+        let quota = self
+            .get(Reason::QuotaMemoryExceeded)
+            .saturating_add(self.get(Reason::QuotaCoresExceeded));
         let mut items: Vec<String> = Reason::ALL
             .into_iter()
-            .filter(|r| self.get(*r) > 0)
-            .map(|r| item(r, self.get(r), cards_on_node))
+            .filter(|r| *r != Reason::QuotaCoresExceeded)
+            .map(|r| match r {
+                Reason::QuotaMemoryExceeded => (r, quota),
+                _ => (r, self.get(r)),
+            })
+            .filter(|(_, n)| *n > 0)
+            .map(|(r, n)| item(r, n, cards_on_node))
             .collect();
         items.sort();
         items.join(", ")
@@ -159,7 +188,7 @@ impl ReasonCounts {
 fn item(reason: Reason, count: u32, cards: u32) -> String {
     match reason {
         Reason::NodeInsufficientDevice | Reason::InvalidNode => reason.as_str().to_owned(),
-        _ => format!("{count}/{cards} {}", reason.as_str()),
+        _ => format!("{count}/{cards} {}", reason.hami_name()),
     }
 }
 
@@ -228,5 +257,22 @@ mod tests {
                 (Reason::CardCordoned, 2)
             ]
         );
+    }
+
+    #[test]
+    fn the_two_quota_reasons_are_one_hami_item() {
+        let mut r = ReasonCounts::default();
+        r.add(Reason::QuotaMemoryExceeded, 2);
+        r.add(Reason::QuotaCoresExceeded, 1);
+        r.add(Reason::AllocatedCardsInsufficientRequest, 1);
+        assert_eq!(
+            r.hami_text(4),
+            "1/4 AllocatedCardsInsufficientRequest, 3/4 ResourceQuotaNotFit"
+        );
+        let mut c = ReasonCounts::default();
+        c.add(Reason::QuotaCoresExceeded, 2);
+        assert_eq!(c.hami_text(2), "2/2 ResourceQuotaNotFit");
+        assert_eq!(c.entries(2), vec![(Reason::QuotaCoresExceeded, 2)]);
+        assert_eq!(Reason::QuotaCoresExceeded.as_str(), "QuotaCoresExceeded");
     }
 }

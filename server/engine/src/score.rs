@@ -57,7 +57,7 @@ fn ratios_after(card: &Card, usage: CardUsage, cores: u32, mem: u64) -> [f64; 3]
     [slot, core, mem]
 }
 
-/// The device score terms of a card that books `booked` (a MIG instance's slices, section 10.5)
+/// The device score terms of a card that books `booked` (a MIG instance's slices, section 11.5)
 /// instead of a request's cores and memory.
 pub(crate) fn booking_score(
     card: &Card,

@@ -9,6 +9,7 @@ use crate::model::Card;
 use crate::names::{self, KubeNames};
 use crate::policy::{GpuPolicy, GpuToken, NodePolicy, parse_bool};
 use crate::quantity;
+use crate::quota::QuotaBudget;
 use crate::weights::ScoringWeights;
 
 /// Cluster-wide defaults (server config, optionally replaced per request).
@@ -284,7 +285,7 @@ impl CardFilters {
     }
 
     /// Whether the workload asks for MIG instances: its vgpu mode contains `mig`
-    /// (`docs/placement-semantics.md` section 10.2).
+    /// (`docs/placement-semantics.md` section 11.2).
     pub fn admits_mig(&self) -> bool {
         self.vgpu_mode
             .as_deref()
@@ -332,6 +333,9 @@ pub struct Workload {
     pub filters: CardFilters,
     /// All containers in pod order: init containers first.
     pub containers: Vec<ContainerRequest>,
+    /// Quota budget (section 10): unlimited unless set by [`Workload::with_quota`], which
+    /// validates it.
+    pub(crate) quota: QuotaBudget,
 }
 
 impl Workload {
@@ -469,6 +473,7 @@ fn parse_typed(
             t.vgpu_mode.clone(),
         ),
         containers,
+        quota: QuotaBudget::UNLIMITED,
     };
     if !workload.requests_gpu() {
         return Ok(Workload {
@@ -661,6 +666,7 @@ fn parse_kube(
             get(&keys.vgpu_mode).map(str::to_owned),
         ),
         containers,
+        quota: QuotaBudget::UNLIMITED,
     };
     // A workload without GPU containers is validated only as far as its GPU counts.
     if violations.is_empty() {

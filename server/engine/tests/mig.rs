@@ -1,6 +1,6 @@
-//! MIG cards (`docs/placement-semantics.md` section 10): the worked examples of 10.7 on the real
-//! H100 80GB and H200 141GB tables, the reasons, validation (10.1), explanations (10.6) and
-//! booking (10.5).
+//! MIG cards (`docs/placement-semantics.md` section 11): the worked examples of 11.7 on the real
+//! H100 80GB and H200 141GB tables, the reasons, validation (11.1), explanations (11.6) and
+//! booking (11.5).
 
 #![allow(clippy::unwrap_used)]
 
@@ -22,7 +22,7 @@ fn usage(s: &gpusched_engine::Snapshot, card: usize) -> CardUsage {
     s.node_named("n").unwrap().cards()[card].usage
 }
 
-/// 10.7 example 1: filling an idle H100 under HAMi's default allowlist.
+/// 11.7 example 1: filling an idle H100 under HAMi's default allowlist.
 #[test]
 fn example_1_filling_an_h100() {
     let mut s = snapshot(vec![one(h100("GPU-0", 0, hami_h100_allowlist()))]);
@@ -68,7 +68,7 @@ fn example_1_filling_an_h100() {
     assert_eq!(choice(&e), Some(("2g.20gb".into(), 4, false)));
 }
 
-/// 10.7 example 2: how requests resolve on an idle H100 with every profile allowed.
+/// 11.7 example 2: how requests resolve on an idle H100 with every profile allowed.
 #[test]
 fn example_2_request_resolution() {
     let s = snapshot(vec![one(h100("GPU-0", 0, h100_profiles()))]);
@@ -118,7 +118,7 @@ fn example_2_request_resolution() {
     assert!(a.failed[0].failure.unresolvable);
 }
 
-/// 10.7 example 3: an H200 with a free and a used instance: reuse, then fragmentation.
+/// 11.7 example 3: an H200 with a free and a used instance: reuse, then fragmentation.
 #[test]
 fn example_3_h200_with_instances() {
     let card = h200(
@@ -160,7 +160,7 @@ fn example_3_h200_with_instances() {
     assert_eq!(instances(&s, "n", 0)[0], ("1g.18gb".into(), 0, None));
 }
 
-/// 10.7 example 4: binpack and spread order MIG cards by slices taken.
+/// 11.7 example 4: binpack and spread order MIG cards by slices taken.
 #[test]
 fn example_4_card_order() {
     let node = NodeSpec::new(
@@ -200,7 +200,7 @@ fn example_4_card_order() {
     }
 }
 
-/// 10.7 example 5 and 10.2: MIG is opt-in, and a card of one mode never takes the other's work.
+/// 11.7 example 5 and 11.2: MIG is opt-in, and a card of one mode never takes the other's work.
 #[test]
 fn example_5_opt_in_and_mixed_nodes() {
     let node = NodeSpec::new(
@@ -384,7 +384,7 @@ fn slots_mutex_and_cards_without_a_layout() {
     assert_eq!(failure(&a), "1/1 CardTypeMismatch");
 }
 
-/// 10.6: the profiles considered, in choice order, with their outcomes.
+/// 11.6: the profiles considered, in choice order, with their outcomes.
 #[test]
 fn explanations_list_the_profiles_considered() {
     let card = h100(
@@ -481,7 +481,7 @@ fn booking_errors_are_typed() {
     assert_eq!(s, before);
 }
 
-/// 10.1: a malformed layout makes the node invalid, each problem named; never a panic.
+/// 11.1: a malformed layout makes the node invalid, each problem named; never a panic.
 #[test]
 fn malformed_layouts_make_the_node_invalid() {
     type Edit = fn(&mut Card);
@@ -641,4 +641,33 @@ fn filter_reports_each_node() {
     assert_eq!(s[e.feasible[0].node].name(), "idle");
     assert_eq!(e.failed[0].failure.hami_text(), "1/1 MigNoFreePlacement");
     assert!(!e.failed[0].failure.unresolvable);
+}
+
+/// 11.4: with a quota budget, check 7q counts a MIG container's request (HAMi's `fitQuota`),
+/// before the profile is chosen.
+#[test]
+fn quota_check_7q_applies_to_mig_cards() {
+    let s = snapshot(vec![one(h100("GPU-0", 0, h100_profiles()))]);
+    let w = mig_pod("q", &[("mem", "15000")]);
+    let within = w
+        .clone()
+        .with_quota(gpusched_engine::QuotaBudget {
+            mem_mib: Some(15_000),
+            cores: None,
+        })
+        .unwrap();
+    let a = allocate(&s, &within, DecideOptions::default());
+    assert_eq!(choice(&a), Some(("1g.20gb".into(), 6, false)));
+    let over = w
+        .with_quota(gpusched_engine::QuotaBudget {
+            mem_mib: Some(14_999),
+            cores: None,
+        })
+        .unwrap();
+    let a = allocate(&s, &over, DecideOptions::default());
+    assert!(a.placement.is_none());
+    assert_eq!(
+        a.failed[0].failure.reasons.get(Reason::QuotaMemoryExceeded),
+        1
+    );
 }

@@ -1,7 +1,7 @@
 //! Invariants of MIG placement over random H100/H200 cards, instances and workloads (proptest,
-//! `docs/placement-semantics.md` section 10): never two overlapping instances on a card after
+//! `docs/placement-semantics.md` section 11): never two overlapping instances on a card after
 //! any sequence of apply and release, the smallest covering allowed profile with a free place is
-//! always the one chosen (checked against a brute-force reading of 10.4), and the answer does not
+//! always the one chosen (checked against a brute-force reading of 11.4), and the answer does not
 //! depend on the order of profiles, placements, instances, cards or nodes.
 
 #![allow(clippy::unwrap_used)]
@@ -202,7 +202,7 @@ fn assert_sound(s: &Snapshot) {
     }
 }
 
-/// 10.3: whether `p` covers the (single-container) ask on a layout of 8 memory slices.
+/// 11.3: whether `p` covers the (single-container) ask on a layout of 8 memory slices.
 fn covers(p: &MigProfile, ask: &Ask) -> bool {
     let memory = match (ask.mem, ask.pct) {
         (Some(m), _) => p.mem_mib >= m,
@@ -212,7 +212,7 @@ fn covers(p: &MigProfile, ask: &Ask) -> bool {
     memory && p.cores >= ask.cores.unwrap_or(0)
 }
 
-/// 10.4 by brute force: the profile and start a one-card ask gets on `card` as it is.
+/// 11.4 by brute force: the profile and start a one-card ask gets on `card` as it is.
 fn expected(card: &Card, ask: &Ask) -> Option<(String, u32, bool)> {
     let l = card.mig.as_deref()?;
     let mut order: Vec<&MigProfile> = l.profiles.iter().collect();
@@ -341,7 +341,7 @@ proptest! {
     }
 
     /// A one-card ask gets the smallest covering allowed profile with a free place, at the
-    /// first qualifying start in its scan order (10.4), on whichever card it lands.
+    /// first qualifying start in its scan order (11.4), on whichever card it lands.
     #[test]
     fn the_smallest_fitting_profile_is_chosen(nodes in arb_nodes(), ask in arb_ask(), policy in prop::sample::select(vec!["binpack", "spread"])) {
         let ask = Ask { gpus: 1, ..ask };

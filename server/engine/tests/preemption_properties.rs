@@ -94,21 +94,13 @@ fn arb_cluster() -> impl Strategy<Value = Vec<(NodeSpec, NodeWorkloads)>> {
 }
 
 fn arb_container(init: bool) -> impl Strategy<Value = TypedContainer> {
-    (
-        prop::sample::select(vec![1u32, 1, 1, 2]),
-        prop::sample::select(vec![0u64, 2000, 5000, 9000]),
-        prop::sample::select(vec![0u32, 0, 50]),
-        prop::option::of(prop::sample::select(vec![0u32, 20, 100])),
+    common::arb_container(
+        init,
+        vec![1, 1, 1, 2],
+        vec![0, 2000, 5000, 9000],
+        vec![0, 0, 50],
+        vec![0, 20, 100],
     )
-        .prop_map(
-            move |(gpus, gpumem_mib, gpumem_percent, gpucores)| TypedContainer {
-                name: if init { "init".into() } else { "app".into() },
-                gpus,
-                gpumem_mib,
-                gpumem_percent,
-                gpucores,
-            },
-        )
 }
 
 fn arb_workload() -> impl Strategy<Value = Workload> {

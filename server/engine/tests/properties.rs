@@ -3,12 +3,14 @@
 #![allow(clippy::unwrap_used)]
 
 use gpusched_engine::{
-    BatchMode, BookingError, Card, CardMode, CardUsage, DecideOptions, Defaults, GpuToken,
-    KubeNames, NodePolicy, NodeSpec, NodeVerdict, PairScore, PreparedWorkload, ScoringWeights,
-    Snapshot, TypedContainer, TypedSpec, Workload, WorkloadMeta, WorkloadSpec, allocate,
-    allocate_batch, apply, evaluate, release,
+    BatchMode, BookingError, Card, CardMode, CardUsage, DecideOptions, GpuToken, NodePolicy,
+    NodeSpec, NodeVerdict, PairScore, PreparedWorkload, ScoringWeights, Snapshot, TypedContainer,
+    TypedSpec, Workload, allocate, allocate_batch, apply, evaluate, release,
 };
 use proptest::prelude::*;
+
+mod common;
+use common::{decision, reordered, typed};
 
 fn arb_card(node: usize, i: usize) -> impl Strategy<Value = Card> {
     (
@@ -71,21 +73,13 @@ fn arb_nodes() -> impl Strategy<Value = Vec<NodeSpec>> {
 }
 
 fn arb_container(init: bool) -> impl Strategy<Value = TypedContainer> {
-    (
-        prop::sample::select(vec![0u32, 1, 1, 1, 2, 3]),
-        prop::sample::select(vec![0u64, 0, 500, 2000, 5000]),
-        prop::sample::select(vec![0u32, 0, 10, 40, 100]),
-        prop::option::of(prop::sample::select(vec![0u32, 10, 30, 100])),
+    common::arb_container(
+        init,
+        vec![0, 1, 1, 1, 2, 3],
+        vec![0, 0, 500, 2000, 5000],
+        vec![0, 0, 10, 40, 100],
+        vec![0, 10, 30, 100],
     )
-        .prop_map(
-            move |(gpus, gpumem_mib, gpumem_percent, gpucores)| TypedContainer {
-                name: if init { "init".into() } else { "app".into() },
-                gpus,
-                gpumem_mib,
-                gpumem_percent,
-                gpucores,
-            },
-        )
 }
 
 fn arb_workload() -> impl Strategy<Value = Workload> {
@@ -119,42 +113,9 @@ fn arb_workload() -> impl Strategy<Value = Workload> {
                     containers: apps,
                     ..TypedSpec::default()
                 };
-                Workload::parse(
-                    WorkloadMeta::default(),
-                    &WorkloadSpec::Typed(spec),
-                    &Defaults::default(),
-                    &KubeNames::default(),
-                )
-                .expect("generated workloads are valid")
+                typed(spec)
             },
         )
-}
-
-/// (chosen node, card ids per container) and the failure texts by node.
-type Decision = (Option<(String, Vec<Vec<String>>)>, Vec<(String, String)>);
-
-fn decision(s: &Snapshot, w: &Workload) -> Decision {
-    let a = allocate(s, w, DecideOptions::default());
-    let placed = a.placement.as_ref().map(|p| {
-        let node = &s[p.node];
-        let cards = p
-            .containers
-            .iter()
-            .map(|c| {
-                c.cards
-                    .iter()
-                    .map(|k| node.cards()[k.card].id.clone())
-                    .collect()
-            })
-            .collect();
-        (node.name().to_owned(), cards)
-    });
-    let failed = a
-        .failed
-        .iter()
-        .map(|f| (s[f.node].name().to_owned(), f.failure.hami_text()))
-        .collect();
-    (placed, failed)
 }
 
 fn within_capacity(c: &Card) -> bool {
@@ -181,15 +142,7 @@ proptest! {
     #[test]
     fn same_answer_whatever_the_order_of_nodes_and_cards(nodes in arb_nodes(), w in arb_workload(), rot in 0usize..7) {
         let s1 = Snapshot::new(nodes.clone()).unwrap();
-        let mut permuted = nodes;
-        permuted.reverse();
-        let len = permuted.len();
-        permuted.rotate_left(rot % len);
-        for n in &mut permuted {
-            n.cards.reverse();
-            n.pair_scores.reverse();
-        }
-        let s2 = Snapshot::new(permuted).unwrap();
+        let s2 = Snapshot::new(reordered(nodes, rot)).unwrap();
         prop_assert_eq!(decision(&s1, &w), decision(&s2, &w));
     }
 

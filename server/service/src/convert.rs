@@ -951,7 +951,11 @@ pub fn reason_out(r: Reason) -> v1::Reason {
         Reason::AllocatedCardsInsufficientRequest => v1::Reason::AllocatedCardsInsufficientRequest,
         Reason::CardZeroCapacity => v1::Reason::CardZeroCapacity,
         Reason::InvalidNode => v1::Reason::InvalidNode,
-        // Reasons 17-20 are reserved for them in the v1 API (issue 23, next phase).
+        // Issue 22 phase 2 adds the wire reasons; until then no request carries a quota budget,
+        // so the engine never gives these here.
+        Reason::QuotaMemoryExceeded | Reason::QuotaCoresExceeded => v1::Reason::Unspecified,
+        // Reasons 17-20 are reserved for them in the v1 API (issue 23, next phase); until then no
+        // request carries a MIG layout, so only a MIG-mode card without one gives the first.
         Reason::MigNoProfileLargeEnough
         | Reason::MigProfileNotAllowed
         | Reason::MigNoFreePlacement => v1::Reason::Unspecified,
@@ -1055,7 +1059,12 @@ pub fn explanations_out(
 ) -> Vec<v1::NodeExplanation> {
     ex.iter()
         .map(|e| {
-            let engine::NodeExplanation { node, containers } = e;
+            // `quota`: no wire field before issue 22 phase 2 (no request carries a budget yet).
+            let engine::NodeExplanation {
+                node,
+                containers,
+                quota: _,
+            } = e;
             let n = s.node(*node);
             v1::NodeExplanation {
                 node_name: n.map(|n| n.name().to_owned()).unwrap_or_default(),

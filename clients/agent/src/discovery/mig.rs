@@ -1,4 +1,4 @@
-//! What the agent knows about a card's MIG side (`docs/placement-semantics.md` section 10.1):
+//! What the agent knows about a card's MIG side (`docs/placement-semantics.md` section 11.1):
 //! a typed model of the profiles, their placements and the GPU instances NVML reports, how it
 //! is assembled from the raw NVML answers, and its HAMi node form (`migProfiles`,
 //! `docs/hami-protocol.md`). The proto fields for gpusched's own inventory come with the MIG

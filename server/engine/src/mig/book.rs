@@ -1,4 +1,4 @@
-//! Booking MIG assignments on a node (`docs/placement-semantics.md` section 10.5): apply marks a
+//! Booking MIG assignments on a node (`docs/placement-semantics.md` section 11.5): apply marks a
 //! reused instance in use or adds the new one; release is the exact inverse. Checked before
 //! anything changes.
 

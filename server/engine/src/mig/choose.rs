@@ -1,4 +1,4 @@
-//! HAMi's MIG choice on one card (`docs/placement-semantics.md` sections 10.3 and 10.4): the
+//! HAMi's MIG choice on one card (`docs/placement-semantics.md` sections 11.3 and 11.4): the
 //! smallest covering allowed profile with a free place, a free instance of it first, else a
 //! placement that overlaps nothing, scanned from the top for 1- and 3-compute-slice profiles
 //! and from the bottom for the others.
@@ -19,7 +19,7 @@ pub(crate) struct MigChoice {
     pub(crate) placement: MigPlacement,
     /// A free instance reused (nothing to create).
     pub(crate) reused: bool,
-    /// What it books on the card (10.5).
+    /// What it books on the card (11.5).
     pub(crate) booked: CardUsage,
 }
 
@@ -32,7 +32,7 @@ pub(crate) struct MigTaken {
     pub(crate) choice: MigChoice,
 }
 
-/// What happened to one profile in a choice (explanations, 10.6).
+/// What happened to one profile in a choice (explanations, 11.6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MigOutcome {
     /// Its memory, memory slices or cores do not cover the request.
@@ -61,14 +61,14 @@ pub struct MigProfileConsidered {
     pub outcome: MigOutcome,
 }
 
-/// A MIG card's choice for one container: every profile, in the order of 10.4.
+/// A MIG card's choice for one container: every profile, in the order of 11.4.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct MigExplanation {
     /// The profiles in choice order.
     pub profiles: Vec<MigProfileConsidered>,
 }
 
-/// The order of 10.4: smaller memory, fewer compute slices, fewer memory slices, then name.
+/// The order of 11.4: smaller memory, fewer compute slices, fewer memory slices, then name.
 fn profile_order(a: &MigProfile, b: &MigProfile) -> Ordering {
     a.mem_mib
         .cmp(&b.mem_mib)
@@ -82,7 +82,7 @@ fn high_first(p: &MigProfile) -> bool {
     p.compute_slices == 1 || p.compute_slices == 3
 }
 
-/// Whether `p` covers the request on a card of `layout` (10.3).
+/// Whether `p` covers the request on a card of `layout` (11.3).
 fn covers(layout: &MigLayout, p: &MigProfile, req: &ContainerRequest) -> bool {
     let memory = match (req.mem_mib, req.mem_percent) {
         (Some(mib), _) => p.mem_mib >= mib,

@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 
 use gpusched_engine::{
     Allocation, Card, CardUsage, DecideOptions, Defaults, KubeContainer, KubeNames, KubeSpec,
-    NodeSpec, Snapshot, Workload, WorkloadMeta, WorkloadSpec, allocate,
+    NodeSpec, Snapshot, TypedContainer, TypedSpec, Workload, WorkloadMeta, WorkloadSpec, allocate,
 };
+use proptest::prelude::*;
 
 /// A healthy card `id` with `index`, 10 slots, 100 cores and `mem` MiB.
 pub fn card(id: &str, index: u32, mem: u64) -> Card {
@@ -194,4 +195,68 @@ pub fn failure_text(s: &Snapshot, w: &Workload, node: &str) -> Option<String> {
         .iter()
         .find(|f| s[f.node].name() == node)
         .map(|f| f.failure.hami_text())
+}
+
+/// A typed workload (default identity, defaults and names); panics when invalid.
+pub fn typed(spec: TypedSpec) -> Workload {
+    Workload::parse(
+        WorkloadMeta::default(),
+        &WorkloadSpec::Typed(spec),
+        &Defaults::default(),
+        &KubeNames::default(),
+    )
+    .expect("valid typed workload")
+}
+
+/// A decision by names and ids: (chosen node, card ids per container), and every failed node
+/// with HAMi's text, by name.
+pub type Decision = (Option<(String, Vec<Vec<String>>)>, Vec<(String, String)>);
+
+pub fn decision(s: &Snapshot, w: &Workload) -> Decision {
+    let a = allocate(s, w, DecideOptions::default());
+    let failed = a
+        .failed
+        .iter()
+        .map(|f| (s[f.node].name().to_owned(), f.failure.hami_text()))
+        .collect();
+    (placed(s, &a), failed)
+}
+
+/// The same nodes in another order: reversed, then rotated left by `rot`, each node's cards
+/// and pair scores reversed.
+pub fn reordered(mut nodes: Vec<NodeSpec>, rot: usize) -> Vec<NodeSpec> {
+    nodes.reverse();
+    let len = nodes.len().max(1);
+    nodes.rotate_left(rot % len);
+    for n in &mut nodes {
+        n.cards.reverse();
+        n.pair_scores.reverse();
+    }
+    nodes
+}
+
+/// A proptest strategy for one typed container: its card count, MiB, percentage and cores (or
+/// none: the default) each drawn from the values given.
+pub fn arb_container(
+    init: bool,
+    gpus: Vec<u32>,
+    mem_mib: Vec<u64>,
+    percent: Vec<u32>,
+    cores: Vec<u32>,
+) -> impl Strategy<Value = TypedContainer> {
+    (
+        prop::sample::select(gpus),
+        prop::sample::select(mem_mib),
+        prop::sample::select(percent),
+        prop::option::of(prop::sample::select(cores)),
+    )
+        .prop_map(
+            move |(gpus, gpumem_mib, gpumem_percent, gpucores)| TypedContainer {
+                name: if init { "init".into() } else { "app".into() },
+                gpus,
+                gpumem_mib,
+                gpumem_percent,
+                gpucores,
+            },
+        )
 }

@@ -1,5 +1,5 @@
 //! MIG test data: the H100 80GB and H200 141GB profile tables as NVML reports them
-//! (`docs/placement-semantics.md` section 10.7), MIG cards and workloads asking for instances.
+//! (`docs/placement-semantics.md` section 11.7), MIG cards and workloads asking for instances.
 #![allow(dead_code)]
 
 use gpusched_engine::{

@@ -1,0 +1,240 @@
+//! The cluster view: Nodes and Pods from kube-rs reflectors, and what the shim keeps beside
+//! them, one job per file:
+//!
+//! - `assume.rs`: the assume cache, decisions bound (or reserved) but not yet seen by the
+//!   informer, and the rule that ends each ([`assumed_fate`]);
+//! - `locks.rs`: per-node bind locks;
+//! - `decoded.rs`: inventories and pod usages decoded once per resourceVersion;
+//! - `prepared.rs`: each node's whole and prepared forms, rebuilt only when its inventory or
+//!   usage changes.
+//!
+//! [`ClusterView`] here composes them: what the usage on a node is (the store's pods and the
+//! assume cache) and what the service is sent ([`Snapshot`]). The files below import none of
+//! each other nor this one.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use gpusched_client::{PreparedNode, v1};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::config::Names;
+use crate::translate::PodUsage;
+
+mod assume;
+mod decoded;
+mod locks;
+mod prepared;
+#[cfg(test)]
+mod tests;
+
+pub use assume::{Assumed, Observed, assumed_fate};
+
+use assume::AssumeCache;
+use decoded::Decoded;
+use locks::BindLocks;
+use prepared::{PreparedEntry, PreparedForms};
+
+/// What the candidate nodes look like to the service.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Nodes with a readable inventory, with usage.
+    pub nodes: Vec<Arc<v1::Node>>,
+    /// The same nodes serialized and digested for the service (kept with the view and rebuilt
+    /// only when a node's inventory or usage changes).
+    pub prepared: Vec<Arc<PreparedNode>>,
+    /// Nodes left out: name, reason, unresolvable.
+    pub unusable: Vec<(String, String, bool)>,
+}
+
+/// The shared cluster view.
+#[derive(Debug)]
+pub struct ClusterView {
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+    names: Names,
+    synced: AtomicBool,
+    assumed: AssumeCache,
+    locks: BindLocks,
+    decoded: Decoded,
+    prepared: PreparedForms,
+}
+
+type UsageByNode = HashMap<String, Vec<Arc<PodUsage>>>;
+
+impl ClusterView {
+    /// A view over these reflector stores.
+    pub fn new(nodes: Store<Node>, pods: Store<Pod>, names: Names, ttl: Duration) -> Self {
+        ClusterView {
+            nodes,
+            pods,
+            names,
+            synced: AtomicBool::new(false),
+            assumed: AssumeCache::new(ttl),
+            locks: BindLocks::default(),
+            decoded: Decoded::default(),
+            prepared: PreparedForms::default(),
+        }
+    }
+
+    /// Sets how long a reservation (see [`Assumed::tentative`]) lives without its bind.
+    pub fn with_reservation_ttl(mut self, ttl: Duration) -> Self {
+        self.assumed.set_reservation_ttl(ttl);
+        self
+    }
+
+    /// Names.
+    pub fn names(&self) -> &Names {
+        &self.names
+    }
+
+    /// Waits until both informers have listed everything once.
+    pub async fn wait_synced(&self) -> anyhow::Result<()> {
+        self.nodes.wait_until_ready().await?;
+        self.pods.wait_until_ready().await?;
+        self.synced.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Whether the initial sync is done.
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::SeqCst)
+    }
+
+    /// Marks the view synced (tests).
+    pub fn mark_synced(&self) {
+        self.synced.store(true, Ordering::SeqCst);
+    }
+
+    /// The pod in the store with this uid, if any.
+    pub fn pod(&self, namespace: &str, name: &str, uid: &str) -> Option<Arc<Pod>> {
+        self.pods
+            .get(&ObjectRef::new(name).within(namespace))
+            .filter(|p| uid.is_empty() || p.metadata.uid.as_deref() == Some(uid))
+    }
+
+    /// Number of assumed decisions.
+    pub fn assumed_len(&self) -> usize {
+        self.assumed.len()
+    }
+
+    /// Records a bind decision.
+    pub fn assume(&self, a: Assumed) {
+        self.assumed.assume(a);
+    }
+
+    /// Records a reservation (tentative decision), unless a real decision exists for the pod.
+    pub fn reserve(&self, a: Assumed) {
+        self.assumed.reserve(a);
+    }
+
+    /// Drops the pod's reservation, if it has one (its bind failed before any decision).
+    pub fn forget_reservation(&self, uid: &str) {
+        self.assumed.forget_reservation(uid);
+    }
+
+    /// Drops a decision (its bind failed).
+    pub fn forget(&self, uid: &str) {
+        self.assumed.forget(uid);
+    }
+
+    /// The bind lock of a node: binds to one node run one at a time.
+    pub async fn lock_node(&self, node: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        self.locks.lock(node).await
+    }
+
+    /// How many entries the decode and prepared caches hold before they are emptied.
+    fn cache_bound(&self) -> usize {
+        4 * self.nodes.len().max(16)
+    }
+
+    /// Usage per node (only for `wanted` nodes), from the store and the assume cache, leaving
+    /// out the pod `exclude_uid` (the pod being placed: a retried pod's own earlier decision must
+    /// not count against it).
+    fn usage(&self, wanted: &dyn Fn(&str) -> bool, exclude_uid: &str) -> UsageByNode {
+        // One consistent copy of the store: the assumed entries are judged against the very
+        // objects counted here (the informer may update the store meanwhile). Decoded usages are
+        // kept while a pod's resourceVersion is unchanged: a call allocates only for pods that
+        // changed since the last one.
+        let pods = self.pods.state();
+        let current = self.decoded.usages(&pods, &self.names);
+        let assumed_usage = self.assumed.counted(|uid| match current.get(uid) {
+            None => Observed::Absent,
+            Some(u) => Observed::Present(u.map(|u| (**u).clone())),
+        });
+        // An assumed decision replaces whatever older decision the store shows for the pod.
+        let mut by_node: UsageByNode = HashMap::new();
+        let store_usages = current.iter().filter_map(|(uid, u)| {
+            if assumed_usage.contains_key(uid) {
+                return None;
+            }
+            Some((uid, u?))
+        });
+        for (uid, u) in store_usages.chain(assumed_usage.iter()) {
+            if uid != exclude_uid && wanted(&u.node) {
+                by_node.entry(u.node.clone()).or_default().push(u.clone());
+            }
+        }
+        by_node
+    }
+
+    /// The candidate nodes with their cards and current usage.
+    pub fn snapshot(&self, node_names: &[String], exclude_uid: &str) -> Snapshot {
+        self.snapshot_with(node_names, exclude_uid, &HashMap::new())
+    }
+
+    /// Like [`ClusterView::snapshot`], with nodes read from the API for those the informer has
+    /// not shown yet.
+    pub fn snapshot_with(
+        &self,
+        node_names: &[String],
+        exclude_uid: &str,
+        fetched: &HashMap<String, Node>,
+    ) -> Snapshot {
+        let set: std::collections::HashSet<&str> = node_names.iter().map(String::as_str).collect();
+        let usage = self.usage(&|n| set.contains(n), exclude_uid);
+        let mut snap = Snapshot::default();
+        let mut prepared = self.prepared.lock(self.cache_bound());
+        for name in node_names {
+            let cached = self.nodes.get(&ObjectRef::new(name));
+            let entry = prepared.get(name.as_str());
+            // The very object the entry was built from: its inventory is the same.
+            let kept_inventory = entry.and_then(|e| e.inventory_of(cached.as_ref()));
+            let Some(node) = cached.as_deref().or_else(|| fetched.get(name)) else {
+                snap.unusable.push((
+                    name.clone(),
+                    "node not in gpusched-kube's cache yet".to_owned(),
+                    false,
+                ));
+                continue;
+            };
+            let inv = kept_inventory.unwrap_or_else(|| {
+                self.decoded
+                    .inventory(node, &self.names, self.cache_bound())
+            });
+            if let Some(problem) = &inv.problem {
+                snap.unusable.push((name.clone(), problem.clone(), true));
+                continue;
+            }
+            let mut pods: Vec<Arc<PodUsage>> = usage.get(name).cloned().unwrap_or_default();
+            pods.sort_by_key(|u| Arc::as_ptr(u) as usize);
+            if let Some(e) = entry
+                && e.built_from(&inv, &pods)
+            {
+                let (node, p) = e.forms();
+                snap.nodes.push(node);
+                snap.prepared.push(p);
+                continue;
+            }
+            let e = PreparedEntry::build(name, cached, inv, pods, &self.names);
+            let (node, p) = e.forms();
+            snap.nodes.push(node);
+            snap.prepared.push(p);
+            prepared.insert(name.clone(), e);
+        }
+        snap
+    }
+}
