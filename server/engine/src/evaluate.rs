@@ -145,7 +145,9 @@ pub(crate) fn evaluate_once(
         } else if !app_started {
             fill(&mut scratch.work);
             // MIG instances of init containers stay booked (section 11.5).
-            book_mig(&mut scratch.work, &scratch.fit.mig_taken);
+            if !scratch.fit.mig_taken.is_empty() {
+                book_mig(&mut scratch.work, &scratch.fit.mig_taken);
+            }
             app_started = true;
         }
         let mig_before = scratch.fit.mig_taken.len();
@@ -205,6 +207,7 @@ pub(crate) fn evaluate_once(
 }
 
 /// Adds the usage of MIG instances chosen in this evaluation to `usage` (by card position).
+#[inline(never)]
 fn book_mig(usage: &mut [CardUsage], taken: &[crate::mig::choose::MigTaken]) {
     for t in taken {
         if let Some(u) = usage.get_mut(t.card) {

@@ -268,7 +268,8 @@ fn cmp_entries(node: &Node, a: &OrderEntry, b: &OrderEntry) -> Ordering {
         })
 }
 
-/// Checks 0-3: capacity, health, cordon, type/mode filter.
+/// Checks 0-3: capacity, health, cordon, type/mode filter (a MIG card refuses a workload
+/// that does not ask for MIG, section 11.2).
 #[inline]
 pub(crate) fn pre_checks(card: &Card, cordoned: bool, prep: &Prepared<'_>) -> Option<Reason> {
     if card.count == 0 || card.total_mem_mib == 0 || card.total_cores == 0 {
@@ -370,7 +371,12 @@ pub(crate) fn place_container(
                 reasons.add(r, 1);
                 continue;
             }
-            let mig = match mig_choice(card, pos, req, &scratch.mig_taken, scratch.idle, None) {
+            let asked = if prep.admits_mig {
+                mig_choice(card, pos, req, &scratch.mig_taken, scratch.idle, None)
+            } else {
+                None
+            };
+            let mig = match asked {
                 Some(choice) => match mig_post_checks(card, pos, u, req, prep, quota, choice) {
                     Ok(c) => {
                         if let Some(slot) = scratch.mig_choice.get_mut(pos) {
@@ -411,7 +417,11 @@ pub(crate) fn place_container(
         let (Some(card), Some(u)) = (node.cards.get(pos), usage.get_mut(pos)) else {
             continue;
         };
-        let mig = scratch.mig_choice.get(pos).copied().flatten();
+        let mig = if prep.admits_mig {
+            scratch.mig_choice.get(pos).copied().flatten()
+        } else {
+            None
+        };
         if let (Some(Ok(c)), Some(layout)) = (mig, card.mig.as_deref()) {
             // A MIG card books the instance's slices; the container gets the profile's memory
             // and cores (section 11.5).
@@ -610,11 +620,21 @@ fn visit_in_order(
             prev_numa = Some(card.numa);
         }
         let u = usage.get(pos).copied().unwrap_or_default();
-        let is_mig = card.mode == CardMode::Mig;
-        let later = if mig_mode.is_some_and(|m| m != is_mig) {
-            Some(Reason::CardTypeMismatch)
-        } else if let Some(Some(choice)) = scratch.mig_choice.get(pos).copied().filter(|_| is_mig) {
-            mig_post_checks(card, pos, u, req, prep, scratch.quota.gate(), choice).err()
+        let later = if prep.admits_mig {
+            let is_mig = card.mode == CardMode::Mig;
+            let r = if mig_mode.is_some_and(|m| m != is_mig) {
+                Some(Reason::CardTypeMismatch)
+            } else if let Some(Some(choice)) =
+                scratch.mig_choice.get(pos).copied().filter(|_| is_mig)
+            {
+                mig_post_checks(card, pos, u, req, prep, scratch.quota.gate(), choice).err()
+            } else {
+                post_checks(card, pos, u, req, prep, scratch.quota.gate())
+            };
+            if r.is_none() && mig_mode.is_none() {
+                mig_mode = Some(is_mig);
+            }
+            r
         } else {
             post_checks(card, pos, u, req, prep, scratch.quota.gate())
         };
@@ -622,9 +642,6 @@ fn visit_in_order(
             reasons.add(r, 1);
             mark(&mut explain, visit, Some(r));
             continue;
-        }
-        if prep.admits_mig && mig_mode.is_none() {
-            mig_mode = Some(is_mig);
         }
         mark(&mut explain, visit, None);
         scratch.collected.push(pos);
