@@ -216,19 +216,10 @@ fn mig_post_checks(
     quota: Option<&QuotaTally>,
     choice: Result<MigChoice, Reason>,
 ) -> Result<MigChoice, Reason> {
-    if prep.uuid_filter && !prep.workload.filters.uuid_allows(card) {
-        return Err(Reason::CardUuidMismatch);
+    match checks_5_to_7q(card, pos, u, req, prep, quota) {
+        Some(r) => Err(r),
+        None => choice,
     }
-    if u.used >= card.count {
-        return Err(Reason::CardTimeSlicingExhausted);
-    }
-    if prep.plan.mutex && u.used > 0 {
-        return Err(Reason::ExclusiveDeviceAllocateConflict);
-    }
-    if let Some(r) = quota.and_then(|q| q.refuse(pos, req, req.booked_mem(card))) {
-        return Err(r);
-    }
-    choice
 }
 
 fn card_keys(
@@ -290,12 +281,9 @@ pub(crate) fn pre_checks(card: &Card, cordoned: bool, prep: &Prepared<'_>) -> Op
     None
 }
 
-/// Checks 5-11: id filter, slots, mutex, quota (7q, only with a budget), memory, cores,
-/// exclusivity, compute exhausted. `pos` is the card's position on its node; `quota` is the
-/// running total when the workload has a budget ([`QuotaTally::gate`]). Always inlined: it is
-/// the inner loop of every card visit.
+/// Checks 5-7q, every card's (a MIG card's too): id filter, slots, mutex, quota.
 #[inline(always)]
-pub(crate) fn post_checks(
+fn checks_5_to_7q(
     card: &Card,
     pos: usize,
     u: CardUsage,
@@ -312,7 +300,23 @@ pub(crate) fn post_checks(
     if prep.plan.mutex && u.used > 0 {
         return Some(Reason::ExclusiveDeviceAllocateConflict);
     }
-    if let Some(r) = quota.and_then(|q| q.refuse(pos, req, req.booked_mem(card))) {
+    quota.and_then(|q| q.refuse(pos, req, req.booked_mem(card)))
+}
+
+/// Checks 5-11: id filter, slots, mutex, quota (7q, only with a budget), memory, cores,
+/// exclusivity, compute exhausted. `pos` is the card's position on its node; `quota` is the
+/// running total when the workload has a budget ([`QuotaTally::gate`]). Always inlined: it is
+/// the inner loop of every card visit.
+#[inline(always)]
+pub(crate) fn post_checks(
+    card: &Card,
+    pos: usize,
+    u: CardUsage,
+    req: &ContainerRequest,
+    prep: &Prepared<'_>,
+    quota: Option<&QuotaTally>,
+) -> Option<Reason> {
+    if let Some(r) = checks_5_to_7q(card, pos, u, req, prep, quota) {
         return Some(r);
     }
     let free_mem = i128::from(card.total_mem_mib) - i128::from(u.used_mem_mib);
