@@ -379,6 +379,8 @@ fn card_in(c: v1::Card, at: (NodeAt, usize), violations: &mut Vec<Violation>) ->
         healthy,
         mode,
         usage,
+        // MIG layouts arrive with the MIG fields of the v1 API (issue 23, next phase).
+        mig: None,
     }
 }
 
@@ -952,6 +954,11 @@ pub fn reason_out(r: Reason) -> v1::Reason {
         // Issue 22 phase 2 adds the wire reasons; until then no request carries a quota budget,
         // so the engine never gives these here.
         Reason::QuotaMemoryExceeded | Reason::QuotaCoresExceeded => v1::Reason::Unspecified,
+        // Reasons 17-20 are reserved for them in the v1 API (issue 23, next phase); until then no
+        // request carries a MIG layout, so only a MIG-mode card without one gives the first.
+        Reason::MigNoProfileLargeEnough
+        | Reason::MigProfileNotAllowed
+        | Reason::MigNoFreePlacement => v1::Reason::Unspecified,
     }
 }
 
@@ -1077,6 +1084,7 @@ pub fn explanations_out(
                                         visit_position,
                                         rejected,
                                         chosen,
+                                        mig: _, // not in the v1 API yet (issue 23)
                                     } = k;
                                     let c = n.and_then(|n| n.cards().get(*card));
                                     v1::CardExplanation {
@@ -1167,6 +1175,7 @@ pub fn allocation_out(
                                 card,
                                 mem_mib,
                                 cores,
+                                mig: _, // not in the v1 API yet (issue 23)
                             } = k;
                             let c = n.and_then(|n| n.cards().get(*card));
                             v1::CardAssignment {
@@ -1198,6 +1207,7 @@ pub fn card_out(c: &Card) -> v1::Card {
         healthy,
         mode,
         usage,
+        mig: _, // not in the v1 API yet (issue 23, next phase)
     } = c;
     let CardUsage {
         used,
