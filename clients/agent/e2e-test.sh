@@ -9,7 +9,8 @@
 #     (--patch-capacity); a card that goes unhealthy in the fake is published unhealthy;
 #     HAMi's handshake request (Requesting_...) and a foreign register value are answered at once;
 #  4. SIGTERM with --remove-on-shutdown removes the annotations and the capacity; without it
-#     they stay;
+#     they stay; a card switched to MIG mode in the fake (with a GPU instance) is published in
+#     HAMi's MIG node form (count 7, its migProfiles);
 #  5. the Rust test tests/kube_e2e.rs (ignored in plain `cargo test`) runs against the cluster.
 #
 #   clients/agent/e2e-test.sh            # exit 0 = PASS
@@ -254,6 +255,17 @@ set_state ""
 start_agent agent2
 all_healthy() { [[ "$(anno hami.io/node-nvidia-register)" == "$(expected_register)" ]]; }
 wait_until 30 "the register annotation (run 2)" all_healthy
+log "card 5 in MIG mode with a 3g.40gb instance: HAMi's MIG node form (count 7, migProfiles)"
+set_state "mig 5" "gi 5 2 4"
+mig5() {
+  local want="{\"id\":\"$(uuid 5)\",\"index\":5,\"count\":7,\"devmem\":81920,\"devcore\":100,"
+  want+="\"type\":\"NVIDIA H100 80GB HBM3\",\"numa\":1,\"mode\":\"mig\",\"migProfiles\":["
+  want+="{\"name\":\"1g.10gb\",\"memoryMB\":9984,\"core\":13,\"sliceCount\":1,\"placements\":"
+  [[ "$(anno hami.io/node-nvidia-register)" == *"$want"* ]]
+}
+wait_until 10 "card 5 published with its MIG profiles" mig5
+set_state ""
+wait_until 10 "card 5 back in mode hami-core" all_healthy
 stop_agent
 [[ "$(anno hami.io/node-nvidia-register)" == "$(expected_register)" ]] || fail "annotations removed without --remove-on-shutdown"
 [[ -z "$(capacity capacity)" ]] || fail "capacity patched without --patch-capacity"
@@ -263,4 +275,4 @@ log "Rust test against the apiserver (tests/kube_e2e.rs)"
   nice cargo test -q -p gpusched-agent --test kube_e2e -- --ignored --test-threads=1) ||
   fail "tests/kube_e2e.rs"
 
-echo "PASS: gpusched-agent e2e (HAMi annotations, health updates, handshake, capacity, RBAC, shutdown)"
+echo "PASS: gpusched-agent e2e (HAMi annotations, MIG profiles, health updates, handshake, capacity, RBAC, shutdown)"

@@ -21,7 +21,7 @@ pub const SPEC: Spec = Spec {
     defaults: DEFAULT_CONFIG,
     env_prefix: "GPUSCHED_AGENT",
     legacy_env_prefix: None,
-    list_keys: &["card_health.ignored_xids"],
+    list_keys: &["card_health.ignored_xids", "mig.allowed_profiles"],
 };
 
 fn err(key: &str, message: impl Into<String>) -> ConfigError {
@@ -46,6 +46,8 @@ pub struct FileConfig {
     pub nvml: NvmlConfig,
     /// Card health checks.
     pub card_health: CardHealthConfig,
+    /// MIG.
+    pub mig: MigConfig,
     /// Kubernetes publishing.
     pub kubernetes: KubernetesConfig,
     /// File output.
@@ -107,6 +109,14 @@ pub struct CardHealthConfig {
     pub retired_pages_limit: u32,
 }
 
+/// `[mig]`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MigConfig {
+    /// Profile names the node offers (`1g.10gb`, ...); empty = every profile NVML reports.
+    pub allowed_profiles: Vec<String>,
+}
+
 /// `[kubernetes]`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -127,7 +137,7 @@ pub struct KubernetesConfig {
 pub struct OutputConfig {
     /// File path; empty = off.
     pub path: String,
-    /// `json` | `hami` | `slurm-gres` | `raw`.
+    /// `json` | `hami` | `slurm-gres` | `raw` | `facts`.
     pub format: OutputFormat,
 }
 
@@ -162,6 +172,9 @@ pub enum OutputFormat {
     SlurmGres,
     /// The raw cards as a `NormalizeInventoryRequest` (proto3 JSON; no service needed).
     Raw,
+    /// What the agent read, MIG layouts included (JSON `nodeName` and `devices`; no service
+    /// needed): the read-only discovery report.
+    Facts,
 }
 
 impl std::str::FromStr for OutputFormat {
@@ -172,8 +185,9 @@ impl std::str::FromStr for OutputFormat {
             "hami" => Ok(OutputFormat::Hami),
             "slurm-gres" => Ok(OutputFormat::SlurmGres),
             "raw" => Ok(OutputFormat::Raw),
+            "facts" => Ok(OutputFormat::Facts),
             other => Err(format!(
-                "unknown format {other:?} (json | hami | slurm-gres | raw)"
+                "unknown format {other:?} (json | hami | slurm-gres | raw | facts)"
             )),
         }
     }
@@ -187,6 +201,7 @@ impl OutputFormat {
             OutputFormat::Hami => "hami",
             OutputFormat::SlurmGres => "slurm-gres",
             OutputFormat::Raw => "raw",
+            OutputFormat::Facts => "facts",
         }
     }
 }
@@ -230,6 +245,8 @@ pub struct Settings {
     pub ignored_xids: Vec<u64>,
     /// Retired page limit (0 = off).
     pub retired_pages_limit: u32,
+    /// MIG profiles offered (empty = all).
+    pub mig_allowed_profiles: Vec<String>,
     /// Kubernetes publishing.
     pub kubernetes: Option<KubeSettings>,
     /// File output.
@@ -253,6 +270,32 @@ pub struct KubeSettings {
     pub patch_capacity: bool,
     /// Resource name.
     pub resource_name: String,
+}
+
+/// MIG profile names: trimmed, each `<N>g.<...>` (HAMi's allowlist rule).
+fn mig_profiles(names: &[String]) -> Result<Vec<String>, ConfigError> {
+    names
+        .iter()
+        .map(|n| {
+            let n = n.trim();
+            let ok = n.split_once('.').is_some_and(|(slices, rest)| {
+                slices.len() >= 2
+                    && slices.ends_with('g')
+                    && slices[..slices.len() - 1]
+                        .bytes()
+                        .all(|b| b.is_ascii_digit())
+                    && !rest.is_empty()
+            });
+            if ok {
+                Ok(n.to_owned())
+            } else {
+                Err(err(
+                    "mig.allowed_profiles",
+                    format!("{n:?} is not a MIG profile name such as 1g.10gb"),
+                ))
+            }
+        })
+        .collect()
 }
 
 fn path(s: &str) -> Option<PathBuf> {
@@ -350,6 +393,7 @@ impl FileConfig {
             sysfs_root: path(&self.nvml.sysfs_root).unwrap_or_else(|| PathBuf::from("/sys")),
             ignored_xids: self.card_health.ignored_xids.clone(),
             retired_pages_limit: self.card_health.retired_pages_limit,
+            mig_allowed_profiles: mig_profiles(&self.mig.allowed_profiles)?,
             kubernetes,
             output: path(&self.output.path).map(|p| (p, self.output.format)),
             http_listen,

@@ -8,8 +8,8 @@ use gpusched_api::v1;
 use serde_json::{Value, json};
 
 use crate::config::OutputFormat;
-use crate::discovery::CardFacts;
 use crate::discovery::sysfs::format_cpu_list;
+use crate::discovery::{CardFacts, MigFacts, MigState};
 
 /// A node's inventory: the normalised answer and the facts it was made from.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,14 +27,40 @@ pub struct NodeInventory {
 #[error("render: {0}")]
 pub struct RenderError(String);
 
-/// HAMi's node annotations for this inventory: `hami.io/node-nvidia-register` always,
-/// `hami.io/node-nvidia-score` when there are pair scores (the handshake is added when
-/// publishing).
-pub fn hami_annotations(normalized: &v1::NormalizeInventoryResponse) -> BTreeMap<String, String> {
+/// HAMi's node annotations for this inventory: `hami.io/node-nvidia-register` always (a MIG
+/// card with the `migProfiles` its facts give, and HAMi's `count` for it: the largest instance
+/// count of the allowed profiles), `hami.io/node-nvidia-score` when there are pair scores (the
+/// handshake is added when publishing).
+pub fn hami_annotations(
+    normalized: &v1::NormalizeInventoryResponse,
+    facts: &[CardFacts],
+) -> BTreeMap<String, String> {
+    let mig: BTreeMap<&str, &MigFacts> = facts
+        .iter()
+        .filter_map(|f| f.mig.facts().map(|m| (f.uuid.as_str(), m)))
+        .collect();
+    let cards: Vec<gpusched_hami::RegisteredCard> = normalized
+        .cards
+        .iter()
+        .map(|c| {
+            let mut rc = gpusched_hami::RegisteredCard::from_card(c);
+            if let Some(m) = mig
+                .get(c.id.as_str())
+                .filter(|_| c.mode == v1::CardMode::Mig as i32)
+            {
+                rc.mig_profiles = m.hami_profiles();
+                let count = m.hami_count();
+                if count > 0 {
+                    rc.count = i32::try_from(count).unwrap_or(i32::MAX);
+                }
+            }
+            rc
+        })
+        .collect();
     let mut out = BTreeMap::new();
     out.insert(
         gpusched_hami::NODE_REGISTER.to_owned(),
-        gpusched_hami::encode_register(&normalized.cards),
+        gpusched_hami::encode_registered(&cards),
     );
     if !normalized.pair_scores.is_empty() {
         out.insert(
@@ -109,6 +135,37 @@ pub fn slurm_gres(inv: &NodeInventory) -> String {
     out
 }
 
+fn mig_details(m: &MigState) -> Value {
+    match m {
+        MigState::Disabled => json!({ "state": "disabled" }),
+        MigState::Unknown(why) => json!({ "state": "unknown", "reason": why }),
+        MigState::Read(f) => json!({
+            "state": "read",
+            "computeSlices": f.compute_slices,
+            "memorySlices": f.memory_slices,
+            "profiles": f.profiles.iter().map(|p| json!({
+                "name": p.name,
+                "nvmlIndex": p.nvml_index,
+                "id": p.id,
+                "memMib": p.mem_mib,
+                "computeSlices": p.compute_slices,
+                "memorySlices": p.memory_slices,
+                "multiprocessors": p.multiprocessors,
+                "cores": p.cores,
+                "maxInstances": p.max_instances,
+                "placements": p.placements,
+                "allowed": p.allowed,
+            })).collect::<Vec<_>>(),
+            "instances": f.instances.iter().map(|i| json!({
+                "id": i.id,
+                "profile": i.profile,
+                "start": i.start,
+                "size": i.size,
+            })).collect::<Vec<_>>(),
+        }),
+    }
+}
+
 fn card_details(f: &CardFacts) -> Value {
     json!({
         "uuid": f.uuid,
@@ -117,6 +174,7 @@ fn card_details(f: &CardFacts) -> Value {
         "totalMemoryBytes": f.total_memory_bytes.to_string(),
         "numa": f.numa,
         "migEnabled": f.mig_enabled,
+        "mig": mig_details(&f.mig),
         "healthy": f.healthy(),
         "unhealthyReasons": f.unhealthy_reasons,
         "pciBusId": f.pci_bus_id,
@@ -155,6 +213,16 @@ pub fn json(inv: &NodeInventory) -> Result<String, RenderError> {
     serde_json::to_string_pretty(&v).map_err(|e| RenderError(e.to_string()))
 }
 
+/// What the agent read, as JSON: `nodeName` and `devices` (the facts of [`json`], MIG
+/// layouts included), without asking the service.
+pub fn facts(node_name: &str, facts: &[CardFacts]) -> Result<String, RenderError> {
+    let v = json!({
+        "nodeName": node_name,
+        "devices": facts.iter().map(card_details).collect::<Vec<_>>(),
+    });
+    serde_json::to_string_pretty(&v).map_err(|e| RenderError(e.to_string()))
+}
+
 /// The raw request (what the service is asked), proto3 JSON: `gpuschedctl normalize` reads it.
 pub fn raw(req: &v1::NormalizeInventoryRequest) -> Result<String, RenderError> {
     to_json("gpusched.v1.NormalizeInventoryRequest", req, true)
@@ -163,7 +231,7 @@ pub fn raw(req: &v1::NormalizeInventoryRequest) -> Result<String, RenderError> {
 
 /// HAMi's annotations as `key=value` lines.
 pub fn hami(inv: &NodeInventory) -> String {
-    hami_annotations(&inv.normalized)
+    hami_annotations(&inv.normalized, &inv.facts)
         .into_iter()
         .map(|(k, v)| format!("{k}={v}\n"))
         .collect()
@@ -176,6 +244,7 @@ pub fn render(inv: &NodeInventory, format: OutputFormat) -> Result<String, Rende
         OutputFormat::Hami => hami(inv),
         OutputFormat::SlurmGres => slurm_gres(inv),
         OutputFormat::Raw => raw(&crate::inventory::request(&inv.node_name, &inv.facts))?,
+        OutputFormat::Facts => facts(&inv.node_name, &inv.facts)?,
     };
     if !text.ends_with('\n') {
         text.push('\n');
@@ -195,6 +264,7 @@ mod tests {
             total_memory_bytes: 80 << 30,
             numa: Some(index / 4),
             mig_enabled: false,
+            mig: MigState::Disabled,
             unhealthy_reasons: if healthy {
                 vec![]
             } else {
@@ -283,7 +353,10 @@ mod tests {
         );
         let mut no_pairs = inv();
         no_pairs.normalized.pair_scores.clear();
-        assert!(!hami_annotations(&no_pairs.normalized).contains_key(gpusched_hami::NODE_SCORE));
+        assert!(
+            !hami_annotations(&no_pairs.normalized, &no_pairs.facts)
+                .contains_key(gpusched_hami::NODE_SCORE)
+        );
     }
 
     #[test]

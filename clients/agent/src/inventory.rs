@@ -112,6 +112,7 @@ mod tests {
             total_memory_bytes: 16 << 30,
             numa: None,
             mig_enabled: false,
+            mig: crate::discovery::MigState::Disabled,
             unhealthy_reasons: if healthy { vec![] } else { vec!["xid".into()] },
             links: vec![],
             pci_bus_id: None,

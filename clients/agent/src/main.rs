@@ -1,5 +1,5 @@
 //! `gpusched-agent`: runs the node agent (default), or prints the node's inventory once
-//! (`inventory --format json|hami|slurm-gres|raw`).
+//! (`inventory --format json|hami|slurm-gres|raw|facts`).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -126,7 +126,8 @@ enum Command {
     Run,
     /// Read the cards once, normalise them with the service and print the inventory.
     Inventory {
-        /// json | hami | slurm-gres | raw (raw: the cards as read, no service needed).
+        /// json | hami | slurm-gres | raw | facts (raw and facts: the cards as read, no
+        /// service needed; facts includes the MIG layouts).
         #[arg(long, default_value = "json")]
         format: OutputFormat,
     },
@@ -140,6 +141,7 @@ fn open_source(s: &Settings, watch_xid_events: bool) -> anyhow::Result<Box<dyn G
         ignored_xids: s.ignored_xids.clone(),
         retired_pages_limit: s.retired_pages_limit,
         watch_xid_events,
+        mig_allowed_profiles: s.mig_allowed_profiles.clone(),
     };
     match NvmlSource::open(options) {
         Ok(src) => Ok(Box::new(src)),
@@ -222,6 +224,8 @@ async fn print_inventory(s: Settings, format: OutputFormat) -> anyhow::Result<()
         .context("reading the cards")?;
     let text = if format == OutputFormat::Raw {
         gpusched_agent::format::raw(&inventory::request(&s.node_name, &facts))?
+    } else if format == OutputFormat::Facts {
+        gpusched_agent::format::facts(&s.node_name, &facts)?
     } else {
         let normalizer =
             ServiceNormalizer::connect_lazy(&s.service_address, s.tls.as_ref(), s.service_timeout)

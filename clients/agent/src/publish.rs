@@ -74,7 +74,7 @@ pub fn healthy_slots(normalized: &v1::NormalizeInventoryResponse) -> u64 {
 /// The merge patch of the Node's annotations for `inv` (a missing pair-score annotation is
 /// removed, so no stale scores stay behind).
 pub fn annotation_patch(inv: &NodeInventory, handshake: &str) -> Value {
-    let mut annotations: Map<String, Value> = hami_annotations(&inv.normalized)
+    let mut annotations: Map<String, Value> = hami_annotations(&inv.normalized, &inv.facts)
         .into_iter()
         .map(|(k, v)| (k, Value::String(v)))
         .collect();

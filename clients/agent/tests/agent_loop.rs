@@ -24,6 +24,7 @@ fn card(i: u32, healthy: bool) -> CardFacts {
         total_memory_bytes: 16 << 30,
         numa: Some(0),
         mig_enabled: false,
+        mig: gpusched_agent::discovery::MigState::Disabled,
         unhealthy_reasons: if healthy {
             vec![]
         } else {

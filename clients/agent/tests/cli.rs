@@ -362,3 +362,47 @@ fn deploy_files_use_valid_keys() {
     assert!(cfg.contains("format = \"slurm-gres\""), "{cfg}");
     assert!(cfg.contains("remove_on_shutdown = false"), "{cfg}");
 }
+
+/// `inventory --format facts`: the read-only discovery report (MIG layouts included), without
+/// a service; the MIG allowlist from the environment; a bad profile name is exit 2.
+#[test]
+fn facts_show_mig_layouts_without_a_service() {
+    let m = FakeMachine::new("mig 0\ngi 0 4 0\nmig 1\nmig_error 1 instances no_permission\n");
+    let o = run(agent(Some(&m), &["inventory", "--format", "facts"])
+        .env("GPUSCHED_AGENT_MIG__ALLOWED_PROFILES", "1g.10gb,7g.80gb")
+        .env("GPUSCHED_AGENT_SERVICE__ADDRESS", "http://127.0.0.1:1"));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: Value = serde_json::from_str(&text(&o.stdout)).unwrap();
+    assert_eq!(v["nodeName"], "gpu-node-1");
+    let mig = &v["devices"][0]["mig"];
+    assert_eq!(mig["state"], "read");
+    assert_eq!(
+        (mig["computeSlices"].as_u64(), mig["memorySlices"].as_u64()),
+        (Some(7), Some(8))
+    );
+    let allowed: Vec<&str> = mig["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["allowed"] == true)
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(allowed, vec!["1g.10gb", "7g.80gb"]);
+    assert_eq!(mig["instances"][0]["profile"], "7g.80gb");
+    assert_eq!(v["devices"][1]["mig"]["state"], "unknown");
+    assert!(
+        v["devices"][1]["mig"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no permission")
+    );
+    assert_eq!(v["devices"][2]["mig"]["state"], "disabled");
+    let o = run(agent(Some(&m), &["inventory", "--format", "facts"])
+        .env("GPUSCHED_AGENT_MIG__ALLOWED_PROFILES", "big"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("mig.allowed_profiles"),
+        "{}",
+        text(&o.stderr)
+    );
+}

@@ -13,7 +13,6 @@ use common::{FakeMachine, Recording, healthy, start_server, uuid};
 use gpusched_agent::agent::{self, AgentState, LoopSettings};
 use gpusched_agent::discovery::nvml::{NvmlOptions, NvmlSource};
 use gpusched_agent::discovery::{DiscoveryError, GpuSource};
-use gpusched_agent::inventory::ServiceNormalizer;
 use gpusched_api::v1;
 
 fn open(m: &FakeMachine) -> NvmlSource {
@@ -223,12 +222,7 @@ fn loop_settings(node: &str) -> LoopSettings {
 async fn agent_publishes_the_fake_machine_and_its_failures() {
     let m = FakeMachine::new("");
     let server = start_server().await;
-    let normalizer = ServiceNormalizer::connect_lazy(
-        &server.grpc_addr.to_string(),
-        None,
-        Duration::from_secs(2),
-    )
-    .unwrap();
+    let normalizer = common::normalizer(&server, Duration::from_secs(2));
     let rec = Recording::default();
     let state = Arc::new(AgentState::default());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -312,12 +306,7 @@ async fn agent_publishes_the_fake_machine_and_its_failures() {
 async fn a_half_read_machine_is_never_published() {
     let m = FakeMachine::new("error 6\n");
     let server = start_server().await;
-    let normalizer = ServiceNormalizer::connect_lazy(
-        &server.grpc_addr.to_string(),
-        None,
-        Duration::from_secs(2),
-    )
-    .unwrap();
+    let normalizer = common::normalizer(&server, Duration::from_secs(2));
     let rec = Recording::default();
     let state = Arc::new(AgentState::default());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -351,4 +340,239 @@ async fn a_half_read_machine_is_never_published() {
     .await;
     stop.send(()).unwrap();
     task.await.unwrap();
+}
+
+// ---- MIG ----------------------------------------------------------------------------------
+
+use gpusched_agent::discovery::{MigFacts, MigState};
+
+fn layout(m: &MigState) -> &MigFacts {
+    match m {
+        MigState::Read(f) => f,
+        other => panic!("no MIG layout: {other:?}"),
+    }
+}
+
+/// `(name, MiB, compute slices, memory slices, cores, max instances, starts)` of each profile.
+type Row = (String, u64, u32, u32, u32, u32, Vec<u32>);
+
+fn rows(f: &MigFacts) -> Vec<Row> {
+    f.profiles
+        .iter()
+        .map(|p| {
+            (
+                p.name.clone(),
+                p.mem_mib,
+                p.compute_slices,
+                p.memory_slices,
+                p.cores,
+                p.max_instances,
+                p.placements.clone(),
+            )
+        })
+        .collect()
+}
+
+fn row(name: &str, mib: u64, c: u32, m: u32, cores: u32, max: u32, starts: &[u32]) -> Row {
+    (name.into(), mib, c, m, cores, max, starts.to_vec())
+}
+
+/// The H100 80GB and H200 141GB tables as NVML reports them, through the raw MIG calls.
+#[test]
+fn mig_tables_of_an_h100_and_an_h200() {
+    let m = FakeMachine::new("mig 2\nmig 3\nh200 3\n");
+    let cards = open(&m).read().unwrap();
+    assert_eq!(cards[0].mig, MigState::Disabled);
+    let ones = [0, 1, 2, 3, 4, 5, 6];
+    let h100 = layout(&cards[2].mig);
+    assert_eq!((h100.compute_slices, h100.memory_slices), (7, 8));
+    assert_eq!(
+        rows(h100),
+        vec![
+            row("1g.10gb", 9984, 1, 1, 13, 7, &ones),
+            row("2g.20gb", 20096, 2, 2, 25, 3, &[0, 2, 4]),
+            row("3g.40gb", 40448, 3, 4, 46, 2, &[0, 4]),
+            row("4g.40gb", 40448, 4, 4, 49, 1, &[0]),
+            row("7g.80gb", 81152, 7, 8, 100, 1, &[0]),
+            row("1g.10gb+me", 9984, 1, 1, 13, 1, &ones),
+            row("1g.20gb", 20096, 1, 2, 20, 4, &[0, 2, 4, 6]),
+        ]
+    );
+    assert!(h100.profiles.iter().all(|p| p.allowed));
+    assert!(h100.instances.is_empty());
+    assert_eq!(cards[3].model_name, "NVIDIA H200 141GB HBM3e");
+    assert_eq!(cards[3].total_memory_bytes, 143_771 << 20);
+    let h200 = layout(&cards[3].mig);
+    assert_eq!(
+        rows(h200),
+        vec![
+            row("1g.18gb", 16384, 1, 1, 13, 7, &ones),
+            row("2g.35gb", 33024, 2, 2, 25, 3, &[0, 2, 4]),
+            row("3g.71gb", 71168, 3, 4, 46, 2, &[0, 4]),
+            row("4g.71gb", 71168, 4, 4, 49, 1, &[0]),
+            row("7g.141gb", 143104, 7, 8, 100, 1, &[0]),
+            row("1g.18gb+me", 16384, 1, 1, 13, 1, &ones),
+            row("1g.35gb", 33024, 1, 2, 20, 4, &[0, 2, 4, 6]),
+        ]
+    );
+}
+
+/// Existing GPU instances come with their profile and placement; the allowlist marks profiles.
+#[test]
+fn mig_instances_and_the_allowlist() {
+    let m = FakeMachine::new("mig 1\ngi 1 2 4\ngi 1 0 0\ngi 1 0 1\n");
+    let mut options = m.options();
+    options.mig_allowed_profiles = vec!["1g.10gb".into(), "3g.40gb".into()];
+    let cards = NvmlSource::open(options).unwrap().read().unwrap();
+    let f = layout(&cards[1].mig);
+    let got: Vec<(u32, &str, u32, u32)> = f
+        .instances
+        .iter()
+        .map(|i| (i.id, i.profile.as_str(), i.start, i.size))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (2, "1g.10gb", 0, 1),
+            (3, "1g.10gb", 1, 1),
+            (1, "3g.40gb", 4, 4)
+        ]
+    );
+    let allowed: Vec<&str> = f
+        .profiles
+        .iter()
+        .filter(|p| p.allowed)
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(allowed, vec!["1g.10gb", "3g.40gb"]);
+    assert_eq!(f.hami_count(), 7);
+    // MIG mode off again: no layout.
+    m.set_state("gi 1 2 4\n");
+    let mut src = open(&m);
+    assert_eq!(src.read().unwrap()[1].mig, MigState::Disabled);
+}
+
+/// NOT_SUPPORTED and NO_PERMISSION leave the layout unknown (the card takes no MIG work, never
+/// a layout that may be wrong); any other error fails the read; MIG is never read without MIG
+/// mode or without the symbols.
+#[test]
+fn mig_errors_degrade_or_fail_the_read() {
+    for (state, why) in [
+        (
+            "mig 4\nmig_error 4 instances no_permission\n",
+            "no permission",
+        ),
+        (
+            "mig 4\nmig_error 4 placements not_supported\n",
+            "MIG placements",
+        ),
+        ("mig 4\nmig_error 4 profile no_permission\n", "MIG profile"),
+        (
+            "mig 4\nmig_error 4 profile not_supported\n",
+            "no GPU instance profile",
+        ),
+        (
+            "mig 4\ngi 4 0 3\nmig_error 4 info not_supported\n",
+            "MIG GPU instances",
+        ),
+    ] {
+        let m = FakeMachine::new(state);
+        let cards = open(&m).read().unwrap();
+        match &cards[4].mig {
+            MigState::Unknown(reason) => assert!(reason.contains(why), "{state}: {reason}"),
+            other => panic!("{state}: {other:?}"),
+        }
+        assert!(cards[4].mig_enabled && cards[4].healthy(), "{state}");
+    }
+    for (state, what) in [
+        ("mig 4\nmig_error 4 placements unknown\n", "MIG placements"),
+        (
+            "mig 4\ngi 4 0 3\nmig_error 4 info unknown\n",
+            "MIG GPU instances",
+        ),
+    ] {
+        let m = FakeMachine::new(state);
+        let err = open(&m).read().unwrap_err();
+        assert!(
+            matches!(err, DiscoveryError::Card { index: 4, what: w, .. } if w == what),
+            "{state}: {err}"
+        );
+    }
+    let m = FakeMachine::with_library(&common::minimal_fake_library(), "mig 4\n");
+    assert!(
+        open(&m)
+            .read()
+            .unwrap()
+            .iter()
+            .all(|c| c.mig == MigState::Disabled)
+    );
+}
+
+/// A MIG card through the real service path, published in HAMi's MIG node form.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mig_cards_are_published_in_hamis_node_form() {
+    let m = FakeMachine::new("mig 6\ngi 6 2 4\nmig 7\nmig_error 7 instances no_permission\n");
+    let mut options = m.options();
+    options.mig_allowed_profiles = vec![
+        "1g.10gb".into(),
+        "2g.20gb".into(),
+        "3g.40gb".into(),
+        "7g.80gb".into(),
+    ];
+    let facts = NvmlSource::open(options).unwrap().read().unwrap();
+    let server = start_server().await;
+    let normalizer = common::normalizer(&server, Duration::from_secs(5));
+    use gpusched_agent::inventory::Normalizer as _;
+    let normalized = normalizer
+        .normalize(gpusched_agent::inventory::request("n", &facts))
+        .await
+        .unwrap();
+    let ann = gpusched_agent::format::hami_annotations(&normalized, &facts);
+    let register = &ann[gpusched_hami::NODE_REGISTER];
+    let cards = gpusched_hami::decode_registered(register).unwrap();
+    let six = cards.iter().find(|c| c.id == uuid(6)).unwrap();
+    assert_eq!(
+        (six.mode.as_str(), six.count, six.devmem),
+        ("mig", 7, 81920)
+    );
+    let names: Vec<&str> = six.mig_profiles.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, vec!["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"]);
+    let three = &six.mig_profiles[2];
+    assert_eq!(
+        (three.memory_mb, three.core, three.slice_count),
+        (40448, 46, 3)
+    );
+    assert!(register.contains(
+        r#""mode":"mig","migProfiles":[{"name":"1g.10gb","memoryMB":9984,"core":13,"sliceCount":1,"placements":[{"start":0,"size":1},"#
+    ));
+    // The card whose instances cannot be read is in mode mig without profiles; the others are
+    // unchanged.
+    let seven = cards.iter().find(|c| c.id == uuid(7)).unwrap();
+    assert_eq!((seven.mode.as_str(), seven.mig_profiles.len()), ("mig", 0));
+    let zero = cards.iter().find(|c| c.id == uuid(0)).unwrap();
+    assert_eq!((zero.mode.as_str(), zero.count), ("hami-core", 10));
+    assert!(zero.mig_profiles.is_empty());
+    server.shutdown().await.unwrap();
+}
+
+/// Why the agent calls `nvmlDeviceGetGpuInstancePossiblePlacements_v2` itself: nvml-wrapper
+/// 0.13's `possible_placements` never sets its vector's length and answers empty. When this
+/// fails, the safe call works and `discovery/nvml_mig.rs` can use it.
+#[test]
+fn the_safe_possible_placements_of_nvml_wrapper_answers_empty() {
+    let m = FakeMachine::new("mig 1\n");
+    let nvml = nvml_wrapper::Nvml::builder()
+        .lib_path(m.lib.as_os_str())
+        .init()
+        .unwrap();
+    // Profile id 14 is the H100's 2g.20gb (3 placements).
+    let dev = nvml.device_by_index(1).unwrap();
+    assert_eq!(dev.possible_placements(14).unwrap(), vec![]);
+    let cards = open(&m).read().unwrap();
+    let two = layout(&cards[1].mig)
+        .profiles
+        .iter()
+        .find(|p| p.id == 14)
+        .unwrap();
+    assert_eq!(two.placements, vec![0, 2, 4]);
 }

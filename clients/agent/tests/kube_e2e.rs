@@ -12,7 +12,7 @@ use gpusched_agent::config::KubeSettings;
 use gpusched_agent::discovery::GpuSource as _;
 use gpusched_agent::discovery::nvml::NvmlSource;
 use gpusched_agent::format::NodeInventory;
-use gpusched_agent::inventory::{Normalizer as _, ServiceNormalizer, request};
+use gpusched_agent::inventory::{Normalizer as _, request};
 use gpusched_agent::publish::{KubePublisher, Publisher as _};
 use gpusched_api::v1;
 use k8s_openapi::api::core::v1::Node;
@@ -60,12 +60,7 @@ async fn publisher_on_a_real_apiserver() {
     let mut src = NvmlSource::open(m.options()).unwrap();
     let facts = src.read().unwrap();
     let server = start_server().await;
-    let normalizer = ServiceNormalizer::connect_lazy(
-        &server.grpc_addr.to_string(),
-        None,
-        Duration::from_secs(5),
-    )
-    .unwrap();
+    let normalizer = common::normalizer(&server, Duration::from_secs(5));
     let normalized = normalizer.normalize(request(&name, &facts)).await.unwrap();
     let inv = NodeInventory {
         node_name: name.clone(),

@@ -9,8 +9,21 @@
 //! - `hami.io/node-nvidia-score`: [`encode_pair_scores`] / [`decode_pair_scores`].
 //! - `hami.io/vgpu-devices-to-allocate` / `-allocated`: [`encode_pod_devices`] /
 //!   [`decode_pod_devices`].
+//! - MIG: a MIG card's `migProfiles` ([`RegisteredCard::mig_profiles`], [`MigProfile`]; the
+//!   register with them: [`encode_registered`] / [`decode_registered`]) and the pod annotation
+//!   `hami.io/vgpu-mig-allocations` ([`encode_mig_allocations`] / [`decode_mig_allocations`]).
 
 use std::collections::BTreeMap;
+
+mod error;
+mod mig;
+
+pub use error::HamiError;
+use error::err;
+pub use mig::{
+    MIG_ALLOCATIONS, MigAllocation, MigPlacement, MigProfile, MigRuntime, decode_mig_allocations,
+    encode_mig_allocations,
+};
 
 use gpusched_api::v1;
 use serde::{Deserialize, Serialize};
@@ -37,23 +50,6 @@ pub const BIND_PHASE: &str = "hami.io/bind-phase";
 pub const BIND_TIME: &str = "hami.io/bind-time";
 /// The device type written in pod bookings.
 pub const NVIDIA: &str = "NVIDIA";
-
-/// A protocol value that cannot be read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{annotation}: {message}")]
-pub struct HamiError {
-    /// The annotation key.
-    pub annotation: &'static str,
-    /// What is wrong.
-    pub message: String,
-}
-
-fn err(annotation: &'static str, message: impl Into<String>) -> HamiError {
-    HamiError {
-        annotation,
-        message: message.into(),
-    }
-}
 
 fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
     *v == T::default()
@@ -86,6 +82,10 @@ pub struct RegisteredCard {
     /// `hami-core`, `mig`, `mps`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub mode: String,
+    /// A MIG card's profiles (HAMi's dynamic MIG; only the node's allowlisted ones), written
+    /// where HAMi's device plugin writes them: after `mode`.
+    #[serde(default, rename = "migProfiles", skip_serializing_if = "Vec::is_empty")]
+    pub mig_profiles: Vec<MigProfile>,
     /// Healthy (absent = unhealthy).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub health: bool,
@@ -127,6 +127,7 @@ impl RegisteredCard {
             card_type: c.r#type.clone(),
             numa: clamp_i32(c.numa),
             mode: mode_name(c.mode).to_owned(),
+            mig_profiles: Vec::new(),
             health: c.health == v1::CardHealth::Healthy as i32,
             devicevendor: NVIDIA.to_owned(),
         }
@@ -168,6 +169,30 @@ impl RegisteredCard {
 pub fn encode_register(cards: &[v1::Card]) -> String {
     let reg: Vec<RegisteredCard> = cards.iter().map(RegisteredCard::from_card).collect();
     serde_json::to_string(&reg).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// The `hami.io/node-nvidia-register` value for cards already in HAMi's form (e.g. MIG cards
+/// with their `migProfiles`).
+pub fn encode_registered(cards: &[RegisteredCard]) -> String {
+    serde_json::to_string(cards).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// Reads `hami.io/node-nvidia-register` in HAMi's own form, `migProfiles` included (the colon
+/// form has none).
+pub fn decode_registered(value: &str) -> Result<Vec<RegisteredCard>, HamiError> {
+    let trimmed = value.trim();
+    if trimmed.starts_with('[') {
+        let reg: Vec<RegisteredCard> = serde_json::from_str(trimmed)
+            .map_err(|e| err(NODE_REGISTER, format!("invalid JSON: {e}")))?;
+        for c in &reg {
+            c.to_card()?;
+        }
+        return Ok(reg);
+    }
+    decode_register(value)?
+        .iter()
+        .map(|c| Ok(RegisteredCard::from_card(c)))
+        .collect()
 }
 
 /// Reads `hami.io/node-nvidia-register`: the JSON array, or HAMi's older colon form
@@ -409,6 +434,37 @@ mod tests {
             r#"[{"id":"GPU-a","count":10,"devmem":40960,"devcore":100,"type":"NVIDIA-A100-SXM4-40GB","mode":"hami-core","health":true,"devicevendor":"NVIDIA"},{"id":"GPU-b","index":1,"count":10,"devmem":40960,"devcore":100,"type":"NVIDIA-A100-SXM4-40GB","mode":"hami-core","devicevendor":"NVIDIA"}]"#
         );
         assert_eq!(decode_register(&text).unwrap(), cards);
+    }
+
+    #[test]
+    fn register_carries_mig_profiles_where_hami_writes_them() {
+        let mut mig = card("GPU-m", 2, true);
+        mig.mode = v1::CardMode::Mig as i32;
+        mig.slots = 7;
+        let mut rc = RegisteredCard::from_card(&mig);
+        rc.mig_profiles = vec![MigProfile {
+            name: "3g.40gb".into(),
+            memory_mb: 40448,
+            core: 46,
+            slice_count: 3,
+            placements: vec![
+                MigPlacement { start: 0, size: 4 },
+                MigPlacement { start: 4, size: 4 },
+            ],
+        }];
+        let text = encode_registered(std::slice::from_ref(&rc));
+        assert_eq!(
+            text,
+            r#"[{"id":"GPU-m","index":2,"count":7,"devmem":40960,"devcore":100,"type":"NVIDIA-A100-SXM4-40GB","mode":"mig","migProfiles":[{"name":"3g.40gb","memoryMB":40448,"core":46,"sliceCount":3,"placements":[{"start":0,"size":4},{"start":4,"size":4}]}],"health":true,"devicevendor":"NVIDIA"}]"#
+        );
+        assert_eq!(decode_registered(&text).unwrap(), vec![rc]);
+        // The v1 form keeps the card, in mode mig, without the profiles.
+        assert_eq!(decode_register(&text).unwrap(), vec![mig]);
+        // A plain card is written as before.
+        let plain = vec![card("GPU-a", 0, true)];
+        let reg: Vec<RegisteredCard> = plain.iter().map(RegisteredCard::from_card).collect();
+        assert_eq!(encode_registered(&reg), encode_register(&plain));
+        assert!(decode_registered(r#"[{"id":"GPU-x","count":-1}]"#).is_err());
     }
 
     #[test]

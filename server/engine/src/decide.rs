@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::evaluate::{NodeOutcome, Scratch, evaluate_node};
 use crate::explain::NodeExplanation;
 use crate::fit::Prepared;
+use crate::mig::book::{self, MigAssignment, Way};
 use crate::model::{CardUsage, Node, NodeId, Snapshot};
 use crate::policy::NodePolicy;
 use crate::quota::QuotaUse;
@@ -83,6 +84,9 @@ pub struct AssignedCard {
     pub mem_mib: u64,
     /// Cores booked, percent.
     pub cores: u32,
+    /// On a MIG card, the instance (its `mem_mib` and `cores` are the profile's;
+    /// `docs/placement-semantics.md` section 11.5).
+    pub mig: Option<MigAssignment>,
 }
 
 /// The cards of one container (empty for a container without GPU).
@@ -508,12 +512,16 @@ pub(crate) fn placement_on(
             cards: Vec::new(),
         })
         .collect();
+    let owner = prep.workload.meta.owner();
     for pick in &scratch.picks {
         if let Some(c) = containers.get_mut(pick.container) {
             c.cards.push(AssignedCard {
                 card: pick.card,
                 mem_mib: pick.mem_mib,
                 cores: pick.cores,
+                mig: pick
+                    .mig
+                    .and_then(|m| book::assignment(node, pick.card, &m, &owner)),
             });
         }
     }
@@ -603,9 +611,13 @@ fn batch_with(
             break;
         }
         if let Some(p) = &allocation.placement {
-            // Decided on `current` itself: its final usage is exactly the usage plus the booking.
+            // Decided on `current` itself: its final usage is exactly the usage plus the booking,
+            // and its MIG instances fit (section 11.5).
             if let Some(node) = current.nodes.get_mut(p.node.index()) {
-                Arc::make_mut(node).set_usage(&p.final_usage);
+                let mig = book::plan(node, mig_assignments(p), Way::Apply).ok();
+                let node = Arc::make_mut(node);
+                node.set_usage(&p.final_usage);
+                book::commit(node, mig.unwrap_or_default());
             }
             quotas.spend(workload, p.quota_use());
         } else if allocation.requests_gpu {
@@ -684,6 +696,30 @@ pub enum BookingError {
         /// Card id.
         card_id: String,
     },
+    /// A MIG instance of the placement does not fit the card as it is: applying meets a taken
+    /// or overlapping instance (or no free one to reuse), releasing an instance the workload
+    /// does not hold.
+    #[error("MIG instance at slice {start} of card {card} ({card_id}) of {name}: {problem}")]
+    MigInstance {
+        /// Node name.
+        name: String,
+        /// Position of the card on the node.
+        card: usize,
+        /// Card id.
+        card_id: String,
+        /// The instance's first memory slice.
+        start: u32,
+        /// What is wrong.
+        problem: &'static str,
+    },
+}
+
+/// The MIG assignments of a placement, by card position.
+fn mig_assignments(p: &Placement) -> impl Iterator<Item = (usize, &MigAssignment)> {
+    p.containers
+        .iter()
+        .flat_map(|c| c.cards.iter())
+        .filter_map(|a| a.mig.as_ref().map(|m| (a.card, m)))
 }
 
 /// Which way a booking goes.
@@ -754,7 +790,26 @@ fn book(
         };
         usage.push(next);
     }
-    Arc::make_mut(node).set_usage(&usage);
+    let way = match direction {
+        Direction::Apply => Way::Apply,
+        Direction::Release => Way::Release,
+    };
+    let mig = book::plan(node, mig_assignments(placement), way).map_err(|p| {
+        BookingError::MigInstance {
+            name: node.name.clone(),
+            card: p.card,
+            card_id: node
+                .cards
+                .get(p.card)
+                .map(|c| c.id.clone())
+                .unwrap_or_default(),
+            start: p.start,
+            problem: p.problem,
+        }
+    })?;
+    let node = Arc::make_mut(node);
+    node.set_usage(&usage);
+    book::commit(node, mig);
     Ok(())
 }
 

@@ -2,7 +2,7 @@
 //! containers, the node score after placement (`docs/placement-semantics.md` sections 6 and 7).
 
 use crate::explain::{ContainerExplanation, NodeExplanation};
-use crate::fit::{FitScratch, LoneFit, Pick, Prepared, lone_fit, place_container};
+use crate::fit::{FitScratch, LoneFit, Pick, Prepared, add_usage, lone_fit, place_container};
 use crate::model::{CardUsage, Node};
 use crate::reason::NodeFailure;
 use crate::score::{NodeScore, node_score, score_from_sums};
@@ -114,6 +114,7 @@ pub(crate) fn evaluate_once(
         }
     }
     let cards_on_node = u32::try_from(node.cards.len()).unwrap_or(u32::MAX);
+    scratch.fit.begin(mode.idle);
     let fill = |v: &mut Vec<CardUsage>| {
         v.clear();
         v.extend(node.cards.iter().map(|c| {
@@ -143,8 +144,13 @@ pub(crate) fn evaluate_once(
             scratch.work.clone_from(&scratch.base);
         } else if !app_started {
             fill(&mut scratch.work);
+            // MIG instances of init containers stay booked (section 11.5).
+            if !scratch.fit.mig_taken.is_empty() {
+                book_mig(&mut scratch.work, &scratch.fit.mig_taken);
+            }
             app_started = true;
         }
+        let mig_before = scratch.fit.mig_taken.len();
         let mut card_ex = explain.as_ref().map(|_| Vec::new());
         let sink = if mode.picks {
             &mut scratch.picks
@@ -177,6 +183,9 @@ pub(crate) fn evaluate_once(
             for (p, w) in scratch.peak.iter_mut().zip(&scratch.work) {
                 *p = p.max(*w);
             }
+            // The next init containers meet this one's MIG instances.
+            let taken = scratch.fit.mig_taken.get(mig_before..).unwrap_or_default();
+            book_mig(&mut scratch.base, taken);
         }
     }
     if !app_started {
@@ -195,4 +204,14 @@ pub(crate) fn evaluate_once(
     }
     std::mem::swap(&mut scratch.final_usage, &mut scratch.work);
     NodeOutcome::Fit(node_score(&node.cards, &scratch.final_usage))
+}
+
+/// Adds the usage of MIG instances chosen in this evaluation to `usage` (by card position).
+#[inline(never)]
+fn book_mig(usage: &mut [CardUsage], taken: &[crate::mig::choose::MigTaken]) {
+    for t in taken {
+        if let Some(u) = usage.get_mut(t.card) {
+            *u = add_usage(*u, t.choice.booked);
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! Explanations: how each card of a node scored and fared for each container.
 
+use crate::mig::choose::MigExplanation;
 use crate::model::NodeId;
 use crate::quota::QuotaExplanation;
 use crate::reason::Reason;
@@ -19,6 +20,9 @@ pub struct CardExplanation {
     pub rejected: Option<Reason>,
     /// Whether the card was given to the container.
     pub chosen: bool,
+    /// For a card with a MIG layout: every profile in choice order with its outcome
+    /// (`docs/placement-semantics.md` section 11.6).
+    pub mig: Option<MigExplanation>,
 }
 
 /// One GPU container on one node: its cards in visiting order.

@@ -3,11 +3,12 @@
 use std::cmp::Ordering;
 
 use crate::explain::CardExplanation;
-use crate::model::{Card, CardUsage, Node};
+use crate::mig::choose::{MigChoice, MigExplanation, MigTaken, choose};
+use crate::model::{Card, CardMode, CardUsage, Node};
 use crate::policy::{SortKey, VisitPlan};
 use crate::quota_tally::QuotaTally;
 use crate::reason::{Reason, ReasonCounts};
-use crate::score::{device_key, device_score};
+use crate::score::{booking_key, booking_score, device_key, device_score};
 use crate::weights::ScoringWeights;
 use crate::workload::{ContainerRequest, Workload};
 
@@ -24,6 +25,8 @@ pub(crate) struct Prepared<'w> {
     pub(crate) weights: ScoringWeights,
     type_filter: bool,
     uuid_filter: bool,
+    /// The workload asks for MIG instances (`vgpu-mode` contains `mig`, section 11.2).
+    pub(crate) admits_mig: bool,
     /// Position of the only GPU container when the workload is one app container without
     /// numa-bind or topology: its node feasibility and score need no device scores.
     pub(crate) lone: Option<usize>,
@@ -41,7 +44,9 @@ impl<'w> Prepared<'w> {
             weights: workload.weights,
             type_filter: workload.filters.has_type_filter(),
             uuid_filter: workload.filters.has_uuid_filter(),
-            lone: lone_container(workload),
+            admits_mig: workload.filters.admits_mig(),
+            // A MIG choice depends on the card's instances: no shortcut.
+            lone: lone_container(workload).filter(|_| !workload.filters.admits_mig()),
             lone_quota: QuotaTally::alone(workload),
         }
     }
@@ -146,6 +151,8 @@ pub(crate) struct Pick {
     pub(crate) card: usize,
     pub(crate) mem_mib: u64,
     pub(crate) cores: u32,
+    /// The instance, on a MIG card.
+    pub(crate) mig: Option<MigChoice>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -161,8 +168,58 @@ pub(crate) struct FitScratch {
     order: Vec<OrderEntry>,
     collected: Vec<usize>,
     chosen: Vec<usize>,
+    /// MIG instances chosen so far in this evaluation, every container (section 11.5).
+    pub(crate) mig_taken: Vec<MigTaken>,
+    /// The current container's MIG choice per card position (MIG cards only).
+    mig_choice: Vec<Option<Result<MigChoice, Reason>>>,
+    /// Evaluating as if every card were idle (no MIG instance at all).
+    idle: bool,
     /// The workload's running total against its quota budget on the node being evaluated.
     pub(crate) quota: QuotaTally,
+}
+
+impl FitScratch {
+    /// Starts the evaluation of one node.
+    pub(crate) fn begin(&mut self, idle: bool) {
+        self.mig_taken.clear();
+        self.idle = idle;
+    }
+}
+
+/// The MIG choice (section 11.4) for `req` on the card at `pos`; `None` for a card not in
+/// mode `mig`. A MIG card without a layout has no profile.
+fn mig_choice(
+    card: &Card,
+    pos: usize,
+    req: &ContainerRequest,
+    taken: &[MigTaken],
+    idle: bool,
+    explain: Option<&mut MigExplanation>,
+) -> Option<Result<MigChoice, Reason>> {
+    if card.mode != CardMode::Mig {
+        return None;
+    }
+    Some(match card.mig.as_deref() {
+        Some(layout) => choose(card, layout, pos, req, taken, idle, explain),
+        None => Err(Reason::MigNoProfileLargeEnough),
+    })
+}
+
+/// Checks 5-7q of a MIG card, then its choice (section 11.4). The quota counts the
+/// request's memory and cores, as HAMi's `fitQuota` does.
+fn mig_post_checks(
+    card: &Card,
+    pos: usize,
+    u: CardUsage,
+    req: &ContainerRequest,
+    prep: &Prepared<'_>,
+    quota: Option<&QuotaTally>,
+    choice: Result<MigChoice, Reason>,
+) -> Result<MigChoice, Reason> {
+    match checks_5_to_7q(card, pos, u, req, prep, quota) {
+        Some(r) => Err(r),
+        None => choice,
+    }
 }
 
 fn card_keys(
@@ -171,11 +228,12 @@ fn card_keys(
     usage: CardUsage,
     req: &ContainerRequest,
     norm: [f64; 3],
+    mig: Option<&MigChoice>,
 ) -> [i64; 4] {
-    let score = if plan.uses_score() {
-        device_key(card, usage, req, norm)
-    } else {
-        0
+    let score = match (plan.uses_score(), mig) {
+        (false, _) => 0,
+        (true, Some(c)) => booking_key(card, usage, c.booked, norm),
+        (true, None) => device_key(card, usage, req, norm),
     };
     let mut keys = [0i64; 4];
     for (slot, key) in keys.iter_mut().zip(&plan.keys) {
@@ -201,7 +259,8 @@ fn cmp_entries(node: &Node, a: &OrderEntry, b: &OrderEntry) -> Ordering {
         })
 }
 
-/// Checks 0-3: capacity, health, cordon, type/mode filter.
+/// Checks 0-3: capacity, health, cordon, type/mode filter (a MIG card refuses a workload
+/// that does not ask for MIG, section 11.2).
 #[inline]
 pub(crate) fn pre_checks(card: &Card, cordoned: bool, prep: &Prepared<'_>) -> Option<Reason> {
     if card.count == 0 || card.total_mem_mib == 0 || card.total_cores == 0 {
@@ -216,15 +275,15 @@ pub(crate) fn pre_checks(card: &Card, cordoned: bool, prep: &Prepared<'_>) -> Op
     if prep.type_filter && !prep.workload.filters.type_allows(card) {
         return Some(Reason::CardTypeMismatch);
     }
+    if card.mode == CardMode::Mig && !prep.admits_mig {
+        return Some(Reason::CardTypeMismatch);
+    }
     None
 }
 
-/// Checks 5-11: id filter, slots, mutex, quota (7q, only with a budget), memory, cores,
-/// exclusivity, compute exhausted. `pos` is the card's position on its node; `quota` is the
-/// running total when the workload has a budget ([`QuotaTally::gate`]). Always inlined: it is
-/// the inner loop of every card visit.
+/// Checks 5-7q, every card's (a MIG card's too): id filter, slots, mutex, quota.
 #[inline(always)]
-pub(crate) fn post_checks(
+fn checks_5_to_7q(
     card: &Card,
     pos: usize,
     u: CardUsage,
@@ -241,7 +300,23 @@ pub(crate) fn post_checks(
     if prep.plan.mutex && u.used > 0 {
         return Some(Reason::ExclusiveDeviceAllocateConflict);
     }
-    if let Some(r) = quota.and_then(|q| q.refuse(pos, req, req.booked_mem(card))) {
+    quota.and_then(|q| q.refuse(pos, req, req.booked_mem(card)))
+}
+
+/// Checks 5-11: id filter, slots, mutex, quota (7q, only with a budget), memory, cores,
+/// exclusivity, compute exhausted. `pos` is the card's position on its node; `quota` is the
+/// running total when the workload has a budget ([`QuotaTally::gate`]). Always inlined: it is
+/// the inner loop of every card visit.
+#[inline(always)]
+pub(crate) fn post_checks(
+    card: &Card,
+    pos: usize,
+    u: CardUsage,
+    req: &ContainerRequest,
+    prep: &Prepared<'_>,
+    quota: Option<&QuotaTally>,
+) -> Option<Reason> {
+    if let Some(r) = checks_5_to_7q(card, pos, u, req, prep, quota) {
         return Some(r);
     }
     let free_mem = i128::from(card.total_mem_mib) - i128::from(u.used_mem_mib);
@@ -280,11 +355,15 @@ pub(crate) fn place_container(
     if need > n {
         reasons.add(Reason::NodeInsufficientDevice, 1);
         if let Some(ex) = explain {
-            explain_unvisited(node, usage, req, prep, ex);
+            explain_unvisited(node, usage, req, prep, scratch, ex);
         }
         return Err(reasons);
     }
     scratch.chosen.clear();
+    if prep.admits_mig {
+        scratch.mig_choice.clear();
+        scratch.mig_choice.resize(n, None);
+    }
     scratch.quota.start_container();
     let plan = &prep.plan;
     if need == 1 && !plan.numa_bind && !plan.topology && explain.is_none() {
@@ -292,14 +371,38 @@ pub(crate) fn place_container(
         let mut best: Option<OrderEntry> = None;
         let quota = scratch.quota.gate();
         for (pos, (card, &u)) in node.cards.iter().zip(usage.iter()).enumerate() {
-            if let Some(r) = pre_checks(card, node.is_cordoned(pos), prep)
-                .or_else(|| post_checks(card, pos, u, req, prep, quota))
-            {
+            if let Some(r) = pre_checks(card, node.is_cordoned(pos), prep) {
                 reasons.add(r, 1);
                 continue;
             }
+            let asked = if prep.admits_mig {
+                mig_choice(card, pos, req, &scratch.mig_taken, scratch.idle, None)
+            } else {
+                None
+            };
+            let mig = match asked {
+                Some(choice) => match mig_post_checks(card, pos, u, req, prep, quota, choice) {
+                    Ok(c) => {
+                        if let Some(slot) = scratch.mig_choice.get_mut(pos) {
+                            *slot = Some(Ok(c));
+                        }
+                        Some(c)
+                    }
+                    Err(r) => {
+                        reasons.add(r, 1);
+                        continue;
+                    }
+                },
+                None => {
+                    if let Some(r) = post_checks(card, pos, u, req, prep, quota) {
+                        reasons.add(r, 1);
+                        continue;
+                    }
+                    None
+                }
+            };
             let entry = OrderEntry {
-                keys: card_keys(plan, card, u, req, prep.norm),
+                keys: card_keys(plan, card, u, req, prep.norm, mig.as_ref()),
                 index: card.index,
                 pos,
             };
@@ -318,6 +421,33 @@ pub(crate) fn place_container(
         let (Some(card), Some(u)) = (node.cards.get(pos), usage.get_mut(pos)) else {
             continue;
         };
+        let mig = if prep.admits_mig {
+            scratch.mig_choice.get(pos).copied().flatten()
+        } else {
+            None
+        };
+        if let (Some(Ok(c)), Some(layout)) = (mig, card.mig.as_deref()) {
+            // A MIG card books the instance's slices; the container gets the profile's memory
+            // and cores (section 11.5).
+            let (mem_mib, cores) = layout
+                .profiles
+                .get(c.profile)
+                .map_or((0, 0), |p| (p.mem_mib, p.cores));
+            scratch.quota.commit(pos, req, req.booked_mem(card));
+            *u = add_usage(*u, c.booked);
+            picks.push(Pick {
+                container: position,
+                card: pos,
+                mem_mib,
+                cores,
+                mig: Some(c),
+            });
+            scratch.mig_taken.push(MigTaken {
+                card: pos,
+                choice: c,
+            });
+            continue;
+        }
         let mem = req.booked_mem(card);
         scratch.quota.commit(pos, req, mem);
         u.used = u.used.saturating_add(1);
@@ -328,9 +458,56 @@ pub(crate) fn place_container(
             card: pos,
             mem_mib: mem,
             cores: req.cores,
+            mig: None,
         });
     }
     Ok(())
+}
+
+/// Per-dimension saturating sum.
+pub(crate) fn add_usage(u: CardUsage, b: CardUsage) -> CardUsage {
+    CardUsage {
+        used: u.used.saturating_add(b.used),
+        used_mem_mib: u.used_mem_mib.saturating_add(b.used_mem_mib),
+        used_cores: u.used_cores.saturating_add(b.used_cores),
+    }
+}
+
+/// One card's explanation for `req`: device score terms (a MIG card's with its choice's
+/// booking) and, for a MIG card, every profile's outcome.
+fn explain_card(
+    card: &Card,
+    pos: usize,
+    u: CardUsage,
+    req: &ContainerRequest,
+    prep: &Prepared<'_>,
+    scratch: &FitScratch,
+) -> CardExplanation {
+    let mut mig = (card.mode == CardMode::Mig && prep.admits_mig).then(MigExplanation::default);
+    let choice = if prep.admits_mig {
+        mig_choice(
+            card,
+            pos,
+            req,
+            &scratch.mig_taken,
+            scratch.idle,
+            mig.as_mut(),
+        )
+    } else {
+        None
+    };
+    let terms = match choice {
+        Some(Ok(c)) => booking_score(card, u, c.booked, prep.weights),
+        _ => device_score(card, u, req, prep.weights),
+    };
+    CardExplanation {
+        card: pos,
+        terms,
+        visit_position: None,
+        rejected: None,
+        chosen: false,
+        mig,
+    }
 }
 
 fn explain_unvisited(
@@ -338,17 +515,12 @@ fn explain_unvisited(
     usage: &[CardUsage],
     req: &ContainerRequest,
     prep: &Prepared<'_>,
+    scratch: &FitScratch,
     ex: &mut Vec<CardExplanation>,
 ) {
     for (pos, card) in node.cards.iter().enumerate() {
         let u = usage.get(pos).copied().unwrap_or_default();
-        ex.push(CardExplanation {
-            card: pos,
-            terms: device_score(card, u, req, prep.weights),
-            visit_position: None,
-            rejected: None,
-            chosen: false,
-        });
+        ex.push(explain_card(card, pos, u, req, prep, scratch));
     }
 }
 
@@ -365,8 +537,17 @@ fn visit_in_order(
     let need = req.gpus as usize;
     scratch.order.clear();
     for (pos, (card, &u)) in node.cards.iter().zip(usage.iter()).enumerate() {
+        let mig = if prep.admits_mig {
+            mig_choice(card, pos, req, &scratch.mig_taken, scratch.idle, None)
+        } else {
+            None
+        };
+        if let (Some(choice), Some(slot)) = (mig, scratch.mig_choice.get_mut(pos)) {
+            *slot = Some(choice);
+        }
+        let mig = mig.and_then(Result::ok);
         scratch.order.push(OrderEntry {
-            keys: card_keys(plan, card, u, req, prep.norm),
+            keys: card_keys(plan, card, u, req, prep.norm, mig.as_ref()),
             index: card.index,
             pos,
         });
@@ -376,18 +557,9 @@ fn visit_in_order(
     if let Some(ex) = explain.as_deref_mut() {
         for entry in &scratch.order {
             let u = usage.get(entry.pos).copied().unwrap_or_default();
-            let terms = node
-                .cards
-                .get(entry.pos)
-                .map(|c| device_score(c, u, req, prep.weights))
-                .unwrap_or_default();
-            ex.push(CardExplanation {
-                card: entry.pos,
-                terms,
-                visit_position: None,
-                rejected: None,
-                chosen: false,
-            });
+            if let Some(c) = node.cards.get(entry.pos) {
+                ex.push(explain_card(c, entry.pos, u, req, prep, scratch));
+            }
         }
     }
     let mark = |explain: &mut Option<&mut Vec<CardExplanation>>,
@@ -406,6 +578,8 @@ fn visit_in_order(
     scratch.collected.clear();
     let mut collected_visits: Vec<usize> = Vec::new();
     let mut prev_numa: Option<u32> = None;
+    // A container's cards are of one mode: MIG or not (section 11.2).
+    let mut mig_mode: Option<bool> = None;
     let mut done = false;
     for visit in 0..scratch.order.len() {
         let Some(entry) = scratch.order.get(visit).copied() else {
@@ -446,10 +620,29 @@ fn visit_in_order(
             scratch.collected.clear();
             scratch.quota.drop_collected();
             collected_visits.clear();
+            mig_mode = None;
             prev_numa = Some(card.numa);
         }
         let u = usage.get(pos).copied().unwrap_or_default();
-        if let Some(r) = post_checks(card, pos, u, req, prep, scratch.quota.gate()) {
+        let later = if prep.admits_mig {
+            let is_mig = card.mode == CardMode::Mig;
+            let r = if mig_mode.is_some_and(|m| m != is_mig) {
+                Some(Reason::CardTypeMismatch)
+            } else if let Some(Some(choice)) =
+                scratch.mig_choice.get(pos).copied().filter(|_| is_mig)
+            {
+                mig_post_checks(card, pos, u, req, prep, scratch.quota.gate(), choice).err()
+            } else {
+                post_checks(card, pos, u, req, prep, scratch.quota.gate())
+            };
+            if r.is_none() && mig_mode.is_none() {
+                mig_mode = Some(is_mig);
+            }
+            r
+        } else {
+            post_checks(card, pos, u, req, prep, scratch.quota.gate())
+        };
+        if let Some(r) = later {
             reasons.add(r, 1);
             mark(&mut explain, visit, Some(r));
             continue;

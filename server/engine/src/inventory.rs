@@ -282,6 +282,8 @@ pub fn normalize_inventory(
             healthy: c.healthy,
             mode,
             usage: CardUsage::default(),
+            // The MIG layout arrives with the MIG fields of the inventory API (next phase).
+            mig: None,
         });
     }
     cards.sort_by(|a, b| a.index.cmp(&b.index).then_with(|| a.id.cmp(&b.id)));

@@ -44,6 +44,10 @@
 //!   may still book; check 7q then refuses cards past it ([`Reason::QuotaMemoryExceeded`],
 //!   [`Reason::QuotaCoresExceeded`]), [`Placement::quota_use`] is what a placement consumes,
 //!   and [`QuotaBudget::admission_refusal`] tells an admission webhook what can never fit.
+//! - **MIG cards.** A card in [`CardMode::Mig`] carries a [`MigLayout`] (profiles,
+//!   placements, instances; validated with its node); a workload whose `vgpu-mode` admits
+//!   `mig` gets one instance per card, chosen by HAMi's rule, reported as a [`MigAssignment`]
+//!   and booked by [`apply`]/[`release`] (`docs/placement-semantics.md` section 11).
 //! - **Inventory.** [`normalize_inventory`] turns raw NVML facts into schedulable cards.
 //!
 //! ```
@@ -85,6 +89,8 @@ mod evaluate;
 mod explain;
 mod fit;
 mod inventory;
+mod mig;
+mod mig_layout;
 mod model;
 mod names;
 mod policy;
@@ -111,6 +117,11 @@ pub use fit::TOPOLOGY_EXACT_LIMIT;
 pub use inventory::{
     LinkKind, NormalizationConfig, NormalizationOverride, NormalizedInventory, RawCard, RawLink,
     normalize_inventory,
+};
+pub use mig::{MigAssignment, MigExplanation, MigOutcome, MigProfileConsidered};
+pub use mig_layout::{
+    MAX_MIG_INSTANCES, MAX_MIG_PROFILES, MAX_MIG_SLICES, MigInstance, MigLayout, MigPlacement,
+    MigProfile,
 };
 pub use model::{
     Card, CardMode, CardUsage, MAX_CARD_CORES, MAX_CARD_MEM_MIB, MAX_CARD_SLOTS, Node, NodeId,

@@ -6,6 +6,7 @@ use std::ops::Index;
 use std::sync::Arc;
 
 use crate::error::{InvalidInput, Violation, ViolationKind};
+use crate::mig_layout::{MigLayout, check_layout};
 
 /// A handle to one node of a [`Snapshot`]: its position in the snapshot's name order.
 ///
@@ -142,8 +143,12 @@ pub struct Card {
     pub healthy: bool,
     /// Sharing mode.
     pub mode: CardMode,
-    /// Current usage.
+    /// Current usage. For a card with a MIG layout, the usage of its instances in use (zero
+    /// is accepted and replaced by it; `docs/placement-semantics.md` section 11.5).
     pub usage: CardUsage,
+    /// The MIG layout of a card in mode [`CardMode::Mig`]: profiles, placements and instances
+    /// (section 11.1). `None` for other cards; a MIG card without one takes no work.
+    pub mig: Option<Box<MigLayout>>,
 }
 
 impl Card {
@@ -165,7 +170,21 @@ impl Card {
             healthy: true,
             mode: CardMode::HamiCore,
             usage: CardUsage::default(),
+            mig: None,
         }
+    }
+
+    /// The usage of the instances in use of a card with a MIG layout (section 11.5).
+    pub fn mig_usage(&self) -> Option<CardUsage> {
+        self.mig.as_deref().map(|l| {
+            let (used, used_mem_mib, used_cores) =
+                l.in_use_share(self.total_mem_mib, self.total_cores);
+            CardUsage {
+                used,
+                used_mem_mib,
+                used_cores,
+            }
+        })
     }
 }
 
@@ -315,14 +334,16 @@ impl Node {
 
     /// A copy of this node with the usage of the cards at the given positions replaced (the
     /// sums recomputed), without validating again: the node was validated when built. `None`
-    /// when a position is not a card of the node.
+    /// when a position is not a card of the node, or is a card with a MIG layout (its usage is
+    /// that of its instances, section 11.5).
     pub fn with_card_usage(
         &self,
         updates: impl IntoIterator<Item = (usize, CardUsage)>,
     ) -> Option<Node> {
         let mut node = self.clone();
         for (at, u) in updates {
-            node.cards.get_mut(at)?.usage = u;
+            let card = node.cards.get_mut(at).filter(|c| c.mig.is_none())?;
+            card.usage = u;
         }
         node.sums = NodeSums::of(&node.cards, node.cards.iter().map(|c| &c.usage));
         Some(node)
@@ -336,7 +357,13 @@ impl Node {
             + self
                 .cards
                 .iter()
-                .map(|c| c.id.capacity() + c.card_type.capacity())
+                .map(|c| {
+                    c.id.capacity()
+                        + c.card_type.capacity()
+                        + c.mig
+                            .as_deref()
+                            .map_or(0, |l| size_of::<MigLayout>() + l.heap_bytes())
+                })
                 .sum::<usize>()
             + self.cordoned.capacity()
             + self.pairs.capacity() * size_of::<i64>()
@@ -611,6 +638,11 @@ fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
             }
         }
     }
+    for (j, card) in spec.cards.iter().enumerate() {
+        if card.mig.is_some() {
+            check_mig_card(card, &format!("nodes[{i}].cards[{j}]"), violations);
+        }
+    }
     for (k, id) in spec.cordoned.iter().enumerate() {
         if !positions.contains_key(id.as_str()) {
             violations.push(Violation::new(
@@ -636,6 +668,52 @@ fn check_cards(i: usize, spec: &NodeSpec, violations: &mut Vec<Violation>) {
     }
 }
 
+/// A card with a MIG layout (section 11.1): the layout, the card's mode and its usage.
+fn check_mig_card(card: &Card, field: &str, violations: &mut Vec<Violation>) {
+    let Some(layout) = card.mig.as_deref() else {
+        return;
+    };
+    if card.mode != CardMode::Mig {
+        violations.push(Violation::new(
+            ViolationKind::OutOfRange,
+            format!("{field}.mode"),
+            format!(
+                "a card with a MIG layout must be in mode mig, not {}",
+                card.mode
+            ),
+        ));
+    }
+    let before = violations.len();
+    check_layout(
+        layout,
+        card.total_mem_mib,
+        &format!("{field}.mig"),
+        violations,
+    );
+    if violations.len() > before {
+        return;
+    }
+    if let Some(derived) = card.mig_usage()
+        && card.usage != CardUsage::default()
+        && card.usage != derived
+    {
+        violations.push(Violation::new(
+            ViolationKind::OutOfRange,
+            format!("{field}.usage"),
+            format!(
+                "a MIG card's usage is that of its instances in use ({} slots, {} MiB, {} cores) \
+                 or zero, not {} slots, {} MiB, {} cores",
+                derived.used,
+                derived.used_mem_mib,
+                derived.used_cores,
+                card.usage.used,
+                card.usage.used_mem_mib,
+                card.usage.used_cores
+            ),
+        ));
+    }
+}
+
 /// The position of the first card with each id.
 fn card_positions(cards: &[Card]) -> HashMap<&str, usize> {
     let mut positions = HashMap::with_capacity(cards.len());
@@ -647,7 +725,15 @@ fn card_positions(cards: &[Card]) -> HashMap<&str, usize> {
 
 impl Node {
     /// Linear in cards, cordoned ids and pair scores (sets and maps, no list scans).
-    fn from_spec(spec: NodeSpec) -> Node {
+    fn from_spec(mut spec: NodeSpec) -> Node {
+        for card in &mut spec.cards {
+            if let Some(layout) = card.mig.as_deref_mut() {
+                layout.sort_instances();
+            }
+            if let Some(u) = card.mig_usage() {
+                card.usage = u;
+            }
+        }
         let cordoned_set: HashSet<&str> = spec.cordoned.iter().map(String::as_str).collect();
         let cordoned = spec
             .cards

@@ -42,11 +42,19 @@ pub enum Reason {
     /// Check 7q: the card's booking would take the workload's GPU cores past its quota budget.
     /// HAMi's text: `ResourceQuotaNotFit`.
     QuotaCoresExceeded,
+    /// A MIG card: no profile covers the request's memory (or memory slices) and cores, or the
+    /// card has no MIG layout (`docs/placement-semantics.md` section 11.4).
+    MigNoProfileLargeEnough,
+    /// A MIG card: profiles cover the request, but none of them is allowed on the node.
+    MigProfileNotAllowed,
+    /// A MIG card: no covering allowed profile has a free instance or a free placement
+    /// (HAMi's `CardMigTopologyInfeasible`).
+    MigNoFreePlacement,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 16] = [
+    pub const ALL: [Reason; 19] = [
         Reason::NodeInsufficientDevice,
         Reason::CardNotHealth,
         Reason::CardCordoned,
@@ -63,11 +71,15 @@ impl Reason {
         Reason::InvalidNode,
         Reason::QuotaMemoryExceeded,
         Reason::QuotaCoresExceeded,
+        Reason::MigNoProfileLargeEnough,
+        Reason::MigProfileNotAllowed,
+        Reason::MigNoFreePlacement,
     ];
 
     /// The reason's name: HAMi's, except `CardZeroCapacity` and `InvalidNode` (HAMi has no such
-    /// checks) and the two quota reasons, which HAMi writes as one, `ResourceQuotaNotFit`
-    /// ([`Reason::hami_name`]).
+    /// checks), the two quota reasons, which HAMi writes as one, `ResourceQuotaNotFit`
+    /// ([`Reason::hami_name`]), and the three `Mig*` (HAMi reports every MIG failure as
+    /// `CardMigTopologyInfeasible`; we keep which of the three it is, also in the text).
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::NodeInsufficientDevice => "NodeInsufficientDevice",
@@ -86,6 +98,9 @@ impl Reason {
             Reason::InvalidNode => "InvalidNode",
             Reason::QuotaMemoryExceeded => "QuotaMemoryExceeded",
             Reason::QuotaCoresExceeded => "QuotaCoresExceeded",
+            Reason::MigNoProfileLargeEnough => "MigNoProfileLargeEnough",
+            Reason::MigProfileNotAllowed => "MigProfileNotAllowed",
+            Reason::MigNoFreePlacement => "MigNoFreePlacement",
         }
     }
 

@@ -43,13 +43,40 @@ impl ScoreTerms {
 /// Predicted utilisations of a card after placing one container on it: slot, core, memory.
 /// All zero when the card has no slots, cores or memory (such a card scores 0).
 fn ratios(card: &Card, usage: CardUsage, req: &ContainerRequest) -> [f64; 3] {
+    ratios_after(card, usage, req.cores, req.score_mem(card))
+}
+
+/// The ratios after one more slot, `cores` and `mem` on the card.
+fn ratios_after(card: &Card, usage: CardUsage, cores: u32, mem: u64) -> [f64; 3] {
     if card.count == 0 || card.total_cores == 0 || card.total_mem_mib == 0 {
         return [0.0; 3];
     }
     let slot = (f64::from(usage.used) + 1.0) / f64::from(card.count);
-    let core = (f64::from(usage.used_cores) + f64::from(req.cores)) / f64::from(card.total_cores);
-    let mem = (usage.used_mem_mib as f64 + req.score_mem(card) as f64) / card.total_mem_mib as f64;
+    let core = (f64::from(usage.used_cores) + f64::from(cores)) / f64::from(card.total_cores);
+    let mem = (usage.used_mem_mib as f64 + mem as f64) / card.total_mem_mib as f64;
     [slot, core, mem]
+}
+
+/// The device score terms of a card that books `booked` (a MIG instance's slices, section 11.5)
+/// instead of a request's cores and memory.
+pub(crate) fn booking_score(
+    card: &Card,
+    usage: CardUsage,
+    booked: CardUsage,
+    w: ScoringWeights,
+) -> ScoreTerms {
+    let [s, c, m] = ratios_after(card, usage, booked.used_cores, booked.used_mem_mib);
+    ScoreTerms {
+        slot: 10.0 * w.slot as f64 * s,
+        core: 10.0 * w.core as f64 * c,
+        memory: 10.0 * w.memory as f64 * m,
+    }
+}
+
+/// Comparison key of [`booking_score`], from weights normalised to sum 1.
+pub(crate) fn booking_key(card: &Card, usage: CardUsage, booked: CardUsage, norm: [f64; 3]) -> i64 {
+    let [s, c, m] = ratios_after(card, usage, booked.used_cores, booked.used_mem_mib);
+    quantize(10.0 * (norm[0] * s + norm[1] * c + norm[2] * m))
 }
 
 /// The device score of `card` for `req` against `usage` (`docs/placement-semantics.md` section 4).

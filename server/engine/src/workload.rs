@@ -135,6 +135,18 @@ pub struct WorkloadMeta {
     pub uid: String,
 }
 
+impl WorkloadMeta {
+    /// Who holds what the workload books (a MIG instance's `in_use_by`): `namespace/name`, or
+    /// `name` without a namespace, or the uid when there is no name.
+    pub fn owner(&self) -> String {
+        match (self.namespace.is_empty(), self.name.is_empty()) {
+            (_, true) => self.uid.clone(),
+            (true, false) => self.name.clone(),
+            (false, false) => format!("{}/{}", self.namespace, self.name),
+        }
+    }
+}
+
 /// A container's request after defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContainerRequest {
@@ -270,6 +282,14 @@ impl CardFilters {
             return false;
         }
         true
+    }
+
+    /// Whether the workload asks for MIG instances: its vgpu mode contains `mig`
+    /// (`docs/placement-semantics.md` section 11.2).
+    pub fn admits_mig(&self) -> bool {
+        self.vgpu_mode
+            .as_deref()
+            .is_some_and(|m| m.contains(crate::model::CardMode::Mig.as_str()))
     }
 
     /// Check 5: the id lists accept the card.

@@ -7,8 +7,12 @@ use std::sync::Arc;
 use gpusched_api::v1;
 use tokio::sync::Notify;
 
+pub mod mig;
 pub mod nvml;
+mod nvml_mig;
 pub mod sysfs;
+
+pub use mig::{MigFacts, MigInstanceFacts, MigProfileFacts, MigState};
 
 /// A connection from a card to a peer card.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,6 +40,8 @@ pub struct CardFacts {
     pub numa: Option<u32>,
     /// MIG mode enabled.
     pub mig_enabled: bool,
+    /// The MIG layout (profiles, placements, instances) when MIG mode is on.
+    pub mig: MigState,
     /// Health: empty = healthy; otherwise why not.
     pub unhealthy_reasons: Vec<String>,
     /// Links to other cards.
@@ -295,6 +301,7 @@ mod tests {
             total_memory_bytes: 40 << 30,
             numa: Some(1),
             mig_enabled: false,
+            mig: MigState::Disabled,
             unhealthy_reasons: vec![],
             links: vec![LinkFacts {
                 peer_uuid: "GPU-2".into(),

@@ -1,6 +1,7 @@
 //! The real [`GpuSource`]: NVML through `nvml-wrapper`.
 //!
-//! Per card: UUID, index, name, total memory, PCI bus id, minor number, CPU affinity, MIG mode;
+//! Per card: UUID, index, name, total memory, PCI bus id, minor number, CPU affinity, MIG mode
+//! and, with MIG on, its profiles, placements and GPU instances ([`super::nvml_mig`]);
 //! NUMA node from sysfs (`bus/pci/devices/<bus>/numa_node`), else from the CPU affinity and the
 //! NUMA nodes' CPU lists; links from the topology common ancestor of every pair and the active
 //! NVLinks (remote PCI bus id; links to a non-card device such as an NVSwitch join every card
@@ -28,6 +29,8 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{EventSet, Nvml};
 use tokio::sync::Notify;
 
+use super::mig::{self, MigState, RawMigProfile};
+use super::nvml_mig;
 use super::sysfs;
 use super::{
     CardFacts, DiscoveryError, GpuSource, LinkFacts, NvLinkEnds, link_kind_of_level, nvlink_lanes,
@@ -56,6 +59,8 @@ pub struct NvmlOptions {
     pub retired_pages_limit: u32,
     /// Watch XID events on a thread.
     pub watch_xid_events: bool,
+    /// MIG profiles offered (empty = every profile NVML reports).
+    pub mig_allowed_profiles: Vec<String>,
 }
 
 impl Default for NvmlOptions {
@@ -66,6 +71,7 @@ impl Default for NvmlOptions {
             ignored_xids: vec![13, 31, 43, 45, 68, 109],
             retired_pages_limit: 60,
             watch_xid_events: true,
+            mig_allowed_profiles: Vec::new(),
         }
     }
 }
@@ -88,6 +94,33 @@ fn classify(e: &NvmlError) -> Fail {
         NvmlError::GpuLost => Fail::Lost("GPU is lost (fell off the bus)".to_owned()),
         NvmlError::ResetRequired => Fail::Lost("GPU needs a reset".to_owned()),
         other => Fail::Error(other.to_string()),
+    }
+}
+
+/// A MIG query failed: the layout is unknown (missing or unsupported function, no
+/// permission), the card is lost, or the read fails.
+fn mig_unknown(
+    r: &mut CardReader,
+    what: &'static str,
+    e: &NvmlError,
+) -> Result<MigState, DiscoveryError> {
+    match e {
+        NvmlError::NoPermission => Ok(MigState::Unknown(format!(
+            "{what}: no permission (reading GPU instances needs the privileges of \
+             `nvidia-smi mig -lgi`)"
+        ))),
+        other => match classify(other) {
+            Fail::Unsupported => Ok(MigState::Unknown(format!("{what}: {other}"))),
+            Fail::Lost(reason) => {
+                r.lost = Some(reason.clone());
+                Ok(MigState::Unknown(format!("{what}: {reason}")))
+            }
+            Fail::Error(message) => Err(DiscoveryError::Card {
+                index: r.index,
+                what,
+                message,
+            }),
+        },
     }
 }
 
@@ -263,6 +296,11 @@ impl NvmlSource {
         let mig_enabled = r
             .optional("MIG mode", dev.mig_mode())?
             .is_some_and(|m| m.current == 1);
+        let mig = if mig_enabled {
+            self.mig(&mut r, &dev)?
+        } else {
+            MigState::Disabled
+        };
         let numa = bus
             .as_deref()
             .and_then(|b| sysfs::pci_numa_node(root, b))
@@ -277,6 +315,7 @@ impl NvmlSource {
             total_memory_bytes: memory.total,
             numa,
             mig_enabled,
+            mig,
             unhealthy_reasons: Vec::new(),
             links: Vec::new(),
             pci_bus_id: bus,
@@ -310,6 +349,46 @@ impl NvmlSource {
             facts.mark_unhealthy(reason);
         }
         Ok(CardRead::Read(Box::new(facts)))
+    }
+
+    /// The MIG layout of a card in MIG mode: every profile NVML reports (indices
+    /// `0..NVML_GPU_INSTANCE_PROFILE_COUNT`; `NOT_SUPPORTED` or `INVALID_ARGUMENT` = not a
+    /// profile of this card), its placements and its GPU instances. A query the driver does not
+    /// have or support, or that needs privileges the agent lacks, leaves the layout unknown
+    /// (the card takes no MIG work); a lost GPU is remembered; any other error fails the read.
+    fn mig(
+        &self,
+        r: &mut CardReader,
+        dev: &nvml_wrapper::Device<'_>,
+    ) -> Result<MigState, DiscoveryError> {
+        let mut raw = Vec::new();
+        for index in 0..nvml_mig::PROFILE_COUNT {
+            let info = match nvml_mig::profile(self.nvml, dev, index) {
+                Ok(info) => info,
+                Err(NvmlError::NotSupported | NvmlError::InvalidArg) => continue,
+                Err(e) => return mig_unknown(r, "MIG profile", &e),
+            };
+            let placements = match nvml_mig::placements(self.nvml, dev, info.id) {
+                Ok(p) => p,
+                Err(e) => return mig_unknown(r, "MIG placements", &e),
+            };
+            let instances = match nvml_mig::instances(self.nvml, dev, info.id, info.instance_count)
+            {
+                Ok(i) => i,
+                Err(e) => return mig_unknown(r, "MIG GPU instances", &e),
+            };
+            raw.push(RawMigProfile {
+                info,
+                placements,
+                instances,
+            });
+        }
+        Ok(
+            match mig::assemble(raw, &self.options.mig_allowed_profiles) {
+                Ok(facts) => MigState::Read(facts),
+                Err(why) => MigState::Unknown(why),
+            },
+        )
     }
 
     /// Topology and NVLink links between the cards not lost.

@@ -144,6 +144,19 @@ pub async fn start_server() -> gpusched_service::Running {
     gpusched_service::testing::start_server(&[("metrics.enabled", "false")]).await
 }
 
+/// The agent's client of `server`, with a per-call deadline.
+pub fn normalizer(
+    server: &gpusched_service::Running,
+    timeout: Duration,
+) -> gpusched_agent::inventory::ServiceNormalizer {
+    gpusched_agent::inventory::ServiceNormalizer::connect_lazy(
+        &server.grpc_addr.to_string(),
+        None,
+        timeout,
+    )
+    .expect("client of the test server")
+}
+
 /// Records what the agent publishes; can be told to fail.
 #[derive(Debug, Clone, Default)]
 pub struct Recording {

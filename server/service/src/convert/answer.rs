@@ -87,6 +87,11 @@ pub fn reason_out(r: Reason) -> v1::Reason {
         // Issue 22 phase 2 adds the wire reasons; until then no request carries a quota budget,
         // so the engine never gives these here.
         Reason::QuotaMemoryExceeded | Reason::QuotaCoresExceeded => v1::Reason::Unspecified,
+        // Reasons 17-20 are reserved for them in the v1 API (issue 23, next phase); until then no
+        // request carries a MIG layout, so only a MIG-mode card without one gives the first.
+        Reason::MigNoProfileLargeEnough
+        | Reason::MigProfileNotAllowed
+        | Reason::MigNoFreePlacement => v1::Reason::Unspecified,
     }
 }
 
@@ -212,6 +217,7 @@ pub fn explanations_out(
                                         visit_position,
                                         rejected,
                                         chosen,
+                                        mig: _, // not in the v1 API yet (issue 23)
                                     } = k;
                                     let c = n.and_then(|n| n.cards().get(*card));
                                     v1::CardExplanation {
@@ -302,6 +308,7 @@ fn result_out(
                                 card,
                                 mem_mib,
                                 cores,
+                                mig: _, // not in the v1 API yet (issue 23)
                             } = k;
                             let c = n.and_then(|n| n.cards().get(*card));
                             v1::CardAssignment {

@@ -195,6 +195,8 @@ fn card_in(c: v1::Card, at: (NodeAt, usize), violations: &mut Vec<Violation>) ->
         healthy,
         mode,
         usage,
+        // MIG layouts arrive with the MIG fields of the v1 API (issue 23, next phase).
+        mig: None,
     }
 }
 
@@ -211,6 +213,7 @@ pub fn card_out(c: &Card) -> v1::Card {
         healthy,
         mode,
         usage,
+        mig: _, // not in the v1 API yet (issue 23, next phase)
     } = c;
     let CardUsage {
         used,
