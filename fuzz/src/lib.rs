@@ -10,10 +10,8 @@ use std::sync::{Arc, OnceLock};
 
 use gpusched_api::v1;
 use gpusched_engine::{CardMode, GpuPolicy, NodePolicy, ScoringWeights, split_list};
-use gpusched_service::call::{Record, State};
-use gpusched_service::config::{FileConfig, SPEC};
-use gpusched_service::error::{MAX_MESSAGE, ServiceError};
-use gpusched_service::{Metrics, Settings};
+use gpusched_service::pipeline::{self, Cancel, Record, State};
+use gpusched_service::{FileConfig, MAX_MESSAGE, Metrics, SPEC, ServiceError, Settings};
 use prost::Message as _;
 
 /// The service's state for every input: the embedded defaults with limits small enough for
@@ -168,10 +166,11 @@ pub fn annotations(data: &[u8]) {
         workload: Some(workload),
         ..Default::default()
     };
-    check(gpusched_service::placement::decide_allocate(
+    check(pipeline::allocate(
         st,
         req,
         &mut Record::default(),
+        &Cancel::never(),
     ));
 }
 
@@ -179,41 +178,41 @@ pub fn annotations(data: &[u8]) {
 /// decided exactly as the service does (conversion, limits, engine, answer); the answer fits
 /// the message limit and an error answer stays bounded.
 pub fn proto_requests(data: &[u8]) {
-    use gpusched_service::{inventory, placement};
     let Some((&rpc, bytes)) = data.split_first() else {
         return;
     };
     let st = state();
     let mut r = Record::default();
+    let c = &Cancel::never();
     match rpc % 6 {
         0 => {
             if let Ok(m) = v1::FilterRequest::decode(bytes) {
-                check(placement::decide_filter(st, m, &mut r));
+                check(pipeline::filter(st, m, &mut r, c));
             }
         }
         1 => {
             if let Ok(m) = v1::ScoreRequest::decode(bytes) {
-                check(placement::decide_score(st, m, &mut r));
+                check(pipeline::score(st, m, &mut r, c));
             }
         }
         2 => {
             if let Ok(m) = v1::AllocateRequest::decode(bytes) {
-                check(placement::decide_allocate(st, m, &mut r));
+                check(pipeline::allocate(st, m, &mut r, c));
             }
         }
         3 => {
             if let Ok(m) = v1::AllocateBatchRequest::decode(bytes) {
-                check(placement::decide_batch(st, m, &mut r));
+                check(pipeline::allocate_batch(st, m, &mut r, c));
             }
         }
         4 => {
             if let Ok(m) = v1::ValidateWorkloadRequest::decode(bytes) {
-                check(placement::decide_validate(st, m, &mut r));
+                check(pipeline::validate_workload(st, m, &mut r, c));
             }
         }
         _ => {
             if let Ok(m) = v1::NormalizeInventoryRequest::decode(bytes) {
-                check(inventory::normalize(st, m, &mut r));
+                check(pipeline::normalize_inventory(st, m, &mut r, c));
             }
         }
     }

@@ -14,8 +14,7 @@ use bytes::BytesMut;
 use gpusched_api::v1;
 use gpusched_engine as engine;
 use gpusched_service::Settings;
-use gpusched_service::call::State;
-use gpusched_service::convert;
+use gpusched_service::pipeline::{self, State};
 use prost::Message as _;
 
 use crate::report::{Collector, RunReport, STAGES};
@@ -24,7 +23,7 @@ use crate::wire::{Rpc, Summary, summarize};
 
 /// The server's default settings (embedded configuration, no file, no environment).
 pub fn default_settings() -> anyhow::Result<Settings> {
-    Ok(gpusched_service::config::default_settings()?)
+    Ok(gpusched_service::default_settings()?)
 }
 
 /// Snapshot and workloads converted once, for the engine-only measurement.
@@ -38,22 +37,15 @@ pub struct Prepared {
 
 /// Converts the pool's nodes and workloads the way the server does.
 pub fn prepare(pool: &Pool, settings: &Settings) -> anyhow::Result<Prepared> {
-    let snapshot = convert::candidates_in(pool.nodes.clone(), &settings.names, &settings.limits)
-        .and_then(gpusched_service::invalid_node::Candidates::all_valid)
+    let snapshot = pipeline::snapshot(settings, pool.nodes.clone())
         .map_err(|e| anyhow!("synthetic cluster rejected: {e}"))?;
     let workloads = pool
         .workloads
         .iter()
         .map(|(k, w)| {
-            convert::workload_in(
-                Some(w.clone()),
-                "workload",
-                &settings.defaults,
-                &settings.names,
-                &settings.limits,
-            )
-            .map(|w| (*k, w))
-            .map_err(|e| anyhow!("synthetic workload rejected: {e}"))
+            pipeline::workload(settings, w.clone())
+                .map(|w| (*k, w))
+                .map_err(|e| anyhow!("synthetic workload rejected: {e}"))
         })
         .collect::<anyhow::Result<_>>()?;
     Ok(Prepared {
@@ -137,55 +129,32 @@ pub fn pipeline_once(
         node_refs,
     } = decoded.map_err(|e| format!("decode: {e}"))?;
     let t1 = Instant::now();
-    // The service's own conversion of Filter/Score/Allocate inputs.
-    let (c, w, o) =
-        gpusched_service::placement::inputs(state, nodes, node_refs, node_set, workload, options)
-            .map_err(|e| e.to_string())?;
-    let s = &c.snapshot;
+    // The service's own conversion of Filter/Score/Allocate inputs, and of their answers.
+    let i = pipeline::inputs(state, nodes, node_refs, node_set, workload, options)
+        .map_err(|e| e.to_string())?;
+    let (s, w) = (i.snapshot(), i.workload());
     let t2 = Instant::now();
     let (bytes, t3, t4) = match rpc {
         Rpc::Allocate => {
-            let a = engine::allocate(s, &w, engine::DecideOptions::default());
+            let a = engine::allocate(s, w, engine::DecideOptions::default());
             let t3 = Instant::now();
             let resp = v1::AllocateResponse {
-                result: Some(c.allocation_out(s, &w, &a, false, o.failed_nodes)),
+                result: Some(i.allocation(&a)),
             };
             let t4 = Instant::now();
             (resp.encode_to_vec(), t3, t4)
         }
         Rpc::Filter => {
-            let e = engine::evaluate(s, &w, engine::DecideOptions::default());
+            let e = engine::evaluate(s, w, engine::DecideOptions::default());
             let t3 = Instant::now();
-            let mut names: Vec<String> = e
-                .feasible
-                .iter()
-                .filter_map(|f| s.node(f.node).map(|n| n.name().to_owned()))
-                .collect();
-            names.sort();
-            let resp = v1::FilterResponse {
-                feasible_node_names: names,
-                failed_nodes: convert::failed_out(s, &w, &e.failed),
-                effective_policy: Some(convert::effective_out(&w)),
-                requests_gpu: e.requests_gpu,
-                explanations: vec![],
-            };
+            let resp = i.filter(&e);
             let t4 = Instant::now();
             (resp.encode_to_vec(), t3, t4)
         }
         Rpc::Score => {
-            let e = engine::evaluate(s, &w, engine::DecideOptions::default());
+            let e = engine::evaluate(s, w, engine::DecideOptions::default());
             let t3 = Instant::now();
-            let resp = v1::ScoreResponse {
-                scores: e
-                    .feasible
-                    .iter()
-                    .map(|f| convert::score_out(s, f))
-                    .collect(),
-                failed_nodes: convert::failed_out(s, &w, &e.failed),
-                effective_policy: Some(convert::effective_out(&w)),
-                requests_gpu: e.requests_gpu,
-                explanations: vec![],
-            };
+            let resp = i.score(&e);
             let t4 = Instant::now();
             (resp.encode_to_vec(), t3, t4)
         }

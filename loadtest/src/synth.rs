@@ -710,21 +710,14 @@ mod tests {
 
     #[test]
     fn every_kind_appears_and_is_valid() {
-        let settings = crate::inproc::default_settings().unwrap();
+        let settings = gpusched_service::default_settings().unwrap();
         for form in [Form::Kubernetes, Form::Typed] {
             let ws = workloads(&Mix::default(), form, 400, 8, 11);
             for kind in Kind::ALL {
                 assert!(ws.iter().any(|(k, _)| *k == kind), "{kind} missing");
             }
             for (kind, w) in ws {
-                let parsed = gpusched_service::convert::workload_in(
-                    Some(w),
-                    "workload",
-                    &settings.defaults,
-                    &settings.names,
-                    &settings.limits,
-                )
-                .unwrap();
+                let parsed = gpusched_service::pipeline::workload(&settings, w).unwrap();
                 assert!(parsed.requests_gpu(), "{kind}");
                 assert_eq!(parsed.numa_bind, kind == Kind::NumaBind);
             }

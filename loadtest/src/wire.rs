@@ -27,11 +27,15 @@ pub enum Rpc {
 impl Rpc {
     /// The gRPC path.
     pub fn path(self) -> PathAndQuery {
-        PathAndQuery::from_static(match self {
-            Rpc::Allocate => "/gpusched.v1.PlacementService/Allocate",
-            Rpc::Filter => "/gpusched.v1.PlacementService/Filter",
-            Rpc::Score => "/gpusched.v1.PlacementService/Score",
-        })
+        // The service's RPC table.
+        PathAndQuery::from_static(
+            match self {
+                Rpc::Allocate => gpusched_service::Rpc::Allocate,
+                Rpc::Filter => gpusched_service::Rpc::Filter,
+                Rpc::Score => gpusched_service::Rpc::Score,
+            }
+            .path(),
+        )
     }
 }
 

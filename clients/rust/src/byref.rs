@@ -263,11 +263,10 @@ pub fn digest_of(k: &Key) -> v1::Digest {
 /// `nodeset/sha256/<hex>/<size>`: the subject of a missing node set.
 pub const SET_SUBJECT_PREFIX: &str = "nodeset/";
 
-/// The response metadata a server that reads `node_refs` sets on every PlacementService answer.
-pub const NODE_REFS_HEADER: &str = "gpusched-node-refs";
-
-/// The response metadata a server that reads `node_set` (NodeSetRef) sets on every answer.
-pub const NODE_SETS_HEADER: &str = "gpusched-node-sets";
+/// The response metadata a server that reads `node_refs` sets on every PlacementService
+/// answer, and the one a server that reads `node_set` (NodeSetRef) sets (defined once, in
+/// `gpusched-api`, for the service and the clients).
+pub use gpusched_api::{NODE_REFS_HEADER, NODE_SETS_HEADER};
 
 impl ByRef {
     /// Whether the server has shown it reads `node_refs` (see [`NODE_REFS_HEADER`]).

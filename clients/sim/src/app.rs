@@ -94,7 +94,7 @@ impl InProcess {
             // In-process: no load balancer to tell before stopping.
             ("limits.shutdown_grace", "0s"),
         ];
-        let settings = gpusched_service::config::SPEC
+        let settings = gpusched_service::SPEC
             .load_pairs::<gpusched_service::FileConfig>(None, &[], &flags)?
             .validate(&BTreeMap::new())?;
         let metrics = Arc::new(gpusched_service::Metrics::new());

@@ -17,6 +17,16 @@ pub mod v1 {
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/gpusched_descriptor.bin"));
 
+/// The response metadata (header) every `PlacementService` answer carries, successes and
+/// errors alike, from a server that reads `node_refs` (`NodeRef`). Clients send nodes whole
+/// until they have seen it, so a server that predates `node_refs` (and would ignore them) is
+/// never sent references. Set by the service, read by the clients.
+pub const NODE_REFS_HEADER: &str = "gpusched-node-refs";
+
+/// The response metadata (header) every `PlacementService` answer carries from a server that
+/// reads `node_set` (`NodeSetRef`). Clients name a base set only after they have seen it.
+pub const NODE_SETS_HEADER: &str = "gpusched-node-sets";
+
 pub mod json;
 
 pub mod codec;

@@ -1,6 +1,6 @@
 //! `cargo bench -p gpusched-service --bench rpc_path`: where the time of one Allocate goes on
 //! the server, without the network: protobuf decode, conversion to engine types, the
-//! decision, the response encode.
+//! decision, the response encode (through `gpusched_service::pipeline`, as the handlers).
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -8,7 +8,8 @@ use std::hint::black_box;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use gpusched_api::v1;
 use gpusched_engine::{DecideOptions, allocate};
-use gpusched_service::convert;
+use gpusched_service::pipeline::{self, State};
+use gpusched_service::{Metrics, default_settings};
 use prost::Message;
 
 // As in the gpusched-server binary.
@@ -76,7 +77,8 @@ fn request(nodes: usize) -> v1::AllocateRequest {
 }
 
 fn bench(c: &mut Criterion) {
-    let settings = gpusched_service::config::default_settings().expect("default settings");
+    let settings = default_settings().expect("default settings");
+    let state = State::new(settings.clone(), std::sync::Arc::new(Metrics::new()));
     let mut g = c.benchmark_group("allocate_rpc_path");
     for n in [100usize, 1000] {
         let req = request(n);
@@ -87,15 +89,9 @@ fn bench(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("convert", n), &req, |b, req| {
             b.iter(|| {
                 let r = req.clone();
-                let s = convert::candidates_in(r.nodes, &settings.names, &settings.limits);
-                let w = convert::workload_in(
-                    r.workload,
-                    "workload",
-                    &settings.defaults,
-                    &settings.names,
-                    &settings.limits,
-                );
-                black_box((s.is_ok(), w.is_ok()))
+                let s = pipeline::snapshot(&settings, r.nodes);
+                let w = r.workload.map(|w| pipeline::workload(&settings, w));
+                black_box((s.is_ok(), w.is_some_and(|w| w.is_ok())))
             })
         });
         g.bench_with_input(BenchmarkId::new("clone_only", n), &req, |b, req| {
@@ -104,26 +100,11 @@ fn bench(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("full", n), &bytes, |b, bytes| {
             b.iter(|| {
                 let r = v1::AllocateRequest::decode(bytes.as_slice()).expect("decodes");
-                let s = convert::candidates_in(r.nodes, &settings.names, &settings.limits)
-                    .expect("valid")
-                    .snapshot;
-                let w = convert::workload_in(
-                    r.workload,
-                    "workload",
-                    &settings.defaults,
-                    &settings.names,
-                    &settings.limits,
-                )
-                .expect("valid");
-                let a = allocate(&s, &w, DecideOptions::default());
+                let i = pipeline::inputs(&state, r.nodes, r.node_refs, None, r.workload, None)
+                    .expect("valid");
+                let a = allocate(i.snapshot(), i.workload(), DecideOptions::default());
                 let out = v1::AllocateResponse {
-                    result: Some(convert::allocation_out(
-                        &s,
-                        &w,
-                        &a,
-                        false,
-                        convert::FailedNodesShown::All,
-                    )),
+                    result: Some(i.allocation(&a)),
                 };
                 black_box(out.encode_to_vec())
             })

@@ -110,7 +110,7 @@ pub struct LimitsConfig {
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
     /// Requests with at least this much estimated work (card evaluations, see
-    /// `intake::Admission::work`) run on the blocking pool, off the async workers.
+    /// `rpc::Admission::work`) run on the blocking pool, off the async workers.
     pub blocking_threshold_cards: usize,
     /// Graceful stop: how long in-flight calls and open streams may run before they are cut.
     #[serde(with = "humantime_serde")]
@@ -240,9 +240,7 @@ pub struct NodeCacheConfig {
 }
 
 impl NodeCacheConfig {
-    fn validate(
-        &self,
-    ) -> Result<(crate::node_cache::CacheLimits, crate::set_cache::SetLimits), ConfigError> {
+    fn validate(&self) -> Result<(CacheLimits, SetLimits), ConfigError> {
         if self.max_bytes < 1 << 20 {
             return Err(err(
                 "node_cache.max_bytes",
@@ -259,18 +257,39 @@ impl NodeCacheConfig {
             ));
         }
         Ok((
-            crate::node_cache::CacheLimits {
+            CacheLimits {
                 enabled: self.enabled,
                 max_bytes: self.max_bytes,
                 max_entries: self.max_entries,
             },
-            crate::set_cache::SetLimits {
+            SetLimits {
                 // Off with the node cache: sets are made of its nodes.
                 max_sets: if self.enabled { self.max_sets } else { 0 },
                 max_bytes: self.max_set_bytes,
             },
         ))
     }
+}
+
+/// Bounds of the node cache (`[node_cache]`; `crate::cache::nodes`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheLimits {
+    /// Whether node parts are cached at all (off: every reference is a miss).
+    pub enabled: bool,
+    /// Most estimated bytes held, over all shards.
+    pub max_bytes: usize,
+    /// Most entries held, over all shards.
+    pub max_entries: usize,
+}
+
+/// Bounds of the node set cache (`[node_cache]` `max_sets`, `max_set_bytes`;
+/// `crate::cache::sets`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetLimits {
+    /// Most sets held (0: none; every base is a miss).
+    pub max_sets: usize,
+    /// Most estimated bytes held.
+    pub max_bytes: usize,
 }
 
 // --- end node cache --------------------------------------------------------------------------
@@ -295,9 +314,9 @@ pub struct Settings {
     /// Telemetry.
     pub telemetry: Telemetry,
     /// Node cache bounds.
-    pub node_cache: crate::node_cache::CacheLimits,
+    pub node_cache: CacheLimits,
     /// Node set cache bounds.
-    pub node_sets: crate::set_cache::SetLimits,
+    pub node_sets: SetLimits,
 }
 
 /// Limits.

@@ -10,9 +10,9 @@ use tonic_types::{ErrorDetails, FieldViolation, StatusExt};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Missing {
     /// Inventory or usage.
-    pub part: crate::node_cache::Part,
+    pub part: crate::cache::digest::Part,
     /// The digest.
-    pub digest: crate::node_cache::Digest,
+    pub digest: crate::cache::digest::Digest,
     /// The request field that referenced it (first occurrence), e.g.
     /// `node_refs[3].inventory_digest`.
     pub field: String,
@@ -33,7 +33,7 @@ pub enum ServiceError {
     /// node parts of the request it does not hold either; the client sends its candidates in
     /// full.
     #[error("node set {0} is not held by this server; send the candidates in full")]
-    MissingSet(crate::node_cache::Digest, Vec<Missing>),
+    MissingSet(crate::cache::digest::Digest, Vec<Missing>),
     /// A request over a configured limit.
     #[error("request too large: {}", join(.0))]
     TooLarge(Vec<Violation>),
@@ -186,31 +186,6 @@ impl ServiceError {
     }
 }
 
-/// RESOURCE_EXHAUSTED for an answer of `bytes` over `limit` (`limits.max_message_bytes`):
-/// checked before tonic encodes it (tonic would answer OUT_OF_RANGE "encoded message length
-/// too large" after building it).
-pub fn answer_too_large(bytes: usize, limit: usize) -> ServiceError {
-    ServiceError::TooLarge(vec![Violation::new(
-        gpusched_engine::ViolationKind::LimitExceeded,
-        "response",
-        format!(
-            "the answer would be {bytes} bytes or more, over the limit of {limit} \
-             (limits.max_message_bytes): ask for less (fewer nodes or workloads, no explain, \
-             no updated nodes)"
-        ),
-    )])
-}
-
-/// `msg` when its encoding fits in `limit` bytes, else [`answer_too_large`].
-pub fn within_limit<T: prost::Message>(msg: T, limit: usize) -> Result<T, ServiceError> {
-    let bytes = msg.encoded_len();
-    if bytes > limit {
-        Err(answer_too_large(bytes, limit))
-    } else {
-        Ok(msg)
-    }
-}
-
 /// The domain of every `google.rpc.ErrorInfo` the service sends.
 pub const ERROR_DOMAIN: &str = "gpusched.io";
 
@@ -296,7 +271,7 @@ impl From<ServiceError> for Status {
 /// `nodeset/sha256/<hex>/<size>`), then each node part (`sha256/<hex>/<size>`), bounded like every
 /// list of details; when parts were left out, a last violation of type `MORE` says how many
 /// (clients then send every part inline instead of calling again per page).
-fn missing_details(set: Option<&crate::node_cache::Digest>, m: &[Missing]) -> ErrorDetails {
+fn missing_details(set: Option<&crate::cache::digest::Digest>, m: &[Missing]) -> ErrorDetails {
     let mut d = ErrorDetails::new();
     if let Some(set) = set {
         d.add_precondition_failure_violation(
@@ -464,7 +439,7 @@ mod tests {
 
     #[test]
     fn missing_lists_are_bounded_and_counted() {
-        use crate::node_cache::{Digest, Part};
+        use crate::cache::digest::{Digest, Part};
         let m: Vec<Missing> = (0..10_000u64)
             .map(|i| Missing {
                 part: Part::Inventory,

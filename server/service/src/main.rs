@@ -9,8 +9,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use gpusched_runtime::CommonArgs;
 use gpusched_runtime::flags::{negate, not_given};
-use gpusched_service::config::{FileConfig, SPEC};
-use gpusched_service::{Metrics, Settings};
+use gpusched_service::{FileConfig, Metrics, SPEC, Settings};
 use serde::Serialize;
 
 // Decoding a request allocates a string per card id and type: mimalloc makes that several

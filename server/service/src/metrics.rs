@@ -55,8 +55,8 @@ fn nodes_histogram() -> Histogram {
 }
 
 /// Registers the node cache's families and returns their handles.
-fn register_node_cache(registry: &mut Registry) -> crate::node_cache::CacheMetrics {
-    use crate::node_cache::Part;
+fn register_node_cache(registry: &mut Registry) -> crate::cache::nodes::CacheMetrics {
+    use crate::cache::digest::Part;
     let family = |registry: &mut Registry, name: &str, help: &str| {
         let f = Family::<PartLabels, Counter>::default();
         registry.register(name, help, f.clone());
@@ -96,7 +96,7 @@ fn register_node_cache(registry: &mut Registry) -> crate::node_cache::CacheMetri
         "Entries held by the node cache (bounded by node_cache.max_entries)",
         entries.clone(),
     );
-    crate::node_cache::CacheMetrics {
+    crate::cache::nodes::CacheMetrics {
         hits,
         misses,
         inserts,
@@ -107,8 +107,8 @@ fn register_node_cache(registry: &mut Registry) -> crate::node_cache::CacheMetri
 }
 
 /// Registers the node set cache's families and returns their handles.
-fn register_node_sets(registry: &mut Registry) -> crate::set_cache::SetMetrics {
-    let m = crate::set_cache::SetMetrics::default();
+fn register_node_sets(registry: &mut Registry) -> crate::cache::sets::SetMetrics {
+    let m = crate::cache::sets::SetMetrics::default();
     for (name, help, c) in [
         (
             "node_sets_hits",
@@ -170,9 +170,9 @@ pub struct Metrics {
     /// Accept errors of the gRPC listener (`gpusched_accept_errors_total`).
     pub accept_errors: Counter,
     /// Handles of the node cache's metrics (`gpusched_node_cache_*`).
-    pub node_cache: crate::node_cache::CacheMetrics,
+    pub node_cache: crate::cache::nodes::CacheMetrics,
     /// Handles of the node set cache's metrics (`gpusched_node_sets_*`).
-    pub node_sets: crate::set_cache::SetMetrics,
+    pub node_sets: crate::cache::sets::SetMetrics,
 }
 
 impl Default for Metrics {

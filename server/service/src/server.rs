@@ -1,5 +1,11 @@
 //! Wiring: the gRPC server (placement, inventory, health, reflection v1 and v1alpha, TLS,
 //! message limits), the metrics endpoint, and graceful shutdown.
+//!
+//! A call passes, in this order: the listener (`transport::accept`), TLS, tonic's HTTP/2 server,
+//! the `transport::edge` layer (outermost: content-type, deadline, codes, counting), the
+//! `transport::intake` layer (prefix, memory budget, body timeout, `prescan`, offload), tonic's
+//! router and decoder, then the service (`handlers::placement` or `handlers::inventory`). A
+//! layer added first is outermost: `.layer(edge).layer(intake)` below.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,11 +19,11 @@ use tonic::transport::Server;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::call::State;
 use crate::config::Settings;
-use crate::inventory::InventoryApi;
+use crate::handlers::inventory::InventoryApi;
+use crate::handlers::placement::PlacementApi;
 use crate::metrics::Metrics;
-use crate::placement::PlacementApi;
+use crate::state::State;
 
 /// The server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -134,7 +140,7 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
     // (declared sizes, memory budget, limits on the wire, body timeout).
     let mut builder =
         Server::builder().max_concurrent_streams(settings.limits.max_concurrent_streams);
-    let intake = crate::intake::IntakeLayer::new(&settings.limits);
+    let intake = crate::transport::intake::IntakeLayer::new(&settings.limits);
     if let Some(tls) = &settings.tls {
         builder = builder
             .tls_config(tls.load()?)
@@ -156,7 +162,7 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
     // Deadlines are enforced in `edge` (DEADLINE_EXCEEDED) before tonic's timer for the
     // caller's grpc-timeout; tonic's server-wide timeout would answer CANCELLED, so it is not
     // set.
-    let edge = crate::edge::EdgeLayer::new(crate::edge::EdgeConfig {
+    let edge = crate::transport::edge::EdgeLayer::new(crate::transport::edge::EdgeConfig {
         metrics: Arc::clone(&metrics),
         request_timeout: settings.limits.request_timeout,
     });
@@ -211,7 +217,7 @@ pub async fn start(settings: Settings, metrics: Arc<Metrics>) -> Result<Running,
         .add_service(placement)
         .add_service(inventory);
     let grpc = tokio::spawn(router.serve_with_incoming_shutdown(
-        crate::accept::Incoming::new(listener, accept_errors),
+        crate::transport::accept::Incoming::new(listener, accept_errors),
         wait_stop(stop_rx.clone()),
     ));
     Ok(Running {

@@ -40,3 +40,20 @@ pub async fn start_with(settings: Settings) -> Running {
 pub fn url(running: &Running) -> String {
     format!("http://{}", running.grpc_addr)
 }
+
+/// The `PlacementService` of a server with these settings and metrics, in process (no
+/// transport: its methods are called directly, as tonic would).
+pub fn placement(
+    settings: Settings,
+    metrics: Arc<Metrics>,
+) -> impl gpusched_api::v1::placement_service_server::PlacementService {
+    crate::handlers::placement::PlacementApi::new(Arc::new(crate::state::State::new(
+        settings, metrics,
+    )))
+}
+
+/// The `outcome` label the metrics count an answer of this code under (its name in snake
+/// case).
+pub fn outcome(code: tonic::Code) -> &'static str {
+    crate::transport::edge::outcome(code)
+}

@@ -10,8 +10,6 @@ use common::refs::*;
 use common::*;
 use gpusched_api::v1;
 use gpusched_api::v1::placement_service_server::PlacementService;
-use gpusched_service::call::State;
-use gpusched_service::placement::PlacementApi;
 use gpusched_service::{Metrics, Settings};
 use proptest::prelude::*;
 use prost::Message;
@@ -290,8 +288,8 @@ async fn a_flood_of_distinct_nodes_evicts_and_stays_under_the_bound() {
 
 // --- decisions by reference are those with whole nodes, bit for bit ------------------------
 
-fn api(settings: Settings) -> PlacementApi {
-    PlacementApi::new(Arc::new(State::new(settings, Arc::new(Metrics::new()))))
+fn api(settings: Settings) -> impl PlacementService {
+    gpusched_service::testing::placement(settings, Arc::new(Metrics::new()))
 }
 
 prop_compose! {
@@ -371,8 +369,7 @@ proptest! {
 #[tokio::test]
 async fn an_unchanged_node_is_one_combined_entry_and_answers_carry_the_header() {
     let metrics = Arc::new(Metrics::new());
-    let state = Arc::new(State::new(settings(&[]), Arc::clone(&metrics)));
-    let api = PlacementApi::new(state);
+    let api = gpusched_service::testing::placement(settings(&[]), Arc::clone(&metrics));
     // "b" has usage: inventory, usage and the combined pair; "a" and "c" only inventories.
     let nodes = cluster();
     let whole = api
@@ -382,7 +379,7 @@ async fn an_unchanged_node_is_one_combined_entry_and_answers_carry_the_header() 
     assert_eq!(
         whole
             .metadata()
-            .get(gpusched_service::placement::NODE_REFS_HEADER)
+            .get(gpusched_api::NODE_REFS_HEADER)
             .unwrap(),
         "1"
     );
@@ -448,8 +445,5 @@ async fn an_unchanged_node_is_one_combined_entry_and_answers_carry_the_header() 
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
-    assert!(
-        err.metadata()
-            .contains_key(gpusched_service::placement::NODE_REFS_HEADER)
-    );
+    assert!(err.metadata().contains_key(gpusched_api::NODE_REFS_HEADER));
 }

@@ -15,8 +15,6 @@ use std::sync::Arc;
 use common::*;
 use gpusched_api::v1;
 use gpusched_api::v1::placement_service_server::PlacementService;
-use gpusched_service::call::State;
-use gpusched_service::placement::PlacementApi;
 use gpusched_service::{Metrics, Settings};
 use proptest::prelude::*;
 use prost::Message;
@@ -464,14 +462,14 @@ fn by_digest(n: &v1::Node) -> v1::NodeRef {
     r
 }
 
-fn api(settings: Settings) -> PlacementApi {
-    PlacementApi::new(Arc::new(State::new(settings, Arc::new(Metrics::new()))))
+fn api(settings: Settings) -> impl PlacementService {
+    gpusched_service::testing::placement(settings, Arc::new(Metrics::new()))
 }
 
 #[tokio::test]
 async fn by_reference_an_invalid_node_is_answered_as_sent_whole() {
     let metrics = Arc::new(Metrics::new());
-    let api = PlacementApi::new(Arc::new(State::new(settings(&[]), metrics.clone())));
+    let api = gpusched_service::testing::placement(settings(&[]), metrics.clone());
     let bad = all_bad();
     let nodes = mixed(&bad);
     let req = |nodes: Vec<v1::Node>, refs: Vec<v1::NodeRef>| {

@@ -10,8 +10,6 @@ use common::refs::*;
 use common::*;
 use gpusched_api::v1;
 use gpusched_api::v1::placement_service_server::PlacementService;
-use gpusched_service::call::State;
-use gpusched_service::placement::PlacementApi;
 use gpusched_service::{Metrics, Settings};
 use proptest::prelude::*;
 use prost::Message;
@@ -36,10 +34,10 @@ fn set_digest(refs: &[v1::NodeRef]) -> v1::Digest {
     }
 }
 
-fn api_with(settings: Settings) -> (PlacementApi, Arc<Metrics>) {
+fn api_with(settings: Settings) -> (impl PlacementService, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::new());
     (
-        PlacementApi::new(Arc::new(State::new(settings, Arc::clone(&metrics)))),
+        gpusched_service::testing::placement(settings, Arc::clone(&metrics)),
         metrics,
     )
 }
@@ -96,7 +94,7 @@ async fn a_kept_set_answers_changes_as_the_full_list_and_a_lost_one_is_named() {
     assert_eq!(
         first
             .metadata()
-            .get(gpusched_service::placement::NODE_SETS_HEADER)
+            .get(gpusched_api::NODE_SETS_HEADER)
             .unwrap(),
         "1"
     );

@@ -659,20 +659,7 @@ async fn deadlines_are_honoured() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
-    // The caller's grpc-timeout is read from the metadata (the shorter of the two applies).
-    let mut md = tonic::metadata::MetadataMap::new();
-    md.insert("grpc-timeout", "250m".parse().unwrap());
-    assert_eq!(
-        gpusched_service::call::grpc_timeout(&md),
-        Some(std::time::Duration::from_millis(250))
-    );
-    md.insert("grpc-timeout", "3S".parse().unwrap());
-    assert_eq!(
-        gpusched_service::call::grpc_timeout(&md),
-        Some(std::time::Duration::from_secs(3))
-    );
-    md.insert("grpc-timeout", "x".parse().unwrap());
-    assert_eq!(gpusched_service::call::grpc_timeout(&md), None);
+    // The parsing of the caller's grpc-timeout: `rpc::tests::grpc_timeouts_parse`.
     let server = TestServer::start(&[("limits.blocking_threshold_cards", "1")]).await;
     // A reasonable deadline passes, on the blocking pool too.
     let mut req = tonic::Request::new(allocate_req(vec![node("a", 1, 8000)], one_gpu()));

@@ -8,6 +8,7 @@ use gpusched_api::v1::inventory_service_client::InventoryServiceClient;
 use gpusched_api::v1::placement_service_client::PlacementServiceClient;
 use gpusched_service::{Running, Settings};
 
+pub mod raw;
 pub mod refs;
 use tonic::transport::Channel;
 

@@ -1,8 +1,8 @@
-//! Candidate nodes sent whole (`nodes`) and by reference (`node_refs`): resolving references
-//! through the node cache, converting inline parts with the one node conversion
-//! ([`convert::node_checked`], validated by [`Node::new`]) and caching them as engine nodes (or,
-//! for an inventory that is invalid itself, as that verdict), and building the candidates from
-//! shared nodes ([`Snapshot::from_nodes`]: no node is copied).
+//! Candidate nodes by reference (`node_refs`), after the nodes sent whole: resolving references
+//! through the node cache, converting inline parts with the one node conversion ([`checked`],
+//! validated by [`Node::new`]) and caching them as engine nodes (or, for an inventory that is
+//! invalid itself, as that verdict), and building the candidates from shared nodes
+//! ([`Snapshot::from_nodes`](gpusched_engine::Snapshot::from_nodes): no node is copied).
 //!
 //! A request is answered from its own content only: a reference the cache does not hold makes
 //! the whole call FAILED_PRECONDITION (every missing digest listed), never a partial decision.
@@ -15,85 +15,19 @@ use gpusched_api::v1;
 use gpusched_engine::{Node, Violation, ViolationKind};
 use prost::Message;
 
-use crate::call::State;
-use crate::config::Limits;
-use crate::convert::{self, NodeAt};
+use crate::cache::digest::{Digest, Part};
+use crate::cache::nodes::Value;
+use crate::candidates::{Candidates, InvalidNode};
+use crate::convert::node::NodeAt;
+use crate::convert::refs::{digest_in, usage_list_in};
 use crate::error::{Missing, ServiceError};
-use crate::invalid_node::{Candidates, InvalidNode};
-use crate::node_cache::{Digest, Part, UsageList, Value};
+use crate::pipeline::resolve::build::{Builder, checked};
+use crate::pipeline::resolve::whole;
+use crate::state::State;
 
 /// Cards assumed per referenced node when sizing a request before its references are
 /// resolved (only chooses between deciding inline and on the blocking pool).
 pub const ASSUMED_CARDS_PER_REF: usize = 8;
-
-/// Checks the node count of a request, and the card count of its whole nodes, before any
-/// conversion work (referenced nodes' cards are counted once resolved).
-pub fn check_limits(
-    nodes: &[v1::Node],
-    refs: &[v1::NodeRef],
-    limits: &Limits,
-) -> Result<(), ServiceError> {
-    if refs.is_empty() {
-        return convert::check_node_limits(nodes, limits).map(|_| ());
-    }
-    let total = nodes.len() + refs.len();
-    if total > limits.max_nodes {
-        return Err(ServiceError::TooLarge(vec![Violation::new(
-            ViolationKind::LimitExceeded,
-            "nodes",
-            format!(
-                "{total} nodes ({} whole, {} by reference) exceed the limit of {} (limits.max_nodes)",
-                nodes.len(),
-                refs.len(),
-                limits.max_nodes
-            ),
-        )]));
-    }
-    convert::check_node_limits(nodes, limits).map(|_| ())
-}
-
-/// The digest of a `Digest` field, checked; `None` (with a violation) when malformed.
-pub fn digest_in(
-    d: &v1::Digest,
-    field: &dyn Fn() -> String,
-    violations: &mut Vec<Violation>,
-) -> Option<Digest> {
-    let v1::Digest {
-        hash,
-        size_bytes,
-        function,
-    } = d;
-    let mut ok = true;
-    match v1::DigestFunction::try_from(*function) {
-        Ok(v1::DigestFunction::Unspecified | v1::DigestFunction::Sha256) => {}
-        Err(_) => {
-            violations.push(Violation::new(
-                ViolationKind::InvalidNodeReference,
-                format!("{}.function", field()),
-                format!("unknown DigestFunction value {function} (only SHA-256 is supported)"),
-            ));
-            ok = false;
-        }
-    }
-    let hash: Option<[u8; 32]> = hash.as_slice().try_into().ok();
-    if hash.is_none() {
-        violations.push(Violation::new(
-            ViolationKind::InvalidNodeReference,
-            format!("{}.hash", field()),
-            format!(
-                "must be the 32 raw bytes of a SHA-256 hash, got {} bytes",
-                d.hash.len()
-            ),
-        ));
-    }
-    match (ok, hash) {
-        (true, Some(hash)) => Some(Digest {
-            hash,
-            size_bytes: *size_bytes,
-        }),
-        _ => None,
-    }
-}
 
 /// (hits, misses) of the request's lookups, inventory then usage, counted once per request.
 type Tally = [(u64, u64); 2];
@@ -205,7 +139,7 @@ fn inventory_in(
         }
     };
     let settings = &state.settings;
-    match convert::node_checked(
+    match checked(
         node,
         NodeAt::Ref(i),
         &settings.names,
@@ -217,79 +151,21 @@ fn inventory_in(
     }
 }
 
-/// Decodes and converts an inline usage part; card ids non-empty and unique.
-fn usage_part_in(i: usize, bytes: &[u8], violations: &mut Vec<Violation>) -> Option<Value> {
-    let field = format!("node_refs[{i}].usage");
-    let usage = match v1::NodeUsage::decode(bytes) {
-        Ok(u) => u,
-        Err(e) => {
-            violations.push(Violation::new(
-                ViolationKind::InvalidNodeReference,
-                field,
-                format!("not a serialized gpusched.v1.NodeUsage: {e}"),
-            ));
-            return None;
-        }
-    };
-    let v1::NodeUsage { cards } = usage;
-    let before = violations.len();
-    let mut list: UsageList = Vec::with_capacity(cards.len());
-    for (k, e) in cards.into_iter().enumerate() {
-        let v1::CardUsageEntry { card_id, usage } = e;
-        if card_id.is_empty() {
-            violations.push(Violation::new(
-                ViolationKind::MissingField,
-                format!("{field}.cards[{k}].card_id"),
-                "card id must not be empty",
-            ));
-        } else if let Some(first) = list.iter().position(|(id, _)| *id == card_id) {
-            violations.push(Violation::new(
-                ViolationKind::DuplicateId,
-                format!("{field}.cards[{k}].card_id"),
-                format!("duplicate card id {card_id:?} (also cards[{first}])"),
-            ));
-        }
-        list.push((card_id, convert::usage_in(usage)));
-    }
-    (violations.len() == before).then(|| Value::Usage(Arc::new(list)))
-}
-
-/// The candidate nodes of a request: whole nodes converted as always, references resolved.
+/// The candidate nodes of a request: whole nodes converted as always, then references
+/// resolved, into one [`Builder`].
 pub fn candidates_in(
     state: &State,
     nodes: Vec<v1::Node>,
     refs: Vec<v1::NodeRef>,
 ) -> Result<Candidates, ServiceError> {
     let settings = &state.settings;
-    if refs.is_empty() {
-        return convert::candidates_in(nodes, &settings.names, &settings.limits);
-    }
-    let whole = nodes.len();
-    let mut violations = Vec::new();
-    let mut missing = Vec::new();
-    let mut tally: Tally = [(0, 0); 2];
-    let mut shared: Vec<Arc<Node>> = Vec::with_capacity(whole + refs.len());
-    let mut invalid: Vec<Arc<InvalidNode>> = Vec::new();
-    // Where each node of the combined list (whole nodes, then references) went, for duplicate
-    // names (names are read from the nodes at the end: none is copied).
-    let mut at: Vec<Slot> = Vec::with_capacity(whole + refs.len());
-    // Cards of every node, valid or not (limits.max_cards counts what was sent).
-    let mut cards = 0usize;
-    for (i, n) in nodes.into_iter().enumerate() {
-        cards += n.cards.len();
-        match convert::node_checked(
-            n,
-            NodeAt::Whole(i),
-            &settings.names,
-            &settings.limits,
-            &mut violations,
-        ) {
-            Some(Ok(node)) => at.push(Slot::push(&mut shared, node)),
-            Some(Err(bad)) => at.push(Slot::push_invalid(&mut invalid, bad)),
-            None => at.push(Slot::None),
-        }
-    }
     let limits = &settings.limits;
+    let mut b = Builder::with_capacity(nodes.len() + refs.len());
+    whole::push(&mut b, nodes, &settings.names, limits);
+    if refs.is_empty() {
+        return b.finish(limits);
+    }
+    let mut tally: Tally = [(0, 0); 2];
     for (i, r) in refs.into_iter().enumerate() {
         let v1::NodeRef {
             inventory,
@@ -306,8 +182,8 @@ pub fn candidates_in(
             tally[0].0 += 1;
             tally[1].0 += 1;
             // Cached nodes were checked against limits.max_cards_per_node before caching.
-            cards += node.cards().len();
-            at.push(Slot::push(&mut shared, node));
+            b.cards += node.cards().len();
+            b.valid(node);
             continue;
         }
         let inv = part_in(
@@ -316,10 +192,10 @@ pub fn candidates_in(
             i,
             &inventory,
             inventory_digest.as_ref(),
-            &mut violations,
-            &mut missing,
+            &mut b.violations,
+            &mut b.missing,
             &mut tally,
-            |b, v| inventory_in(state, i, b, v),
+            |bytes, v| inventory_in(state, i, bytes, v),
         );
         let use_ = part_in(
             state,
@@ -327,45 +203,45 @@ pub fn candidates_in(
             i,
             &usage,
             usage_digest.as_ref(),
-            &mut violations,
-            &mut missing,
+            &mut b.violations,
+            &mut b.missing,
             &mut tally,
-            |b, v| usage_part_in(i, b, v),
+            |bytes, v| usage_list_in(i, bytes, v).map(|u| Value::Usage(Arc::new(u))),
         );
         let (inv, inv_d) = match inv {
             Found::Value(Value::Inventory(n), d) => (n, d),
             Found::Value(Value::Invalid(bad), _) => {
                 // Invalid itself: its usage part (resolved above, so that missing or malformed
                 // parts are still reported) does not matter.
-                cards += bad.failure().cards_on_node as usize;
-                at.push(Slot::push_invalid(&mut invalid, bad));
+                b.cards += bad.failure().cards_on_node as usize;
+                b.invalid(bad);
                 continue;
             }
             Found::Absent => {
-                violations.push(Violation::new(
+                b.violations.push(Violation::new(
                     ViolationKind::MissingField,
                     format!("node_refs[{i}]"),
                     "inventory or inventory_digest is required",
                 ));
-                at.push(Slot::None);
+                b.none();
                 continue;
             }
             _ => {
-                at.push(Slot::None);
+                b.none();
                 continue;
             }
         };
-        cards += inv.cards().len();
+        b.cards += inv.cards().len();
         let usage = match use_ {
             Found::Value(Value::Usage(u), d) => Some((u, d)),
             Found::Absent => None,
             _ => {
-                at.push(Slot::None);
+                b.none();
                 continue;
             }
         };
         let Some((usage, use_d)) = usage else {
-            at.push(Slot::push(&mut shared, inv));
+            b.valid(inv);
             continue;
         };
         // Clients list usage in card order: look from the card after the last match first.
@@ -394,7 +270,7 @@ pub fn candidates_in(
             // The node's usage names cards it does not have: the node is invalid (as a node
             // sent whole cannot be: there, usage is written in its cards).
             let bad = InvalidNode::new(inv.name().to_owned(), n, unknown);
-            at.push(Slot::push_invalid(&mut invalid, Arc::new(bad)));
+            b.invalid(Arc::new(bad));
             continue;
         }
         // The positions are the node's cards: always `Some`.
@@ -402,72 +278,15 @@ pub fn candidates_in(
             Some(node) => {
                 let node = Arc::new(node);
                 state.node_cache.insert_pair(inv_d, use_d, node.clone());
-                at.push(Slot::push(&mut shared, node));
+                b.valid(node);
             }
-            None => at.push(Slot::None),
+            None => b.none(),
         }
     }
     for (part, (hits, misses)) in [Part::Inventory, Part::Usage].into_iter().zip(tally) {
         state.node_cache.count(part, hits, misses);
     }
-    let duplicates = || {
-        let names: Vec<&str> = at.iter().map(|a| a.name(&shared, &invalid)).collect();
-        convert::duplicate_names(&names, |k| {
-            if k < whole {
-                NodeAt::Whole(k).to_string()
-            } else {
-                NodeAt::Ref(k - whole).to_string()
-            }
-        })
-    };
-    if !violations.is_empty() {
-        violations.extend(duplicates());
-        return Err(ServiceError::InvalidArgument(violations));
-    }
-    if !missing.is_empty() {
-        return Err(ServiceError::Missing(missing));
-    }
-    if cards > limits.max_cards {
-        return Err(ServiceError::TooLarge(vec![Violation::new(
-            ViolationKind::LimitExceeded,
-            "nodes",
-            format!(
-                "{cards} cards exceed the limit of {} (limits.max_cards)",
-                limits.max_cards
-            ),
-        )]));
-    }
-    Candidates::unique(&shared, &invalid, duplicates).map_err(ServiceError::InvalidArgument)
-}
-
-/// Where a node of the request went: the valid nodes, the invalid ones, or neither (request
-/// errors, a missing reference).
-#[derive(Clone, Copy, Debug)]
-enum Slot {
-    Valid(usize),
-    Invalid(usize),
-    None,
-}
-
-impl Slot {
-    fn push(shared: &mut Vec<Arc<Node>>, node: Arc<Node>) -> Slot {
-        shared.push(node);
-        Slot::Valid(shared.len() - 1)
-    }
-
-    fn push_invalid(invalid: &mut Vec<Arc<InvalidNode>>, node: Arc<InvalidNode>) -> Slot {
-        invalid.push(node);
-        Slot::Invalid(invalid.len() - 1)
-    }
-
-    /// The node's name ("" for none).
-    fn name<'a>(self, shared: &'a [Arc<Node>], invalid: &'a [Arc<InvalidNode>]) -> &'a str {
-        match self {
-            Slot::Valid(k) => shared.get(k).map_or("", |n| n.name()),
-            Slot::Invalid(k) => invalid.get(k).map_or("", |n| n.name()),
-            Slot::None => "",
-        }
-    }
+    b.finish(limits)
 }
 
 /// The combined node of two well-formed, non-empty digests, when cached (a malformed digest

@@ -76,42 +76,6 @@ pub struct Edge<S> {
     cfg: Arc<EdgeConfig>,
 }
 
-/// The RPC label of a path: known methods by name, anything else `unknown` (the label's values
-/// stay a closed set whatever clients send).
-pub fn rpc_label(path: &str) -> &'static str {
-    const KNOWN: [(&str, &str); 10] = [
-        ("/gpusched.v1.PlacementService/Filter", "Filter"),
-        ("/gpusched.v1.PlacementService/Score", "Score"),
-        ("/gpusched.v1.PlacementService/Allocate", "Allocate"),
-        (
-            "/gpusched.v1.PlacementService/AllocateBatch",
-            "AllocateBatch",
-        ),
-        (
-            "/gpusched.v1.PlacementService/ValidateWorkload",
-            "ValidateWorkload",
-        ),
-        (
-            "/gpusched.v1.InventoryService/NormalizeInventory",
-            "NormalizeInventory",
-        ),
-        ("/grpc.health.v1.Health/Check", "Check"),
-        ("/grpc.health.v1.Health/Watch", "Watch"),
-        (
-            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
-            "ServerReflectionInfo",
-        ),
-        (
-            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-            "ServerReflectionInfo",
-        ),
-    ];
-    KNOWN
-        .iter()
-        .find(|(p, _)| *p == path)
-        .map_or("unknown", |(_, rpc)| rpc)
-}
-
 /// The metrics label of a gRPC code (its name in snake case).
 pub fn outcome(code: Code) -> &'static str {
     match code {
@@ -142,7 +106,7 @@ pub fn deadline(headers: &HeaderMap, request_timeout: Duration) -> Duration {
     if let Some(v) = headers.get("grpc-timeout") {
         metadata.as_mut().insert("grpc-timeout", v.clone());
     }
-    crate::call::grpc_timeout(&metadata)
+    crate::rpc::grpc_timeout(&metadata)
         .map(|t| t.saturating_sub(DEADLINE_MARGIN))
         .map_or(request_timeout, |t| t.min(request_timeout))
 }
@@ -257,7 +221,7 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let mut call = Call {
             metrics: Arc::clone(&self.cfg.metrics),
-            rpc: rpc_label(req.uri().path()),
+            rpc: crate::rpc::label(req.uri().path()),
             started: Instant::now(),
             counted: false,
         };
@@ -384,17 +348,6 @@ impl http_body::Body for Counted {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn labels_are_a_closed_set() {
-        assert_eq!(
-            rpc_label("/gpusched.v1.PlacementService/Allocate"),
-            "Allocate"
-        );
-        assert_eq!(rpc_label("/grpc.health.v1.Health/Check"), "Check");
-        assert_eq!(rpc_label("/x/y"), "unknown");
-        assert_eq!(rpc_label(&"/a".repeat(1000)), "unknown");
-    }
 
     #[test]
     fn codes_put_right() {

@@ -1,12 +1,17 @@
-//! No input may panic or hang the server: raw garbage bytes, empty messages, huge and
-//! adversarial values, random requests. After each, the server still answers.
+//! Reliability, the wire: no input may panic or hang the server, and malformed input is
+//! INVALID_ARGUMENT: raw garbage bytes, empty messages, huge and adversarial values, random
+//! requests, bytes that are no protobuf, frames cut short, content-types that are not gRPC.
+//! After each, the server still answers.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
+
 use bytes_codec::RawCodec;
+use common::raw::*;
 use common::*;
 use gpusched_api::v1;
 use proptest::prelude::*;
@@ -447,4 +452,60 @@ fn random_requests_never_break_the_server() {
         })
         .unwrap();
     rt.block_on(still_answers(&server));
+}
+
+/// Attack: bytes that are no protobuf, and a frame cut short. Before: INTERNAL. Now:
+/// INVALID_ARGUMENT on every method.
+#[tokio::test]
+async fn malformed_requests_are_invalid_argument() {
+    let server = TestServer::start(&[]).await;
+    let cut = {
+        let mut f = frame(&[0x0a; 100]).to_vec();
+        f.truncate(20);
+        Bytes::from(f)
+    };
+    for method in METHODS {
+        for body in [
+            frame(&[0xff; 64]),
+            frame(b"not protobuf at all"),
+            frame(&[0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f]),
+            cut.clone(),
+            Bytes::new(),
+        ] {
+            let r = raw(
+                server.running.grpc_addr,
+                method,
+                "application/grpc",
+                &[],
+                body.clone(),
+            )
+            .await;
+            assert_eq!(r.code(), Code::InvalidArgument, "{method} {body:?}");
+        }
+    }
+    still_places(&server).await;
+}
+
+/// Attack: requests that are not gRPC. Before: accepted. Now: HTTP 415 with grpc-status 3.
+#[tokio::test]
+async fn non_grpc_content_types_are_refused() {
+    let server = TestServer::start(&[]).await;
+    let body = frame(&prost::Message::encode_to_vec(&allocate_req(
+        vec![node("a", 1, 8000)],
+        gpu_pod(),
+    )));
+    for ct in ["application/json", "text/plain", "application/grpc+json"] {
+        let r = raw(server.running.grpc_addr, ALLOCATE, ct, &[], body.clone()).await;
+        assert_eq!(r.http, http::StatusCode::UNSUPPORTED_MEDIA_TYPE, "{ct}");
+        assert_eq!(r.code(), Code::InvalidArgument, "{ct}");
+    }
+    let ok = raw(
+        server.running.grpc_addr,
+        ALLOCATE,
+        "application/grpc",
+        &[],
+        body,
+    )
+    .await;
+    assert_eq!(ok.code(), Code::Ok);
 }

@@ -10,15 +10,12 @@
 use gpusched_api::v1;
 use gpusched_engine::{ChangeError, Violation, ViolationKind};
 
-use crate::call::State;
+use crate::cache::digest::Digest;
+use crate::cache::spare::Changed;
+use crate::convert::refs::digest_in;
 use crate::error::ServiceError;
-use crate::invalid_node::Candidates;
-use crate::node_cache::Digest;
-use crate::noderef;
-use crate::spare::Changed;
-
-/// Bytes hashed per reference in a set digest (inventory hash, usage hash).
-const PER_REF: u64 = 64;
+use crate::pipeline::resolve::refs;
+use crate::state::State;
 
 /// A checked `NodeSetRef`.
 enum SetOp {
@@ -62,7 +59,7 @@ fn op_in(set: v1::NodeSetRef, whole_nodes: usize) -> Result<Option<SetOp>, Servi
         (None, false) => Ok(None),
         (Some(d), false) => {
             let mut violations = Vec::new();
-            match noderef::digest_in(&d, &|| "node_set.base".to_owned(), &mut violations) {
+            match digest_in(&d, &|| "node_set.base".to_owned(), &mut violations) {
                 Some(base) => Ok(Some(SetOp::Change {
                     base,
                     removed: removed_node_names,
@@ -71,35 +68,6 @@ fn op_in(set: v1::NodeSetRef, whole_nodes: usize) -> Result<Option<SetOp>, Servi
             }
         }
     }
-}
-
-/// The digest a set of these references is kept under (see `NodeSetRef` in types.proto), or
-/// `None` when a reference is malformed (the conversion reports it).
-pub fn set_digest(refs: &[v1::NodeRef]) -> Option<Digest> {
-    use sha2::Digest as _;
-    let mut h = sha2::Sha256::new();
-    let part = |bytes: &[u8], d: Option<&v1::Digest>, absent: [u8; 32]| -> Option<[u8; 32]> {
-        match d {
-            Some(d) => d.hash.as_slice().try_into().ok(),
-            None if !bytes.is_empty() => Some(Digest::of(bytes).hash),
-            None => Some(absent),
-        }
-    };
-    for r in refs {
-        // An inventory is required: neither bytes nor digest is malformed.
-        let inv = if r.inventory.is_empty() && r.inventory_digest.is_none() {
-            None
-        } else {
-            part(&r.inventory, r.inventory_digest.as_ref(), [0; 32])
-        }?;
-        let usage = part(&r.usage, r.usage_digest.as_ref(), [0; 32])?;
-        h.update(inv);
-        h.update(usage);
-    }
-    Some(Digest {
-        hash: h.finalize().into(),
-        size_bytes: PER_REF * refs.len() as u64,
-    })
 }
 
 /// The candidate nodes of a request: whole nodes and references, as a change to a kept set
@@ -116,10 +84,10 @@ pub fn candidates(
         None => None,
     };
     match op {
-        None => noderef::candidates_in(state, nodes, refs).map(Changed::from),
+        None => refs::candidates_in(state, nodes, refs).map(Changed::from),
         Some(SetOp::Keep) => {
-            let digest = set_digest(&refs);
-            let s = noderef::candidates_in(state, nodes, refs)?;
+            let digest = Digest::of_set(&refs);
+            let s = refs::candidates_in(state, nodes, refs)?;
             if let Some(d) = digest {
                 state.node_sets.insert(d, s.clone());
             }
@@ -127,7 +95,7 @@ pub fn candidates(
         }
         Some(SetOp::Change { base, removed }) => {
             let held = state.node_sets.get(&base);
-            let changes = noderef::candidates_in(state, nodes, refs);
+            let changes = refs::candidates_in(state, nodes, refs);
             let (held, changes) = match (held, changes) {
                 // Bad input first, then everything missing at once.
                 (_, Err(e @ (ServiceError::InvalidArgument(_) | ServiceError::TooLarge(_)))) => {
@@ -156,7 +124,7 @@ pub fn candidates(
                         .into()
                 }
             };
-            within_limits(&s, state)?;
+            crate::pipeline::limits::changed_set(&s, &state.settings.limits)?;
             Ok(s)
         }
     }
@@ -179,32 +147,4 @@ fn errors_out(errors: Vec<ChangeError>) -> Vec<Violation> {
             )
         })
         .collect()
-}
-
-/// The changed set within the request limits (a base plus additions can outgrow them; cards of
-/// invalid nodes count, as sent).
-fn within_limits(s: &Candidates, state: &State) -> Result<(), ServiceError> {
-    let limits = &state.settings.limits;
-    let (nodes, cards) = (s.len(), s.card_count());
-    let over = if nodes > limits.max_nodes {
-        Some(format!(
-            "{nodes} nodes (base set and changes) exceed the limit of {} (limits.max_nodes)",
-            limits.max_nodes
-        ))
-    } else if cards > limits.max_cards {
-        Some(format!(
-            "{cards} cards (base set and changes) exceed the limit of {} (limits.max_cards)",
-            limits.max_cards
-        ))
-    } else {
-        None
-    };
-    match over {
-        Some(what) => Err(ServiceError::TooLarge(vec![Violation::new(
-            ViolationKind::LimitExceeded,
-            "node_set",
-            what,
-        )])),
-        None => Ok(()),
-    }
 }

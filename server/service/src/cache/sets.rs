@@ -13,9 +13,10 @@ use hashlink::LinkedHashMap;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 
-use crate::invalid_node::{Candidates, InvalidNode};
-use crate::node_cache::Digest;
-use crate::spare::Kept;
+use crate::cache::digest::Digest;
+use crate::cache::spare::{self, Kept};
+use crate::candidates::{Candidates, InvalidNode};
+use crate::config::SetLimits;
 
 /// The metric handles of the set cache (registered by [`crate::Metrics`]).
 #[derive(Clone, Debug, Default)]
@@ -32,15 +33,6 @@ pub struct SetMetrics {
     pub bytes: Gauge,
     /// Sets held.
     pub entries: Gauge,
-}
-
-/// Bounds of the set cache (`[node_cache]` `max_sets`, `max_set_bytes`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SetLimits {
-    /// Most sets held (0: none; every base is a miss).
-    pub max_sets: usize,
-    /// Most estimated bytes held.
-    pub max_bytes: usize,
 }
 
 #[derive(Debug, Default)]
@@ -61,7 +53,7 @@ pub struct SetCache {
 
 /// Estimated bytes a set holds: its node lists (with the spare lists of [`Kept`]) and every
 /// node (valid or invalid) at its full converted size. The at most
-/// [`crate::spare::MAX_REPLACED`] nodes a spare list holds beyond the set are within the
+/// [`spare::MAX_REPLACED`] nodes a spare list holds beyond the set are within the
 /// request limits and not counted.
 pub fn weight(s: &Candidates) -> usize {
     const ENTRY: usize = 160;
@@ -70,7 +62,7 @@ pub fn weight(s: &Candidates) -> usize {
             .shared_nodes()
             .iter()
             .map(|n| {
-                (1 + crate::spare::MAX_SPARES) * size_of::<usize>()
+                (1 + spare::MAX_SPARES) * size_of::<usize>()
                     + size_of_val(n.as_ref())
                     + n.heap_bytes()
             })

@@ -11,121 +11,16 @@
 //! malformed: the decoder fails at the same point, so nothing past it is ever allocated, and
 //! what was counted up to there is still checked.
 
-use gpusched_api::v1;
-use gpusched_engine::{self as engine, Violation, ViolationKind};
+use gpusched_engine::Violation;
 
 use crate::config::Limits;
+use crate::convert::node::NodeAt;
 use crate::error::ServiceError;
-use crate::noderef::ASSUMED_CARDS_PER_REF;
-
-/// The unary RPCs whose requests are counted (health and reflection are not).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Rpc {
-    /// `PlacementService/Filter`.
-    Filter,
-    /// `PlacementService/Score`.
-    Score,
-    /// `PlacementService/Allocate`.
-    Allocate,
-    /// `PlacementService/AllocateBatch`.
-    AllocateBatch,
-    /// `PlacementService/ValidateWorkload`.
-    ValidateWorkload,
-    /// `InventoryService/NormalizeInventory`.
-    NormalizeInventory,
-}
-
-impl Rpc {
-    /// The RPC of an HTTP/2 request path.
-    pub fn from_path(path: &str) -> Option<Rpc> {
-        Some(match path {
-            "/gpusched.v1.PlacementService/Filter" => Rpc::Filter,
-            "/gpusched.v1.PlacementService/Score" => Rpc::Score,
-            "/gpusched.v1.PlacementService/Allocate" => Rpc::Allocate,
-            "/gpusched.v1.PlacementService/AllocateBatch" => Rpc::AllocateBatch,
-            "/gpusched.v1.PlacementService/ValidateWorkload" => Rpc::ValidateWorkload,
-            "/gpusched.v1.InventoryService/NormalizeInventory" => Rpc::NormalizeInventory,
-            _ => return None,
-        })
-    }
-
-    /// Whether it is a `PlacementService` RPC.
-    pub fn is_placement(self) -> bool {
-        !matches!(self, Rpc::NormalizeInventory)
-    }
-}
-
-/// What counting a request found: the estimates it is admitted with.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Admission {
-    /// Estimated peak memory of the call, bytes: the encoded request, the decoded and
-    /// converted structures, and the answer (see [`WIRE_FACTOR`] and the per-entry costs).
-    pub memory: usize,
-    /// Estimated work, in card evaluations: cards x (containers + 1) x workloads (twice with
-    /// explanations), plus one per counted entry (conversion) and per card and filter entry.
-    pub work: usize,
-    /// The call already runs on the blocking pool (a large message, see `intake`): its
-    /// decision runs there inline.
-    pub offloaded: bool,
-}
-
-/// Bytes of memory charged per byte of the encoded request, on top of the per-entry costs: the
-/// received body (once, twice while its chunks are joined), the decoded strings and bytes, and
-/// the copies the call makes of them (trimmed ids, upper-cased filters, names echoed in the
-/// answer). The reliability test (`tests/bounds.rs`) measures the worst case of RSS per request
-/// byte against it.
-pub const WIRE_FACTOR: usize = 4;
-
-/// Memory of one node beyond its bytes: the decoded message (twice: a vector grows by
-/// doubling), the engine's spec and node, the shared pointer and the answer's entry.
-const NODE_COST: usize = 2 * size_of::<v1::Node>()
-    + size_of::<engine::NodeSpec>()
-    + size_of::<engine::Node>()
-    + 32
-    + ANSWER_PER_NODE;
-/// Memory of one card: decoded (twice), converted, and its cordon flag.
-const CARD_COST: usize = 2 * size_of::<v1::Card>() + size_of::<engine::Card>() + 8;
-/// Memory of one entry of a repeated string: decoded (twice) and one copy.
-const STRING_COST: usize = 3 * size_of::<String>();
-/// Memory of one pair score: decoded (twice) and converted (the pair matrix is counted per
-/// node).
-const PAIR_COST: usize = 2 * size_of::<v1::CardPairScore>() + size_of::<engine::PairScore>();
-/// Memory of one map entry (a B-tree of two strings, nodes half full at worst).
-const MAP_ENTRY_COST: usize = 4 * size_of::<String>() + 32;
-/// Memory of one repeated enum value.
-const ENUM_COST: usize = 2 * size_of::<i32>() + 8;
-/// Memory of one workload beyond its lists: decoded and parsed.
-const WORKLOAD_COST: usize = 2 * size_of::<v1::Workload>()
-    + size_of::<engine::Workload>()
-    + 2 * size_of::<v1::TypedWorkloadSpec>();
-/// Memory of one container: decoded (twice, either form) and resolved.
-const CONTAINER_COST: usize = 2 * size_of::<v1::KubernetesContainer>()
-    + 2 * size_of::<v1::ContainerRequest>()
-    + size_of::<engine::ContainerRequest>();
-/// Memory of one usage entry of a node by reference.
-const USAGE_COST: usize =
-    2 * size_of::<v1::CardUsageEntry>() + size_of::<(String, engine::CardUsage)>();
-/// Memory of one raw card of NormalizeInventory: decoded, converted, normalised and answered.
-const RAW_CARD_COST: usize = 2 * size_of::<v1::RawCard>()
-    + size_of::<engine::RawCard>()
-    + size_of::<engine::Card>()
-    + size_of::<v1::Card>();
-/// Memory of one link: decoded, converted, and its pair score (a map entry and the answer's).
-const LINK_COST: usize = 2 * size_of::<v1::RawLink>()
-    + size_of::<engine::RawLink>()
-    + MAP_ENTRY_COST
-    + size_of::<v1::CardPairScore>();
-/// Memory of one normalisation override: decoded, converted, its upper-cased model.
-const OVERRIDE_COST: usize = 2 * size_of::<v1::NormalizationOverride>()
-    + size_of::<engine::NormalizationOverride>()
-    + size_of::<String>();
-/// Memory of a node's entry in the answer for one workload: a failed node (its name, reasons
-/// with their names, HAMi's message) or a feasible one (its name and score), engine and
-/// protobuf forms.
-const ANSWER_PER_NODE: usize = 448;
-/// Memory of one card's explanation for one container: engine and protobuf forms.
-const EXPLANATION_COST: usize =
-    size_of::<engine::CardExplanation>() + 2 * size_of::<v1::CardExplanation>();
+use crate::pipeline::limits::{self, Limit};
+use crate::rpc::{Admission, Rpc};
+use crate::transport::prescan::cost::*;
+use crate::transport::prescan::fields::*;
+use crate::transport::prescan::wire::{Fields, Step, Value, bytes, enum_entries};
 
 /// Violations kept in full; beyond them one more says how many were left out (the scan's own
 /// memory stays bounded whatever the request).
@@ -142,149 +37,6 @@ pub fn scan(rpc: Rpc, message: &[u8], limits: &Limits) -> Result<Admission, Serv
         Rpc::NormalizeInventory => s.normalize(message),
     };
     s.finish(rpc, message.len())
-}
-
-/// A malformed encoding.
-#[derive(Debug)]
-struct Malformed;
-
-type Step = Result<(), Malformed>;
-
-/// One field's value.
-#[derive(Clone, Copy, Debug)]
-enum Value<'a> {
-    Varint,
-    Len(&'a [u8]),
-    Other,
-}
-
-/// The fields of one encoded message, in wire order.
-struct Fields<'a> {
-    buf: &'a [u8],
-}
-
-/// How deep groups of unknown fields may nest (the decoder's recursion limit).
-const GROUP_DEPTH: usize = 100;
-
-fn varint(buf: &mut &[u8]) -> Result<u64, Malformed> {
-    let mut v = 0u64;
-    for i in 0..10 {
-        let (&b, rest) = buf.split_first().ok_or(Malformed)?;
-        *buf = rest;
-        v |= u64::from(b & 0x7f) << (7 * i);
-        if b < 0x80 {
-            return Ok(v);
-        }
-    }
-    Err(Malformed)
-}
-
-impl<'a> Fields<'a> {
-    fn new(buf: &'a [u8]) -> Self {
-        Fields { buf }
-    }
-
-    fn skip(&mut self, n: usize) -> Step {
-        if self.buf.len() < n {
-            return Err(Malformed);
-        }
-        self.buf = &self.buf[n..];
-        Ok(())
-    }
-
-    fn len_delimited(&mut self) -> Result<&'a [u8], Malformed> {
-        let len = usize::try_from(varint(&mut self.buf)?).map_err(|_| Malformed)?;
-        if len > self.buf.len() {
-            return Err(Malformed);
-        }
-        let (v, rest) = self.buf.split_at(len);
-        self.buf = rest;
-        Ok(v)
-    }
-
-    /// Skips a group whose start (field `number`) was just read.
-    fn skip_group(&mut self, number: u64) -> Step {
-        let mut open = vec![number];
-        while let Some(&inner) = open.last() {
-            let key = varint(&mut self.buf)?;
-            match key & 7 {
-                0 => {
-                    varint(&mut self.buf)?;
-                }
-                1 => self.skip(8)?,
-                2 => {
-                    self.len_delimited()?;
-                }
-                3 => {
-                    if open.len() >= GROUP_DEPTH {
-                        return Err(Malformed);
-                    }
-                    open.push(key >> 3);
-                }
-                4 if key >> 3 == inner => {
-                    open.pop();
-                }
-                5 => self.skip(4)?,
-                _ => return Err(Malformed),
-            }
-        }
-        Ok(())
-    }
-
-    /// The next field: `None` at the end.
-    fn next(&mut self) -> Option<Result<(u32, Value<'a>), Malformed>> {
-        if self.buf.is_empty() {
-            return None;
-        }
-        Some(self.field())
-    }
-
-    fn field(&mut self) -> Result<(u32, Value<'a>), Malformed> {
-        let key = varint(&mut self.buf)?;
-        let number = u32::try_from(key >> 3).map_err(|_| Malformed)?;
-        if number == 0 {
-            return Err(Malformed);
-        }
-        let value = match key & 7 {
-            0 => {
-                varint(&mut self.buf)?;
-                Value::Varint
-            }
-            1 => {
-                self.skip(8)?;
-                Value::Other
-            }
-            2 => Value::Len(self.len_delimited()?),
-            3 => {
-                self.skip_group(key >> 3)?;
-                Value::Other
-            }
-            5 => {
-                self.skip(4)?;
-                Value::Other
-            }
-            _ => return Err(Malformed),
-        };
-        Ok((number, value))
-    }
-}
-
-/// Entries of a repeated enum field: packed (one length-delimited run of varints, counted by
-/// their last bytes) or one per field.
-fn enum_entries(v: Value<'_>) -> usize {
-    match v {
-        Value::Len(b) => b.iter().filter(|&&x| x < 0x80).count(),
-        Value::Varint | Value::Other => 1,
-    }
-}
-
-/// The bytes of a length-delimited field (`None` when it has another wire type: the decoder
-/// refuses it there).
-fn bytes(v: Value<'_>) -> Result<&[u8], Malformed> {
-    match v {
-        Value::Len(b) => Ok(b),
-        Value::Varint | Value::Other => Err(Malformed),
-    }
 }
 
 /// Counts of one node.
@@ -309,48 +61,13 @@ struct WorkloadCounts {
     annotations: usize,
 }
 
-/// Where a node came from, to name fields.
-#[derive(Clone, Copy)]
-enum NodeAt {
-    Whole(usize),
-    Ref(usize),
-}
-
-impl std::fmt::Display for NodeAt {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NodeAt::Whole(i) => write!(f, "nodes[{i}]"),
-            NodeAt::Ref(i) => write!(f, "node_refs[{i}].inventory"),
-        }
-    }
-}
-
 /// The running count of one request.
 struct Scan<'l> {
     limits: &'l Limits,
     violations: Vec<Violation>,
     left_out: usize,
-    memory: usize,
-    /// Counted entries (conversion work).
-    entries: usize,
-    whole: usize,
-    refs: usize,
-    /// References with inline inventories (their cards are counted).
-    inline_refs: usize,
-    cards: usize,
-    restrict: usize,
-    workloads: usize,
-    /// Containers over all workloads, each plus one.
-    container_slots: usize,
-    /// Filter list entries over all workloads (each compared with every card).
-    filter_entries: usize,
-    explain: bool,
-    updated_nodes: bool,
-    /// Nodes with pair scores: the pair matrices (cards squared).
-    pair_matrix: usize,
-    raw_cards: usize,
-    overrides: usize,
-    links: usize,
+    /// The counts.
+    c: Counts,
 }
 
 impl<'l> Scan<'l> {
@@ -359,32 +76,19 @@ impl<'l> Scan<'l> {
             limits,
             violations: Vec::new(),
             left_out: 0,
-            memory: 0,
-            entries: 0,
-            whole: 0,
-            refs: 0,
-            inline_refs: 0,
-            cards: 0,
-            restrict: 0,
-            workloads: 0,
-            container_slots: 0,
-            filter_entries: 0,
-            explain: false,
-            updated_nodes: false,
-            pair_matrix: 0,
-            raw_cards: 0,
-            overrides: 0,
-            links: 0,
+            c: Counts::default(),
         }
     }
 
-    fn violation(&mut self, field: impl FnOnce() -> String, description: impl FnOnce() -> String) {
+    /// `n` of `what` (on `field`) against `limit` (the violation built only when over, and
+    /// kept only while fewer than [`MAX_REPORTED`] are).
+    fn over(&mut self, limit: Limit, n: usize, field: impl FnOnce() -> String, what: &str) {
+        if !limit.exceeded_by(n, self.limits) {
+            return;
+        }
         if self.violations.len() < MAX_REPORTED {
-            self.violations.push(Violation::new(
-                ViolationKind::LimitExceeded,
-                field(),
-                description(),
-            ));
+            self.violations
+                .push(limit.violation(self.limits, field(), n, what));
         } else {
             self.left_out += 1;
         }
@@ -392,17 +96,12 @@ impl<'l> Scan<'l> {
 
     /// A list of `n` entries against `limits.max_list_entries`.
     fn list(&mut self, n: usize, field: impl FnOnce() -> String) {
-        let max = self.limits.max_list_entries;
-        if n > max {
-            self.violation(field, || {
-                format!("{n} entries exceed the limit of {max} (limits.max_list_entries)")
-            });
-        }
+        self.over(Limit::ListEntries, n, field, "entries");
     }
 
     fn add(&mut self, entries: usize, cost: usize) {
-        self.entries = self.entries.saturating_add(entries);
-        self.memory = self.memory.saturating_add(entries.saturating_mul(cost));
+        self.c.entries = self.c.entries.saturating_add(entries);
+        self.c.memory = self.c.memory.saturating_add(entries.saturating_mul(cost));
     }
 
     // --- requests ------------------------------------------------------------------------
@@ -411,7 +110,7 @@ impl<'l> Scan<'l> {
         let mut single = None;
         let result = self.placement_fields(rpc, message, &mut single);
         if let Some(c) = single {
-            self.workloads += 1;
+            self.c.workloads += 1;
             self.workload_end(&c, "workload");
         }
         result
@@ -426,34 +125,36 @@ impl<'l> Scan<'l> {
         let mut fields = Fields::new(message);
         while let Some(f) = fields.next() {
             match (rpc, f?) {
-                (_, (1, v)) => {
-                    let at = NodeAt::Whole(self.whole);
-                    self.whole += 1;
+                (_, (PLACEMENT_NODES, v)) => {
+                    let at = NodeAt::Whole(self.c.whole);
+                    self.c.whole += 1;
                     self.node(bytes(v)?, at)?;
                 }
-                (Rpc::AllocateBatch, (2, v)) => {
-                    let i = self.workloads;
-                    self.workloads += 1;
+                (Rpc::AllocateBatch, (BATCH_WORKLOADS, v)) => {
+                    let i = self.c.workloads;
+                    self.c.workloads += 1;
                     let mut c = WorkloadCounts::default();
                     let r = self.workload(bytes(v)?, &mut c);
                     self.workload_end(&c, &format!("workloads[{i}]"));
                     r?;
                 }
-                (_, (2, v)) => {
+                (_, (PLACEMENT_WORKLOAD, v)) => {
                     let c = single.get_or_insert_with(WorkloadCounts::default);
                     self.workload(bytes(v)?, c)?;
                 }
-                (_, (3, v)) => self.options(bytes(v)?)?,
-                (Rpc::Allocate, (4, v)) => {
+                (_, (PLACEMENT_OPTIONS, v)) => self.options(bytes(v)?)?,
+                (Rpc::Allocate, (ALLOCATE_RESTRICT, v)) => {
                     bytes(v)?;
-                    self.restrict += 1;
+                    self.c.restrict += 1;
                     self.add(1, STRING_COST);
                 }
-                (Rpc::AllocateBatch, (5, Value::Varint)) => self.updated_nodes = true,
-                (Rpc::AllocateBatch, (6, v))
-                | (Rpc::Filter | Rpc::Score | Rpc::Allocate, (5, v)) => {
-                    let i = self.refs;
-                    self.refs += 1;
+                (Rpc::AllocateBatch, (BATCH_UPDATED_NODES, Value::Varint)) => {
+                    self.c.updated_nodes = true
+                }
+                (Rpc::AllocateBatch, (BATCH_NODE_REFS, v))
+                | (Rpc::Filter | Rpc::Score | Rpc::Allocate, (PLACEMENT_NODE_REFS, v)) => {
+                    let i = self.c.refs;
+                    self.c.refs += 1;
                     self.node_ref(bytes(v)?, i)?;
                 }
                 _ => {}
@@ -465,7 +166,7 @@ impl<'l> Scan<'l> {
     fn validate(&mut self, message: &[u8]) -> Step {
         let mut single = WorkloadCounts::default();
         let result = self.validate_fields(message, &mut single);
-        self.workloads = 1;
+        self.c.workloads = 1;
         self.workload_end(&single, "workload");
         result
     }
@@ -474,8 +175,8 @@ impl<'l> Scan<'l> {
         let mut fields = Fields::new(message);
         while let Some(f) = fields.next() {
             match f? {
-                (1, v) => self.workload(bytes(v)?, single)?,
-                (2, v) => self.options(bytes(v)?)?,
+                (VALIDATE_WORKLOAD, v) => self.workload(bytes(v)?, single)?,
+                (VALIDATE_OPTIONS, v) => self.options(bytes(v)?)?,
                 _ => {}
             }
         }
@@ -484,18 +185,13 @@ impl<'l> Scan<'l> {
 
     fn normalize(&mut self, message: &[u8]) -> Step {
         let result = self.normalize_fields(message);
-        let (n, max) = (self.raw_cards, self.limits.max_cards_per_node);
-        if n > max {
-            self.violation(
-                || "cards".to_owned(),
-                || {
-                    format!(
-                        "{n} cards exceed the limit of {max} per node (limits.max_cards_per_node)"
-                    )
-                },
-            );
-        }
-        self.list(self.overrides, || "config.overrides".to_owned());
+        self.over(
+            Limit::CardsPerNode,
+            self.c.raw_cards,
+            || "cards".to_owned(),
+            "cards",
+        );
+        self.list(self.c.overrides, || "config.overrides".to_owned());
         result
     }
 
@@ -503,13 +199,13 @@ impl<'l> Scan<'l> {
         let mut fields = Fields::new(message);
         while let Some(f) = fields.next() {
             match f? {
-                (2, v) => {
-                    let j = self.raw_cards;
-                    self.raw_cards += 1;
+                (NORMALIZE_CARDS, v) => {
+                    let j = self.c.raw_cards;
+                    self.c.raw_cards += 1;
                     self.add(1, RAW_CARD_COST);
                     self.raw_card(bytes(v)?, j)?;
                 }
-                (3, v) => self.normalization_config(bytes(v)?)?,
+                (NORMALIZE_CONFIG, v) => self.normalization_config(bytes(v)?)?,
                 _ => {}
             }
         }
@@ -528,9 +224,10 @@ impl<'l> Scan<'l> {
         self.list(c.cordoned, || format!("{at}.cordoned_card_ids"));
         self.list(c.pairs, || format!("{at}.pair_scores"));
         self.list(c.annotations, || format!("{at}.annotations"));
-        self.cards = self.cards.saturating_add(c.cards);
+        self.c.cards = self.c.cards.saturating_add(c.cards);
         if c.pairs > 0 {
-            self.pair_matrix = self
+            self.c.pair_matrix = self
+                .c
                 .pair_matrix
                 .saturating_add(c.cards.saturating_mul(c.cards));
         }
@@ -541,19 +238,19 @@ impl<'l> Scan<'l> {
         let mut fields = Fields::new(message);
         while let Some(f) = fields.next() {
             match f? {
-                (2, _) => {
+                (NODE_CARDS, _) => {
                     c.cards += 1;
                     self.add(1, CARD_COST);
                 }
-                (3, _) => {
+                (NODE_CORDONED, _) => {
                     c.cordoned += 1;
                     self.add(1, STRING_COST);
                 }
-                (4, _) => {
+                (NODE_PAIR_SCORES, _) => {
                     c.pairs += 1;
                     self.add(1, PAIR_COST);
                 }
-                (5, _) => {
+                (NODE_ANNOTATIONS, _) => {
                     c.annotations += 1;
                     self.add(1, MAP_ENTRY_COST);
                 }
@@ -568,34 +265,29 @@ impl<'l> Scan<'l> {
         let mut inline = false;
         while let Some(f) = fields.next() {
             match f? {
-                (1, v) => {
+                (REF_INVENTORY, v) => {
                     let b = bytes(v)?;
                     if !b.is_empty() {
                         inline = true;
                         self.node(b, NodeAt::Ref(i))?;
                     }
                 }
-                (3, v) => {
+                (REF_USAGE, v) => {
                     let mut n = 0usize;
                     let r = self.usage(bytes(v)?, &mut n);
-                    let max = self.limits.max_cards_per_node;
-                    if n > max {
-                        self.violation(
-                            || format!("node_refs[{i}].usage.cards"),
-                            || {
-                                format!(
-                                    "{n} usage entries exceed the limit of {max} per node (limits.max_cards_per_node)"
-                                )
-                            },
-                        );
-                    }
+                    self.over(
+                        Limit::CardsPerNode,
+                        n,
+                        || format!("node_refs[{i}].usage.cards"),
+                        "usage entries",
+                    );
                     r?;
                 }
                 _ => {}
             }
         }
         if inline {
-            self.inline_refs += 1;
+            self.c.inline_refs += 1;
         } else {
             // Resolved from the cache: nothing to decode, but a node to decide on and answer.
             self.add(1, ANSWER_PER_NODE);
@@ -606,7 +298,7 @@ impl<'l> Scan<'l> {
     fn usage(&mut self, message: &[u8], n: &mut usize) -> Step {
         let mut fields = Fields::new(message);
         while let Some(f) = fields.next() {
-            if let (1, _) = f? {
+            if let (USAGE_CARDS, _) = f? {
                 *n += 1;
                 self.add(1, USAGE_COST);
             }
@@ -621,8 +313,8 @@ impl<'l> Scan<'l> {
         let mut fields = Fields::new(message);
         while let Some(f) = fields.next() {
             match f? {
-                (4, v) => self.typed(bytes(v)?, c)?,
-                (5, v) => self.kube(bytes(v)?, c)?,
+                (WORKLOAD_TYPED, v) => self.typed(bytes(v)?, c)?,
+                (WORKLOAD_KUBERNETES, v) => self.kube(bytes(v)?, c)?,
                 _ => {}
             }
         }
@@ -633,28 +325,28 @@ impl<'l> Scan<'l> {
         let mut fields = Fields::new(message);
         while let Some(f) = fields.next() {
             match f? {
-                (2, v) => {
+                (TYPED_GPU_POLICY, v) => {
                     let n = enum_entries(v);
                     c.gpu_policy += n;
                     self.add(n, ENUM_COST);
                 }
-                (5, _) => {
+                (TYPED_USE_TYPES, _) => {
                     c.use_types += 1;
                     self.add(1, STRING_COST);
                 }
-                (6, _) => {
+                (TYPED_NOUSE_TYPES, _) => {
                     c.nouse_types += 1;
                     self.add(1, STRING_COST);
                 }
-                (7, _) => {
+                (TYPED_USE_UUIDS, _) => {
                     c.use_uuids += 1;
                     self.add(1, STRING_COST);
                 }
-                (8, _) => {
+                (TYPED_NOUSE_UUIDS, _) => {
                     c.nouse_uuids += 1;
                     self.add(1, STRING_COST);
                 }
-                (10 | 11, _) => {
+                (TYPED_INIT_CONTAINERS | TYPED_CONTAINERS, _) => {
                     c.typed_containers += 1;
                     self.add(1, CONTAINER_COST);
                 }
@@ -670,19 +362,23 @@ impl<'l> Scan<'l> {
         let (mut init, mut app) = (0usize, 0usize);
         while let Some(f) = fields.next() {
             match f? {
-                (1, _) => {
+                (KUBE_ANNOTATIONS, _) => {
                     c.annotations += 1;
                     self.add(1, MAP_ENTRY_COST);
                 }
-                (n @ (2 | 3), v) => {
+                (n @ (KUBE_INIT_CONTAINERS | KUBE_CONTAINERS), v) => {
                     c.kube_containers += 1;
                     self.add(1, CONTAINER_COST);
-                    let list = if n == 2 {
+                    let list = if n == KUBE_INIT_CONTAINERS {
                         "init_containers"
                     } else {
                         "containers"
                     };
-                    let j = if n == 2 { &mut init } else { &mut app };
+                    let j = if n == KUBE_INIT_CONTAINERS {
+                        &mut init
+                    } else {
+                        &mut app
+                    };
                     let at = (list, *j);
                     *j += 1;
                     self.kube_container(bytes(v)?, at)?;
@@ -708,8 +404,8 @@ impl<'l> Scan<'l> {
         let mut fields = Fields::new(message);
         while let Some(f) = fields.next() {
             match f? {
-                (2, _) => maps[0] += 1,
-                (3, _) => maps[1] += 1,
+                (CONTAINER_LIMITS, _) => maps[0] += 1,
+                (CONTAINER_REQUESTS, _) => maps[1] += 1,
                 _ => continue,
             }
             self.add(1, MAP_ENTRY_COST);
@@ -719,17 +415,16 @@ impl<'l> Scan<'l> {
 
     /// Checks one workload's counts; `prefix` names it (`workload`, `workloads[i]`).
     fn workload_end(&mut self, c: &WorkloadCounts, prefix: &str) {
-        let max = self.limits.max_containers;
         for (n, form) in [
             (c.typed_containers, "typed"),
             (c.kube_containers, "kubernetes"),
         ] {
-            if n > max {
-                self.violation(
-                    || format!("{prefix}.{form}.containers"),
-                    || format!("{n} containers exceed the limit of {max} (limits.max_containers)"),
-                );
-            }
+            self.over(
+                Limit::Containers,
+                n,
+                || format!("{prefix}.{form}.containers"),
+                "containers",
+            );
         }
         for (n, field) in [
             (c.gpu_policy, "typed.gpu_policy"),
@@ -747,10 +442,12 @@ impl<'l> Scan<'l> {
                 v.field = format!("{prefix}.{}", v.field);
             }
         }
-        self.container_slots = self
+        self.c.container_slots = self
+            .c
             .container_slots
             .saturating_add(c.typed_containers + c.kube_containers + 1);
-        self.filter_entries = self
+        self.c.filter_entries = self
+            .c
             .filter_entries
             .saturating_add(c.use_types + c.nouse_types + c.use_uuids + c.nouse_uuids);
     }
@@ -766,12 +463,12 @@ impl<'l> Scan<'l> {
         let mut fields = Fields::new(message);
         while let Some(f) = fields.next() {
             match f? {
-                (2, v) => {
+                (OPTIONS_GPU_POLICY, v) => {
                     let n = enum_entries(v);
                     *tokens += n;
                     self.add(n, ENUM_COST);
                 }
-                (5, Value::Varint) => self.explain = true,
+                (OPTIONS_EXPLAIN, Value::Varint) => self.c.explain = true,
                 _ => {}
             }
         }
@@ -783,7 +480,7 @@ impl<'l> Scan<'l> {
     fn raw_card(&mut self, message: &[u8], j: usize) -> Step {
         let mut links = 0usize;
         let result = self.raw_card_fields(message, &mut links);
-        self.links = self.links.saturating_add(links);
+        self.c.links = self.c.links.saturating_add(links);
         self.list(links, || format!("cards[{j}].links"));
         result
     }
@@ -791,7 +488,7 @@ impl<'l> Scan<'l> {
     fn raw_card_fields(&mut self, message: &[u8], links: &mut usize) -> Step {
         let mut fields = Fields::new(message);
         while let Some(f) = fields.next() {
-            if let (8, _) = f? {
+            if let (RAW_CARD_LINKS, _) = f? {
                 *links += 1;
                 self.add(1, LINK_COST);
             }
@@ -802,8 +499,8 @@ impl<'l> Scan<'l> {
     fn normalization_config(&mut self, message: &[u8]) -> Step {
         let mut fields = Fields::new(message);
         while let Some(f) = fields.next() {
-            if let (4, _) = f? {
-                self.overrides += 1;
+            if let (NORMALIZATION_OVERRIDES, _) = f? {
+                self.c.overrides += 1;
                 self.add(1, OVERRIDE_COST);
             }
         }
@@ -814,141 +511,55 @@ impl<'l> Scan<'l> {
 
     fn finish(mut self, rpc: Rpc, wire: usize) -> Result<Admission, ServiceError> {
         let l = self.limits;
-        let mut first = Vec::new();
-        if self.workloads > l.max_workloads && rpc == Rpc::AllocateBatch {
-            first.push(Violation::new(
-                ViolationKind::LimitExceeded,
+        let mut violations = Vec::new();
+        if rpc == Rpc::AllocateBatch && Limit::Workloads.exceeded_by(self.c.workloads, l) {
+            violations.push(Limit::Workloads.violation(
+                l,
                 "workloads",
-                format!(
-                    "{} workloads exceed the limit of {} (limits.max_workloads)",
-                    self.workloads, l.max_workloads
-                ),
+                self.c.workloads,
+                "workloads",
             ));
         }
-        let nodes = self.whole + self.refs;
-        if nodes > l.max_nodes {
-            let description = if self.refs == 0 {
-                format!(
-                    "{nodes} nodes exceed the limit of {} (limits.max_nodes)",
-                    l.max_nodes
-                )
+        let nodes = self.c.whole + self.c.refs;
+        if Limit::Nodes.exceeded_by(nodes, l) {
+            violations.push(if self.c.refs == 0 {
+                Limit::Nodes.violation(l, "nodes", nodes, "nodes")
             } else {
-                format!(
-                    "{nodes} nodes ({} whole, {} by reference) exceed the limit of {} (limits.max_nodes)",
-                    self.whole, self.refs, l.max_nodes
+                Limit::Nodes.violation(
+                    l,
+                    "nodes",
+                    nodes,
+                    format_args!(
+                        "nodes ({} whole, {} by reference)",
+                        self.c.whole, self.c.refs
+                    ),
                 )
-            };
-            first.push(Violation::new(
-                ViolationKind::LimitExceeded,
-                "nodes",
-                description,
-            ));
+            });
         }
-        let mut violations = first;
         violations.append(&mut self.violations);
-        if self.cards > l.max_cards {
-            violations.push(Violation::new(
-                ViolationKind::LimitExceeded,
-                "nodes",
-                format!(
-                    "{} cards exceed the limit of {} (limits.max_cards)",
-                    self.cards, l.max_cards
-                ),
-            ));
-        }
-        if self.restrict > l.max_nodes {
-            violations.push(Violation::new(
-                ViolationKind::LimitExceeded,
-                "restrict_to_node_names",
-                format!(
-                    "{} names exceed the limit of {} (limits.max_nodes)",
-                    self.restrict, l.max_nodes
-                ),
-            ));
-        }
+        violations.extend(Limit::Cards.check(l, || "nodes".to_owned(), self.c.cards, "cards"));
+        violations.extend(Limit::Nodes.check(
+            l,
+            || "restrict_to_node_names".to_owned(),
+            self.c.restrict,
+            "names",
+        ));
         if self.left_out > 0 {
-            violations.push(Violation::new(
-                ViolationKind::LimitExceeded,
-                "request",
-                format!("and {} more limits exceeded", self.left_out),
-            ));
+            violations.push(limits::more_exceeded(self.left_out));
         }
         if !violations.is_empty() {
             return Err(ServiceError::TooLarge(violations));
         }
-        let admission = self.estimate(rpc, wire);
-        if admission.memory > l.max_in_flight_bytes {
-            return Err(ServiceError::TooLarge(vec![Violation::new(
-                ViolationKind::LimitExceeded,
-                "request",
-                format!(
-                    "the call needs an estimated {} bytes of memory (request, decoded, answer), more than limits.max_in_flight_bytes ({})",
-                    admission.memory, l.max_in_flight_bytes
-                ),
-            )]));
-        }
+        let admission = self.c.estimate(rpc, wire);
+        limits::memory(admission.memory, l)?;
         Ok(admission)
-    }
-
-    fn estimate(&self, rpc: Rpc, wire: usize) -> Admission {
-        let workloads = self.workloads.max(1);
-        let by_ref = (self.refs - self.inline_refs).saturating_mul(ASSUMED_CARDS_PER_REF);
-        let cards = self.cards.saturating_add(by_ref);
-        let nodes = self.whole + self.refs;
-        let containers = self.container_slots.max(1);
-        let explain = if self.explain { 2 } else { 1 };
-        let mut memory = wire
-            .saturating_mul(WIRE_FACTOR)
-            .saturating_add(self.memory)
-            .saturating_add(self.pair_matrix.saturating_mul(size_of::<i64>()));
-        if rpc.is_placement() {
-            // Every node answered for every workload beyond the first (the first is in
-            // NODE_COST), and explanations of every card for every container.
-            memory = memory.saturating_add(
-                nodes
-                    .saturating_mul(workloads - 1)
-                    .saturating_mul(ANSWER_PER_NODE),
-            );
-            if self.explain {
-                memory = memory.saturating_add(
-                    cards
-                        .saturating_mul(containers)
-                        .saturating_mul(EXPLANATION_COST),
-                );
-            }
-            if self.updated_nodes {
-                memory = memory.saturating_add(
-                    nodes
-                        .saturating_mul(NODE_COST)
-                        .saturating_add(cards.saturating_mul(CARD_COST))
-                        .saturating_add(wire),
-                );
-            }
-        }
-        let evaluation = cards
-            .saturating_add(nodes)
-            .saturating_mul(containers)
-            .saturating_mul(explain);
-        let filters = cards.saturating_mul(self.filter_entries);
-        let inventory = self
-            .raw_cards
-            .saturating_mul(self.overrides.saturating_add(1))
-            .saturating_add(self.links);
-        Admission {
-            offloaded: false,
-            memory,
-            work: self
-                .entries
-                .saturating_add(evaluation)
-                .saturating_add(filters)
-                .saturating_add(inventory),
-        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpusched_api::v1;
     use prost::Message;
 
     fn limits() -> Limits {
@@ -962,27 +573,6 @@ mod tests {
             ServiceError::TooLarge(v) => v.iter().map(|v| v.field.clone()).collect(),
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn the_paths_are_the_services_rpcs() {
-        // The service names and methods as generated (a renamed RPC must be renamed here).
-        use gpusched_api::v1::inventory_service_server::SERVICE_NAME as INVENTORY;
-        use gpusched_api::v1::placement_service_server::SERVICE_NAME as PLACEMENT;
-        for (m, rpc) in [
-            ("Filter", Rpc::Filter),
-            ("Score", Rpc::Score),
-            ("Allocate", Rpc::Allocate),
-            ("AllocateBatch", Rpc::AllocateBatch),
-            ("ValidateWorkload", Rpc::ValidateWorkload),
-        ] {
-            assert_eq!(Rpc::from_path(&format!("/{PLACEMENT}/{m}")), Some(rpc));
-        }
-        assert_eq!(
-            Rpc::from_path(&format!("/{INVENTORY}/NormalizeInventory")),
-            Some(Rpc::NormalizeInventory)
-        );
-        assert_eq!(Rpc::from_path("/grpc.health.v1.Health/Check"), None);
     }
 
     #[test]

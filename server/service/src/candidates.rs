@@ -5,18 +5,14 @@
 //! is answered as a failed node with `REASON_INVALID_NODE` and the decision is made on the
 //! others. [`Candidates`] is what a request's nodes become: the snapshot of the valid ones and
 //! the invalid ones beside it.
+//!
+//! The domain type every layer of a call shares (the pipeline builds it, the caches keep it,
+//! `convert::answer` writes it out): engine types only, no protobuf.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use gpusched_api::v1;
-use gpusched_engine::{
-    Allocation, ChangeError, Node, NodeFailure, Reason, Snapshot, Violation, ViolationKind,
-    Workload,
-};
-
-use crate::convert::{self, FailedNodesShown};
-use crate::error::ServiceError;
+use gpusched_engine::{ChangeError, Node, NodeFailure, Reason, Snapshot, Violation, ViolationKind};
 
 /// Problems listed in a message; the others are counted (`and N more`).
 const LISTED_PROBLEMS: usize = 8;
@@ -68,22 +64,6 @@ impl InvalidNode {
     /// `and N more`; descriptions cut at [`DESCRIPTION_CHARS`] characters).
     pub fn message(&self) -> &str {
         &self.message
-    }
-
-    /// The node as a failed node of an answer.
-    pub fn failed_out(&self) -> v1::FailedNode {
-        v1::FailedNode {
-            node_name: self.name.clone(),
-            reasons: vec![v1::ReasonCount {
-                reason: v1::Reason::InvalidNode as i32,
-                count: 1,
-                name: Reason::InvalidNode.as_str().to_owned(),
-            }],
-            message: self.message.clone(),
-            container_position: 0,
-            container_name: String::new(),
-            unresolvable: true,
-        }
     }
 
     /// Estimated heap bytes (for the node cache's byte bound).
@@ -198,44 +178,6 @@ impl Candidates {
         self.invalid.iter().map(|x| x.failure())
     }
 
-    /// The allocation answer for these candidates (`snapshot` is theirs, or theirs after the
-    /// bookings of a batch): the engine's failed nodes and the invalid ones, counted always and
-    /// listed as `shown` asks.
-    pub fn allocation_out(
-        &self,
-        snapshot: &Snapshot,
-        w: &Workload,
-        a: &Allocation,
-        rolled_back: bool,
-        shown: FailedNodesShown,
-    ) -> v1::AllocationResult {
-        let mut r = convert::allocation_out(snapshot, w, a, rolled_back, shown);
-        if shown.lists(r.placed) {
-            r.failed_nodes = self.failed_with_invalid(std::mem::take(&mut r.failed_nodes));
-        }
-        let invalid = u32::try_from(self.invalid.len()).unwrap_or(u32::MAX);
-        r.failed_node_count = r.failed_node_count.saturating_add(invalid);
-        r
-    }
-
-    /// The failed nodes of an answer: the engine's (sorted by name) and the invalid ones,
-    /// merged in name order.
-    pub fn failed_with_invalid(&self, failed: Vec<v1::FailedNode>) -> Vec<v1::FailedNode> {
-        if self.invalid.is_empty() {
-            return failed;
-        }
-        let mut out = Vec::with_capacity(failed.len() + self.invalid.len());
-        let mut invalid = self.invalid.iter().peekable();
-        for f in failed {
-            while let Some(x) = invalid.next_if(|x| x.name.as_str() < f.node_name.as_str()) {
-                out.push(x.failed_out());
-            }
-            out.push(f);
-        }
-        out.extend(invalid.map(|x| x.failed_out()));
-        out
-    }
-
     /// These candidates without the `removed` nodes, each node of `changes` (valid or invalid)
     /// replacing the node of the same name (valid or invalid) or added: the candidates of the
     /// changed node list, as [`Snapshot::with_changes`] for valid nodes (a node set sent as a
@@ -312,33 +254,32 @@ impl Candidates {
                 .sum::<usize>()
     }
 
-    /// The snapshot when every node is valid, else INVALID_ARGUMENT listing every problem
-    /// (named `<node name>: <field>`): for tools that build clusters that must all be usable.
-    pub fn all_valid(self) -> Result<Snapshot, ServiceError> {
+    /// The snapshot when every node is valid, else every problem (named
+    /// `<node name>: <field>`).
+    pub fn all_valid(self) -> Result<Snapshot, Vec<Violation>> {
         if self.invalid.is_empty() {
             return Ok(self.snapshot);
         }
-        Err(ServiceError::InvalidArgument(
-            self.invalid
-                .iter()
-                .flat_map(|x| {
-                    x.problems.iter().map(|p| Violation {
-                        field: format!("{}: {}", x.name, p.field),
-                        ..p.clone()
-                    })
+        Err(self
+            .invalid
+            .iter()
+            .flat_map(|x| {
+                x.problems.iter().map(|p| Violation {
+                    field: format!("{}: {}", x.name, p.field),
+                    ..p.clone()
                 })
-                .collect(),
-        ))
+            })
+            .collect())
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use gpusched_engine::ViolationKind;
 
     use super::*;
 
-    fn bad(name: &str, problems: usize) -> Arc<InvalidNode> {
+    pub(crate) fn bad(name: &str, problems: usize) -> Arc<InvalidNode> {
         Arc::new(InvalidNode::new(
             name.to_owned(),
             2,
@@ -365,24 +306,6 @@ mod tests {
         assert!(m.ends_with("; and 12 more"), "{m}");
         assert_eq!(m.matches('…').count(), 8);
         assert!(m.len() < 8 * 240 + 40, "{}", m.len());
-    }
-
-    #[test]
-    fn failed_nodes_merge_in_name_order() {
-        let c = Candidates::new(Snapshot::default(), vec![bad("d", 1), bad("a", 1)]);
-        let f = |n: &str| v1::FailedNode {
-            node_name: n.to_owned(),
-            ..Default::default()
-        };
-        let names: Vec<String> = c
-            .failed_with_invalid(vec![f("b"), f("c"), f("e")])
-            .into_iter()
-            .map(|f| f.node_name)
-            .collect();
-        assert_eq!(names, ["a", "b", "c", "d", "e"]);
-        let out = c.failed_with_invalid(vec![]);
-        assert_eq!(out[0].reasons[0].reason, v1::Reason::InvalidNode as i32);
-        assert!(out[0].unresolvable);
     }
 
     #[test]

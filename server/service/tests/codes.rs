@@ -1,132 +1,22 @@
-//! Reliability: replays the attacks of issue 13 on answers, codes, counting, configuration and
-//! operations, and asserts their bounds (real gRPC on 127.0.0.1 port 0; raw HTTP/2 requests
-//! where a client library would hide what goes over the wire). Nothing here measures time.
+//! Reliability, codes: what a client reads back. Replays the attacks of issue 13 on answers,
+//! codes, counting, configuration and operations and asserts their bounds: trailers under 8 KiB,
+//! oversize answers RESOURCE_EXHAUSTED naming the limit, short deadlines DEADLINE_EXCEEDED, every
+//! answer counted by the code the client read, overload shed with RetryInfo, NOT_SERVING during
+//! the grace period, bad variables and TLS files exit 2 naming them (real gRPC on 127.0.0.1 port
+//! 0; raw HTTP/2 requests where a client library would hide what goes over the wire). Nothing
+//! here measures time. Malformed input is `wire.rs`'s, memory `memory.rs`'s, CPU `cpu.rs`'s.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use std::collections::BTreeMap;
 
-use bytes::Bytes;
+use common::raw::*;
 use common::*;
 use gpusched_api::v1;
-use http_body_util::BodyExt as _;
 use tonic::Code;
 use tonic::transport::Channel;
 use tonic_types::StatusExt as _;
-
-/// A raw HTTP/2 exchange: the HTTP status, the headers and the trailers (None when the answer
-/// is trailers-only).
-struct Raw {
-    http: http::StatusCode,
-    headers: http::HeaderMap,
-    trailers: Option<http::HeaderMap>,
-}
-
-impl Raw {
-    /// The final gRPC code, wherever it is.
-    fn code(&self) -> Code {
-        let h = self
-            .trailers
-            .as_ref()
-            .filter(|t| t.contains_key("grpc-status"))
-            .unwrap_or(&self.headers);
-        Code::from_bytes(h.get("grpc-status").expect("grpc-status").as_bytes())
-    }
-
-    /// Bytes of the answer's metadata (names and values of headers and trailers).
-    fn metadata_bytes(&self) -> usize {
-        let size = |h: &http::HeaderMap| {
-            h.iter()
-                .map(|(k, v)| k.as_str().len() + v.len())
-                .sum::<usize>()
-        };
-        size(&self.headers) + self.trailers.as_ref().map_or(0, size)
-    }
-}
-
-/// A gRPC message frame (uncompressed).
-fn frame(message: &[u8]) -> Bytes {
-    let mut out = Vec::with_capacity(message.len() + 5);
-    out.push(0);
-    out.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
-    out.extend_from_slice(message);
-    out.into()
-}
-
-/// One request on a new HTTP/2 connection (hyper's client: tonic's channel would also run a
-/// timer of its own for `grpc-timeout` and report it as CANCELLED).
-async fn raw(
-    addr: std::net::SocketAddr,
-    path: &str,
-    content_type: &str,
-    extra: &[(&str, &str)],
-    body: Bytes,
-) -> Raw {
-    let mut req = http::Request::builder()
-        .method("POST")
-        .uri(format!("http://{addr}{path}"))
-        .header("content-type", content_type)
-        .header("te", "trailers");
-    for (k, v) in extra {
-        req = req.header(*k, *v);
-    }
-    let req = req.body(http_body_util::Full::new(body)).unwrap();
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tcp),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
-    let resp = send.send_request(req).await.unwrap();
-    let (parts, body) = resp.into_parts();
-    let collected = body.collect().await.unwrap();
-    Raw {
-        http: parts.status,
-        headers: parts.headers,
-        trailers: collected.trailers().cloned(),
-    }
-}
-
-const ALLOCATE: &str = "/gpusched.v1.PlacementService/Allocate";
-
-fn gpu_pod() -> v1::Workload {
-    pod(&[], &[&[("nvidia.com/gpu", "1")]])
-}
-
-async fn scrape(addr: std::net::SocketAddr) -> String {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out
-}
-
-/// `gpusched_requests_total` by (rpc, outcome), from a scrape.
-fn counted(text: &str) -> BTreeMap<(String, String), u64> {
-    let mut out = BTreeMap::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("gpusched_requests_total{") else {
-            continue;
-        };
-        let (labels, value) = rest.split_once("} ").unwrap();
-        let label = |name: &str| {
-            labels
-                .split(',')
-                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
-                .unwrap()
-                .trim_end_matches('"')
-                .to_owned()
-        };
-        out.insert((label("rpc"), label("outcome")), value.parse().unwrap());
-    }
-    out
-}
 
 /// Attack: 1 MB of pair scores naming cards that do not exist (each a violation echoing a
 /// long id). Before: a 20.7 MB grpc-message. Now the 20,000 entries are over
@@ -268,56 +158,6 @@ async fn answers_over_the_limit_are_resource_exhausted_naming_it() {
     still_places(&server).await;
 }
 
-async fn still_places(server: &TestServer) {
-    let r = server
-        .placement()
-        .allocate(allocate_req(vec![node("ok", 1, 8000)], gpu_pod()))
-        .await
-        .unwrap();
-    assert!(r.into_inner().result.unwrap().placed);
-}
-
-const METHODS: [&str; 6] = [
-    "/gpusched.v1.PlacementService/Filter",
-    "/gpusched.v1.PlacementService/Score",
-    "/gpusched.v1.PlacementService/Allocate",
-    "/gpusched.v1.PlacementService/AllocateBatch",
-    "/gpusched.v1.PlacementService/ValidateWorkload",
-    "/gpusched.v1.InventoryService/NormalizeInventory",
-];
-
-/// Attack: bytes that are no protobuf, and a frame cut short. Before: INTERNAL. Now:
-/// INVALID_ARGUMENT on every method.
-#[tokio::test]
-async fn malformed_requests_are_invalid_argument() {
-    let server = TestServer::start(&[]).await;
-    let cut = {
-        let mut f = frame(&[0x0a; 100]).to_vec();
-        f.truncate(20);
-        Bytes::from(f)
-    };
-    for method in METHODS {
-        for body in [
-            frame(&[0xff; 64]),
-            frame(b"not protobuf at all"),
-            frame(&[0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f]),
-            cut.clone(),
-            Bytes::new(),
-        ] {
-            let r = raw(
-                server.running.grpc_addr,
-                method,
-                "application/grpc",
-                &[],
-                body.clone(),
-            )
-            .await;
-            assert_eq!(r.code(), Code::InvalidArgument, "{method} {body:?}");
-        }
-    }
-    still_places(&server).await;
-}
-
 /// Attack: a caller's deadline of 1 ms. Before: CANCELLED ("Timeout expired", tonic's timer).
 /// Now: DEADLINE_EXCEEDED every time, and short deadlines are never answered CANCELLED. Raw
 /// requests: tonic's client would report its own local timer as CANCELLED.
@@ -348,30 +188,6 @@ async fn short_deadlines_are_deadline_exceeded_never_cancelled() {
     still_places(&server).await;
 }
 
-/// Attack: requests that are not gRPC. Before: accepted. Now: HTTP 415 with grpc-status 3.
-#[tokio::test]
-async fn non_grpc_content_types_are_refused() {
-    let server = TestServer::start(&[]).await;
-    let body = frame(&prost::Message::encode_to_vec(&allocate_req(
-        vec![node("a", 1, 8000)],
-        gpu_pod(),
-    )));
-    for ct in ["application/json", "text/plain", "application/grpc+json"] {
-        let r = raw(server.running.grpc_addr, ALLOCATE, ct, &[], body.clone()).await;
-        assert_eq!(r.http, http::StatusCode::UNSUPPORTED_MEDIA_TYPE, "{ct}");
-        assert_eq!(r.code(), Code::InvalidArgument, "{ct}");
-    }
-    let ok = raw(
-        server.running.grpc_addr,
-        ALLOCATE,
-        "application/grpc",
-        &[],
-        body,
-    )
-    .await;
-    assert_eq!(ok.code(), Code::Ok);
-}
-
 /// Every answer is counted once, by the code its client read: successes, bad input, malformed
 /// and oversize messages, unknown methods, deadlines, refused content-types, health checks.
 /// Before: malformed, oversize, unimplemented and timed-out calls were not counted, and some
@@ -390,7 +206,7 @@ async fn every_answer_is_counted_by_the_code_the_client_read() {
         *seen
             .entry((
                 rpc.to_owned(),
-                gpusched_service::edge::outcome(code).to_owned(),
+                gpusched_service::testing::outcome(code).to_owned(),
             ))
             .or_default() += 1;
     };
@@ -623,70 +439,4 @@ fn tls_errors_name_the_file_and_the_reason() {
             && stderr.contains("does not match"),
         "{stderr}"
     );
-}
-
-/// Attack: connections up to the open-files limit. Before: the accept loop spun (5 CPU-s per
-/// 10 s) without a word. Now: a warning, a back-off, `gpusched_accept_errors_total`, and
-/// service again once connections close.
-#[test]
-fn accept_errors_back_off_with_a_log_line_and_recover() {
-    use std::io::{BufRead as _, BufReader};
-
-    let mut child = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -n 64 && exec '{}' --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0",
-            env!("CARGO_BIN_EXE_gpusched-server")
-        ))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let line = listening_line(&mut child);
-    let grpc: std::net::SocketAddr = listening_on(&line, "grpc").parse().unwrap();
-    let metrics: std::net::SocketAddr = listening_on(&line, "metrics").parse().unwrap();
-    // More connections than the server has descriptors left.
-    let conns: Vec<_> = (0..100)
-        .filter_map(|_| std::net::TcpStream::connect(grpc).ok())
-        .collect();
-    // stderr drained by a thread (a full pipe would block the server's logging).
-    let stderr = BufReader::new(child.stderr.take().unwrap());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    // A guard against a hang, not a measurement.
-    let guard = std::time::Duration::from_secs(120);
-    loop {
-        let logged = rx.recv_timeout(guard).expect("no back-off line on stderr");
-        if logged.contains("cannot accept connections") {
-            break;
-        }
-    }
-    drop(conns);
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let ch = Channel::from_shared(format!("http://{grpc}"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        let r = gpusched_api::v1::placement_service_client::PlacementServiceClient::new(ch)
-            .allocate(allocate_req(vec![node("a", 1, 8000)], gpu_pod()))
-            .await
-            .unwrap();
-        assert!(r.into_inner().result.unwrap().placed);
-        let text = scrape(metrics).await;
-        let errors: f64 = text
-            .lines()
-            .find_map(|l| l.strip_prefix("gpusched_accept_errors_total "))
-            .unwrap()
-            .parse()
-            .unwrap();
-        assert!(errors >= 1.0, "{errors}");
-    });
-    let _ = child.kill();
-    let _ = child.wait();
 }

@@ -28,7 +28,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use gpusched_engine::{Violation, ViolationKind};
 use http_body::{Body as _, Frame};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
@@ -36,8 +35,9 @@ use tonic::body::Body;
 
 use crate::config::Limits;
 use crate::error::ServiceError;
-use crate::placement::NODE_REFS_HEADER;
-use crate::prescan::{self, Admission, Rpc};
+use crate::rpc::{Admission, Rpc};
+use crate::transport::prescan;
+use gpusched_api::NODE_REFS_HEADER;
 
 /// Bytes per permit of the memory budget (a semaphore counts at most `u32` permits at once).
 const UNIT: usize = 1024;
@@ -226,7 +226,7 @@ where
 /// caller's, not one restarted after decoding.
 fn remaining_timeout(headers: &mut http::HeaderMap, arrived: Instant) {
     let md = tonic::metadata::MetadataMap::from_headers(headers.clone());
-    let Some(timeout) = crate::call::grpc_timeout(&md) else {
+    let Some(timeout) = crate::rpc::grpc_timeout(&md) else {
         return;
     };
     let left = timeout.saturating_sub(arrived.elapsed());
@@ -312,16 +312,7 @@ impl Shared {
                 compressed = prefix[0] != 0;
                 let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]);
                 let len = usize::try_from(len).unwrap_or(usize::MAX);
-                if len > limits.max_message_bytes {
-                    return Err(ServiceError::TooLarge(vec![Violation::new(
-                        ViolationKind::LimitExceeded,
-                        "request",
-                        format!(
-                            "the request message of {len} bytes exceeds the limit of {} (limits.max_message_bytes)",
-                            limits.max_message_bytes
-                        ),
-                    )]));
-                }
+                crate::pipeline::limits::message(len, limits)?;
                 let framed = PREFIX + len;
                 // Receiving: the chunks, then joining them.
                 charge = Some(self.budget.charge(charge, 2 * framed)?);

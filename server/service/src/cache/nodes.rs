@@ -14,65 +14,16 @@ use std::sync::{Arc, Mutex};
 
 use gpusched_engine::{CardUsage, Node};
 
-use crate::invalid_node::InvalidNode;
+use crate::cache::digest::{Digest, Part};
+use crate::candidates::InvalidNode;
+use crate::config::CacheLimits;
+
 use hashlink::LinkedHashMap;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 
 /// Number of shards (a power of two).
 const SHARDS: usize = 16;
-
-/// Which part of a node a digest addresses (the same bytes read as another part are another
-/// entry).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Part {
-    /// A serialized `gpusched.v1.Node`, converted and validated to a [`Node`] (or to the
-    /// verdict that it is invalid itself).
-    Inventory,
-    /// A serialized `gpusched.v1.NodeUsage`, converted to per-card usage.
-    Usage,
-}
-
-impl Part {
-    /// The metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Part::Inventory => "inventory",
-            Part::Usage => "usage",
-        }
-    }
-}
-
-/// A SHA-256 content address (the only digest function today).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Digest {
-    /// The raw hash.
-    pub hash: [u8; 32],
-    /// Length of the blob.
-    pub size_bytes: u64,
-}
-
-impl Digest {
-    /// The digest of `bytes`.
-    pub fn of(bytes: &[u8]) -> Digest {
-        use sha2::Digest as _;
-        Digest {
-            hash: sha2::Sha256::digest(bytes).into(),
-            size_bytes: bytes.len() as u64,
-        }
-    }
-}
-
-impl std::fmt::Display for Digest {
-    /// `sha256/<64 lowercase hex>/<size_bytes>`: the PreconditionFailure subject.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("sha256/")?;
-        for b in self.hash {
-            write!(f, "{b:02x}")?;
-        }
-        write!(f, "/{}", self.size_bytes)
-    }
-}
 
 /// Per-card usage of a node (card id, usage), in the order given, card ids unique.
 pub type UsageList = Vec<(String, CardUsage)>;
@@ -129,17 +80,6 @@ fn part_index(p: Part) -> usize {
         Part::Inventory => 0,
         Part::Usage => 1,
     }
-}
-
-/// Cache bounds (`[node_cache]` config).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CacheLimits {
-    /// Whether node parts are cached at all (off: every reference is a miss).
-    pub enabled: bool,
-    /// Most estimated bytes held, over all shards.
-    pub max_bytes: usize,
-    /// Most entries held, over all shards.
-    pub max_entries: usize,
 }
 
 /// The key hash is already uniform: use its first bytes.
@@ -454,14 +394,5 @@ mod tests {
         c.insert(Part::Inventory, Digest::of(b"x"), node(0));
         assert!(c.get(Part::Inventory, &Digest::of(b"x")).is_none());
         assert_eq!(c.usage(), (0, 0));
-    }
-
-    #[test]
-    fn subject_format() {
-        let d = Digest::of(b"");
-        assert_eq!(
-            d.to_string(),
-            "sha256/e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855/0"
-        );
     }
 }

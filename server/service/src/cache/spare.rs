@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use gpusched_engine::{Node, NodeId};
 
-use crate::invalid_node::Candidates;
+use crate::candidates::Candidates;
 
 /// Most changed nodes a request may send for the spare list to be used (and kept) for it.
 pub const MAX_REPLACED: usize = 32;

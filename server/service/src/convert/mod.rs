@@ -1,0 +1,17 @@
+//! Protobuf <-> engine, pure: explicit, exhaustive functions (every message is destructured, so
+//! a new field is a compile error here), by message. Limits, caches and decisions are the
+//! pipeline's; these only translate.
+//!
+//! - `node`: a node and its cards, both ways.
+//! - `workload`: a workload's typed or Kubernetes spec in.
+//! - `options`: `PlacementOptions` in.
+//! - `refs`: a node by reference's digests and usage part in.
+//! - `inventory`: NormalizeInventory's raw cards and settings, both ways.
+//! - `answer`: evaluations and allocations (with invalid nodes) out.
+
+pub mod answer;
+pub mod inventory;
+pub mod node;
+pub mod options;
+pub mod refs;
+pub mod workload;
