@@ -249,7 +249,11 @@ pub fn run(pool: &Pool, settings: &Settings, o: &Options) -> anyhow::Result<RunR
                     let mut i = t;
                     loop {
                         let t0 = Instant::now();
-                        if t0 >= end {
+                        // Every worker finishes at least one measured call: on a starved
+                        // machine a thread may first run after the window, and a run that
+                        // measured nothing would report no latency at all (throughput still
+                        // counts only the calls inside the window).
+                        if t0 >= end && c.requests > 0 {
                             break;
                         }
                         let entry = pool.encoded.get(i % pool.encoded.len().max(1));
