@@ -143,6 +143,12 @@ impl AssumeCache {
         }
     }
 
+    /// The namespace and name of the pod of an entry, if there is one.
+    pub(super) fn name_of(&self, uid: &str) -> Option<(String, String)> {
+        let m = self.entries.lock().ok()?;
+        m.get(uid).map(|a| (a.namespace.clone(), a.name.clone()))
+    }
+
     /// Drops a decision.
     pub(super) fn forget(&self, uid: &str) {
         if let Ok(mut m) = self.entries.lock() {

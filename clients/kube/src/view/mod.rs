@@ -50,6 +50,19 @@ pub struct Snapshot {
     pub unusable: Vec<(String, String, bool)>,
 }
 
+/// A pod whose decision counts as GPU usage (see [`ClusterView::holders`]).
+#[derive(Clone, Debug)]
+pub struct Holder {
+    /// Pod namespace (empty when neither the store nor the assume cache names it).
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Pod uid.
+    pub uid: String,
+    /// What it holds, on which node.
+    pub usage: Arc<PodUsage>,
+}
+
 /// The shared cluster view.
 #[derive(Debug)]
 pub struct ClusterView {
@@ -151,10 +164,10 @@ impl ClusterView {
         4 * self.nodes.len().max(16)
     }
 
-    /// Usage per node (only for `wanted` nodes), from the store and the assume cache, leaving
-    /// out the pod `exclude_uid` (the pod being placed: a retried pod's own earlier decision must
-    /// not count against it).
-    fn usage(&self, wanted: &dyn Fn(&str) -> bool, exclude_uid: &str) -> UsageByNode {
+    /// Calls `f` with every pod's usage that counts (uid, usage), from the store and the assume
+    /// cache (an assumed decision replaces whatever older decision the store shows for the pod),
+    /// and returns the copy of the pod store it judged.
+    fn each_counted(&self, mut f: impl FnMut(&str, &Arc<PodUsage>)) -> Vec<Arc<Pod>> {
         // One consistent copy of the store: the assumed entries are judged against the very
         // objects counted here (the informer may update the store meanwhile). Decoded usages are
         // kept while a pod's resourceVersion is unchanged: a call allocates only for pods that
@@ -165,8 +178,6 @@ impl ClusterView {
             None => Observed::Absent,
             Some(u) => Observed::Present(u.map(|u| (**u).clone())),
         });
-        // An assumed decision replaces whatever older decision the store shows for the pod.
-        let mut by_node: UsageByNode = HashMap::new();
         let store_usages = current.iter().filter_map(|(uid, u)| {
             if assumed_usage.contains_key(uid) {
                 return None;
@@ -174,11 +185,66 @@ impl ClusterView {
             Some((uid, u?))
         });
         for (uid, u) in store_usages.chain(assumed_usage.iter()) {
+            f(uid, u);
+        }
+        drop(current);
+        pods
+    }
+
+    /// Usage per node (only for `wanted` nodes), from the store and the assume cache, leaving
+    /// out the pod `exclude_uid` (the pod being placed: a retried pod's own earlier decision must
+    /// not count against it).
+    fn usage(&self, wanted: &dyn Fn(&str) -> bool, exclude_uid: &str) -> UsageByNode {
+        let mut by_node: UsageByNode = HashMap::new();
+        self.each_counted(|uid, u| {
             if uid != exclude_uid && wanted(&u.node) {
                 by_node.entry(u.node.clone()).or_default().push(u.clone());
             }
-        }
+        });
         by_node
+    }
+
+    /// Every pod whose decision counts as GPU usage, named (the same pods and bookings the
+    /// snapshots count: the store's bound decisions and the assume cache's), by node then name.
+    pub fn holders(&self) -> Vec<Holder> {
+        let mut counted: Vec<(String, Arc<PodUsage>)> = Vec::new();
+        let pods = self.each_counted(|uid, u| counted.push((uid.to_owned(), u.clone())));
+        let by_uid: HashMap<&str, &Pod> = pods
+            .iter()
+            .filter_map(|p| Some((p.metadata.uid.as_deref()?, &**p)))
+            .collect();
+        let mut out: Vec<Holder> = counted
+            .into_iter()
+            .map(|(uid, usage)| {
+                let (namespace, name) = match by_uid.get(uid.as_str()) {
+                    Some(p) => (
+                        p.metadata.namespace.clone().unwrap_or_default(),
+                        p.metadata.name.clone().unwrap_or_default(),
+                    ),
+                    None => self.assumed.name_of(&uid).unwrap_or_default(),
+                };
+                Holder {
+                    namespace,
+                    name,
+                    uid,
+                    usage,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            (&a.usage.node, &a.namespace, &a.name).cmp(&(&b.usage.node, &b.namespace, &b.name))
+        });
+        out
+    }
+
+    /// Every node the informer shows.
+    pub fn nodes(&self) -> Vec<Arc<Node>> {
+        self.nodes.state()
+    }
+
+    /// Every pod the informer shows (those naming our scheduler).
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        self.pods.state()
     }
 
     /// The candidate nodes with their cards and current usage.

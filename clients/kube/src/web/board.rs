@@ -1,0 +1,246 @@
+//! The cluster at a glance: every GPU node in scope with its cards as the service sees them
+//! (capacity and usage of the view's snapshot: the same nodes the extender sends), who books
+//! each card, and the totals, allocation and fragmentation, measured by the simulator's code
+//! (`gpusched_client::measure`).
+
+use std::collections::{BTreeMap, HashMap};
+
+use gpusched_client::measure::{self, Need};
+use gpusched_client::v1;
+use kube::ResourceExt;
+
+use crate::view::Holder;
+use crate::web::ask::Ask;
+use crate::web::model::{
+    Board, CardBooking, CardCell, NamespaceUse, NodeRow, RequestClass, Totals, UnusableNode, Used,
+};
+use crate::web::selector::Selector;
+
+fn mode_name(m: i32) -> String {
+    match v1::CardMode::try_from(m) {
+        Ok(v1::CardMode::Mig) => "mig",
+        Ok(v1::CardMode::Mps) => "mps",
+        _ => "hami-core",
+    }
+    .to_owned()
+}
+
+/// What each pod books per card: (card id) → pod key → (slots, MiB, cores).
+type Bookings = HashMap<String, BTreeMap<String, (u32, u64, u32)>>;
+
+fn bookings_by_card(holders: &[Holder]) -> Bookings {
+    let mut out: Bookings = HashMap::new();
+    for h in holders {
+        let key = format!("{}/{}", h.namespace, h.name);
+        for b in h.usage.bookings.iter().flatten() {
+            let e = out
+                .entry(format!("{}\u{0}{}", h.usage.node, b.uuid))
+                .or_default()
+                .entry(key.clone())
+                .or_default();
+            e.0 += 1;
+            e.1 += b.mem_mib;
+            e.2 += b.cores;
+        }
+    }
+    out
+}
+
+/// One card's cell.
+fn cell(node: &v1::Node, c: &v1::Card, bookings: &Bookings) -> CardCell {
+    let u = c.usage.unwrap_or_default();
+    let pods = bookings
+        .get(&format!("{}\u{0}{}", node.name, c.id))
+        .map(|m| {
+            m.iter()
+                .map(|(pod, &(slots, mem_mib, cores))| CardBooking {
+                    pod: pod.clone(),
+                    slots,
+                    mem_mib,
+                    cores,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    CardCell {
+        id: c.id.clone(),
+        index: c.index,
+        model: c.r#type.clone(),
+        mode: mode_name(c.mode),
+        healthy: c.health == v1::CardHealth::Healthy as i32,
+        cordoned: node.cordoned_card_ids.iter().any(|id| id == &c.id),
+        slots: Used {
+            used: u64::from(u.used_slots),
+            total: u64::from(c.slots),
+        },
+        mem_mib: Used {
+            used: u.used_mem_mib,
+            total: c.total_mem_mib,
+        },
+        cores: Used {
+            used: u64::from(u.used_cores),
+            total: u64::from(c.total_cores),
+        },
+        pods,
+        extras: Vec::new(),
+    }
+}
+
+/// The per-card need of every GPU container holding cards (its first card's booking stands for
+/// each of its cards).
+fn holder_needs(holders: &[Holder]) -> Vec<Need> {
+    holders
+        .iter()
+        .flat_map(|h| h.usage.bookings.iter())
+        .filter_map(|c| {
+            let first = c.first()?;
+            Some(Need {
+                count: u32::try_from(c.len()).unwrap_or(u32::MAX),
+                cores: first.cores,
+                mem_mib: first.mem_mib,
+                mem_percent: 0,
+            })
+        })
+        .collect()
+}
+
+/// The board of the GPU nodes in scope; `pending_needs` are the per-card needs of the pending
+/// pods analysed (added to the fragmentation measure's classes), `pending` their number.
+pub fn board(ask: &Ask<'_>, pending_needs: &[Need], pending: usize) -> Board {
+    let names = ask.node_names(&Selector::default());
+    let snap = ask.view.snapshot(&names, "");
+    let unschedulable: HashMap<String, bool> = ask
+        .view
+        .nodes()
+        .iter()
+        .map(|n| {
+            (
+                n.name_any(),
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false),
+            )
+        })
+        .collect();
+    let in_scope: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
+    let holders: Vec<Holder> = ask
+        .view
+        .holders()
+        .into_iter()
+        .filter(|h| in_scope.contains(h.usage.node.as_str()))
+        .collect();
+    let bookings = bookings_by_card(&holders);
+    let nodes: Vec<v1::Node> = snap.nodes.iter().map(|n| (**n).clone()).collect();
+    let rows: Vec<NodeRow> = snap
+        .nodes
+        .iter()
+        .map(|n| {
+            let mut cards: Vec<&v1::Card> = n.cards.iter().collect();
+            cards.sort_by(|a, b| a.index.cmp(&b.index).then(a.id.cmp(&b.id)));
+            NodeRow {
+                name: n.name.clone(),
+                unschedulable: unschedulable.get(&n.name).copied().unwrap_or(false),
+                cards: cards.into_iter().map(|c| cell(n, c, &bookings)).collect(),
+            }
+        })
+        .collect();
+    let classes = measure::request_classes(
+        holder_needs(&holders)
+            .into_iter()
+            .chain(pending_needs.iter().copied()),
+    );
+    let totals = totals(&rows, &nodes, &classes, &holders, pending);
+    Board {
+        selector: ask.scope.text(),
+        totals,
+        nodes: rows,
+        unusable: snap
+            .unusable
+            .iter()
+            .map(|(name, reason, _)| UnusableNode {
+                name: name.clone(),
+                reason: reason.clone(),
+            })
+            .collect(),
+        namespaces: namespaces(&holders),
+    }
+}
+
+fn totals(
+    rows: &[NodeRow],
+    nodes: &[v1::Node],
+    classes: &[(Need, f64)],
+    holders: &[Holder],
+    pending: usize,
+) -> Totals {
+    let cards = rows.iter().flat_map(|r| &r.cards);
+    let sum = |f: fn(&CardCell) -> Used| {
+        cards.clone().map(f).fold(Used::default(), |a, b| Used {
+            used: a.used + b.used,
+            total: a.total + b.total,
+        })
+    };
+    let mut pods: Vec<(&str, &str)> = holders
+        .iter()
+        .map(|h| (h.namespace.as_str(), h.name.as_str()))
+        .collect();
+    pods.sort_unstable();
+    pods.dedup();
+    Totals {
+        nodes: rows.len(),
+        cards: cards.clone().count(),
+        unhealthy_cards: cards.clone().filter(|c| !c.healthy).count(),
+        cordoned_cards: cards.clone().filter(|c| c.cordoned).count(),
+        unschedulable_nodes: rows.iter().filter(|r| r.unschedulable).count(),
+        states: measure::card_states(nodes),
+        slots: sum(|c| c.slots),
+        mem_mib: sum(|c| c.mem_mib),
+        cores: sum(|c| c.cores),
+        allocation_pct: measure::allocation_ratio(nodes) * 100.0,
+        fragmentation_pct: measure::fragmentation(nodes, classes) * 100.0,
+        request_classes: classes
+            .iter()
+            .map(|(n, share)| RequestClass {
+                mem_mib: n.mem_mib,
+                mem_percent: n.mem_percent,
+                cores: n.cores,
+                share: *share,
+            })
+            .collect(),
+        pods_bound: pods.len(),
+        pods_pending: pending,
+    }
+}
+
+/// Bookings per namespace.
+fn namespaces(holders: &[Holder]) -> Vec<NamespaceUse> {
+    let mut by_ns: BTreeMap<&str, (std::collections::BTreeSet<&str>, NamespaceUse)> =
+        BTreeMap::new();
+    for h in holders {
+        let (pods, u) = by_ns.entry(h.namespace.as_str()).or_insert_with(|| {
+            (
+                Default::default(),
+                NamespaceUse {
+                    namespace: h.namespace.clone(),
+                    ..NamespaceUse::default()
+                },
+            )
+        });
+        pods.insert(h.name.as_str());
+        let mut cards = std::collections::BTreeSet::new();
+        for b in h.usage.bookings.iter().flatten() {
+            cards.insert(b.uuid.as_str());
+            u.mem_mib += b.mem_mib;
+            u.cores += u64::from(b.cores);
+        }
+        u.cards += cards.len();
+    }
+    by_ns
+        .into_values()
+        .map(|(pods, mut u)| {
+            u.pods = pods.len();
+            u
+        })
+        .collect()
+}
