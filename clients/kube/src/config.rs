@@ -642,6 +642,48 @@ mod tests {
         );
     }
 
+    /// The web view: off by default; on, it needs a token file holding a long enough token.
+    #[test]
+    fn web_settings_need_a_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good");
+        std::fs::write(&good, "  0123456789abcdef-longer\n").unwrap();
+        let short = dir.path().join("short");
+        std::fs::write(&short, "0123456789\n").unwrap();
+        let spaced = dir.path().join("spaced");
+        std::fs::write(&spaced, "0123456789 abcdef-longer").unwrap();
+        let load = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("webhook.enabled", "false")];
+            all.extend_from_slice(pairs);
+            SPEC.load_pairs::<FileConfig>(None, &[], &all)
+                .unwrap()
+                .validate(&env(&[]))
+        };
+        assert!(load(&[]).unwrap().web.is_none(), "off by default");
+        let on = |file: &std::path::Path, extra: &[(&str, &str)]| {
+            let f = file.to_string_lossy().into_owned();
+            let mut pairs = vec![("web.enabled", "true"), ("web.token_file", f.as_str())];
+            pairs.extend_from_slice(extra);
+            load(&pairs)
+        };
+        let w = on(&good, &[]).unwrap().web.unwrap();
+        assert_eq!(w.token, "0123456789abcdef-longer");
+        assert_eq!(w.max_pending, 20);
+        assert!(
+            !format!("{w:?}").contains("0123456789"),
+            "the token is not logged"
+        );
+        // (file, extra keys, the key named)
+        for (file, extra, key) in [
+            (&short, vec![], "web.token_file"),
+            (&spaced, vec![], "web.token_file"),
+            (&good, vec![("web.max_pending", "0")], "web.max_pending"),
+        ] {
+            let e = on(file, &extra).unwrap_err();
+            assert_eq!(e.key, key, "{file:?} {extra:?}: {e}");
+        }
+    }
+
     #[test]
     fn bad_values_name_their_key() {
         let check = |vars: &[(&str, &str)], key: &str| {
@@ -673,6 +715,15 @@ mod tests {
             "service.tls_key",
         );
         check(&[("GPUSCHED_KUBE_ASSUME__TTL", "soon")], "assume.ttl");
+        check(&[("GPUSCHED_KUBE_WEB__ENABLED", "true")], "web.token_file");
+        check(
+            &[
+                ("GPUSCHED_KUBE_WEB__ENABLED", "true"),
+                ("GPUSCHED_KUBE_WEB__TOKEN_FILE", "/nonexistent"),
+            ],
+            "web.token_file",
+        );
+        check(&[("GPUSCHED_KUBE_WEB__LISTEN", "nowhere")], "web.listen");
         check(&[("GPUSCHED_KUBE_ASSUME__TTL", "0s")], "assume.ttl");
     }
 }
