@@ -1,9 +1,10 @@
 //! The cluster page: totals, the nodes x cards grid, bookings per namespace.
 //!
-//! One cell per card (`data-card` = its id), one row per node (`data-node`); a cell shows slots,
-//! memory and cores booked, the pods booking it, and is shaded by how full it is. At 1,000 nodes
-//! x 8 cards the grid is the bulk of the page, so a cell carries only what it shows plus one
-//! `title` with the exact numbers.
+//! One cell per card (`data-card` = its id), one row per node (`data-node`, the model in its
+//! `title`); a cell shows slots, memory (GiB, and a bar) and cores booked and the names of the
+//! pods booking it, and is shaded by how full it is. At 1,000 nodes x 8 cards the grid is the
+//! bulk of the page, so a cell carries only what it shows plus a `title` with the card's id and
+//! exact numbers; per-pod numbers are on the pod's page and in the API.
 
 use std::fmt::Write as _;
 
@@ -47,35 +48,26 @@ fn card_cell(out: &mut String, c: &CardCell) {
     }
     out.push_str("<td data-card=\"");
     esc_into(out, &c.id);
-    let _ = write!(out, "\" class=\"{class}\" title=\"");
+    // The title: the card's id and exact numbers (the cell shows GiB and the pods' names).
     let mut title = format!(
-        "{} #{} {} ({})\nslots {}, MiB {}, cores {}%",
+        "{}\n{} MiB, {}% cores, {} slots",
         c.id,
-        c.index,
-        c.model,
-        c.mode,
-        used(c.slots),
         used(c.mem_mib),
-        used(c.cores)
+        used(c.cores),
+        used(c.slots)
     );
-    for b in &c.pods {
-        let _ = write!(
-            title,
-            "\n{}: {} slot, {} MiB, {}%",
-            b.pod,
-            b.slots,
-            thousands(b.mem_mib),
-            b.cores
-        );
-    }
     for x in &c.extras {
         let _ = write!(title, "\n{}: {}", x.label, x.value);
     }
+    let _ = write!(out, "\" class=\"{class}\" title=\"");
     esc_into(out, &title);
-    let mem_share = share(c.mem_mib.used, c.mem_mib.total);
+    // The bar: memory booked, in tenths.
+    let tenths = (share(c.mem_mib.used, c.mem_mib.total) / 10.0)
+        .round()
+        .clamp(0.0, 10.0);
     let _ = write!(
         out,
-        "\"><i style=\"width:{mem_share:.0}%\"></i>#{} {}/{} · {}/{}G · {}%",
+        "\"><i class=w{tenths:.0}></i>#{} {}/{} · {}/{}G · {}%",
         c.index,
         c.slots.used,
         c.slots.total,
@@ -95,7 +87,7 @@ fn card_cell(out: &mut String, c: &CardCell) {
             if i > 0 {
                 out.push(' ');
             }
-            // The pod's name without its namespace (the title has both).
+            // The pod's name without its namespace (the API and the namespace table have them).
             esc_into(out, b.pod.rsplit('/').next().unwrap_or(&b.pod));
         }
         out.push_str("</small>");
@@ -176,7 +168,11 @@ pub fn board(out: &mut String, b: &Board, base: &str) {
         if n.unschedulable {
             out.push_str(" class=un");
         }
-        out.push_str("><th>");
+        out.push_str("><th title=\"");
+        let mut models: Vec<&str> = n.cards.iter().map(|c| c.model.as_str()).collect();
+        models.dedup();
+        esc_into(out, &models.join(", "));
+        out.push_str("\">");
         esc_into(out, &n.name);
         if n.unschedulable {
             out.push_str("<span class=tag>unschedulable</span>");

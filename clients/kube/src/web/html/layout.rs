@@ -47,7 +47,10 @@ h2{font-size:15px;margin:18px 0 6px}table{border-collapse:collapse}
 .tot td,.tot th{padding:2px 10px 2px 0;text-align:left}
 .grid th{text-align:left;padding:2px 8px 2px 0;white-space:nowrap;font-weight:600}
 .grid td{border:1px solid #c9ced6;padding:2px 4px;min-width:118px;font-size:11px;vertical-align:top;background:#fff}
-.grid td i{display:block;height:3px;background:#3d7bd9;margin:0 -4px 2px}
+.grid td i{display:block;height:3px;background:#3d7bd9;margin:0 -4px 2px;width:0}
+.w1{width:10%!important}.w2{width:20%!important}.w3{width:30%!important}.w4{width:40%!important}
+.w5{width:50%!important}.w6{width:60%!important}.w7{width:70%!important}.w8{width:80%!important}
+.w9{width:90%!important}.w10{width:100%!important}
 .l0{background:#fff}.grid td.l1{background:#eaf3ea}.grid td.l2{background:#fff4d6}.grid td.l3{background:#fde0dc}
 .grid td.co{background:repeating-linear-gradient(45deg,#eee,#eee 4px,#fff 4px,#fff 8px);color:#777}
 .grid td.uh{border:2px solid #c0392b}.grid tr.un th{color:#a05a00}
