@@ -284,6 +284,7 @@ mod tests {
 
     fn card(id: &str, index: u32, healthy: bool) -> v1::Card {
         v1::Card {
+            mig: None,
             id: id.into(),
             index,
             r#type: "NVIDIA H100 80GB HBM3".into(),

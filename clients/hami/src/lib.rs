@@ -147,6 +147,7 @@ impl RegisteredCard {
             return Err(err(NODE_REGISTER, "a card without id"));
         }
         Ok(v1::Card {
+            mig: None,
             id: self.id.clone(),
             index: self.index,
             r#type: self.card_type.clone(),
@@ -408,6 +409,7 @@ mod tests {
 
     fn card(id: &str, index: u32, healthy: bool) -> v1::Card {
         v1::Card {
+            mig: None,
             id: id.into(),
             index,
             r#type: "NVIDIA-A100-SXM4-40GB".into(),

@@ -159,6 +159,12 @@ impl PlacementService for Scripted {
     ) -> Result<Response<v1::ValidateWorkloadResponse>, Status> {
         Err(Status::unimplemented("validate"))
     }
+    async fn preempt(
+        &self,
+        _: Request<v1::PreemptRequest>,
+    ) -> Result<Response<v1::PreemptResponse>, Status> {
+        Err(Status::unimplemented("preempt"))
+    }
 }
 
 async fn scripted(peer: Scripted) -> std::net::SocketAddr {

@@ -198,6 +198,7 @@ fn time(rec: &csv::StringRecord, idx: usize, name: &str) -> Result<Option<f64>, 
 /// cores and `pct` percent of its memory, on the allowed models.
 pub fn openb_workload(name: &str, num_gpu: u32, pct: u32, gpu_types: &[String]) -> v1::Workload {
     v1::Workload {
+        quota: None,
         namespace: "openb".into(),
         name: name.to_owned(),
         uid: String::new(),
@@ -312,6 +313,7 @@ fn openb_row(rec: &csv::StringRecord, col: &[usize]) -> Result<Option<Job>, Stri
 /// One card of a node built from a node list.
 pub fn card(index: u32, model: &str, mem_mib: u64, slots: u32) -> v1::Card {
     v1::Card {
+        mig: None,
         id: format!("gpu{index}"),
         index,
         r#type: model.to_owned(),

@@ -178,6 +178,7 @@ impl GpuRequest {
         let mut limits: BTreeMap<String, String> = self.limits.clone();
         limits.insert("nvidia.com/gpu".to_owned(), self.gpus.to_string());
         v1::Workload {
+            quota: None,
             namespace: "slurm".to_owned(),
             name: name.to_owned(),
             uid: String::new(),

@@ -20,6 +20,7 @@ mod decide;
 mod inputs;
 pub(crate) mod limits;
 mod normalize;
+mod preempt;
 mod record;
 pub(crate) mod resolve;
 
@@ -28,5 +29,6 @@ pub use cancel::Cancel;
 pub use decide::{allocate, allocate_batch, filter, score, validate_workload};
 pub use inputs::{Inputs, inputs, snapshot, workload};
 pub use normalize::normalize_inventory;
+pub use preempt::preempt;
 pub use record::Record;
 pub(crate) use resolve::refs::ASSUMED_CARDS_PER_REF;
