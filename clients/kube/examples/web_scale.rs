@@ -97,7 +97,7 @@ fn cluster(a: &Args) -> (Vec<Node>, Vec<Pod>) {
                 numa: i / 4,
                 health: v1::CardHealth::Healthy as i32,
                 mode: v1::CardMode::HamiCore as i32,
-                usage: None,
+                ..v1::Card::default()
             })
             .collect();
         nodes.push(

@@ -12,7 +12,8 @@ use kube::ResourceExt;
 use crate::view::Holder;
 use crate::web::ask::Ask;
 use crate::web::model::{
-    Board, CardBooking, CardCell, NamespaceUse, NodeRow, RequestClass, Totals, UnusableNode, Used,
+    Board, CardBooking, CardCell, Extra, NamespaceUse, NodeRow, RequestClass, Totals, UnusableNode,
+    Used,
 };
 use crate::web::selector::Selector;
 
@@ -44,6 +45,39 @@ fn bookings_by_card(holders: &[Holder]) -> Bookings {
         }
     }
     out
+}
+
+/// What a MIG card holds: its instances (profile at start slice, and who holds each) and how
+/// many of its memory slices they occupy.
+pub fn mig_extras(m: &v1::MigLayout) -> Vec<Extra> {
+    let mut instances: Vec<&v1::MigInstance> = m.instances.iter().collect();
+    instances.sort_by_key(|i| i.start);
+    let used: u32 = instances.iter().map(|i| i.size).sum();
+    let list: Vec<String> = instances
+        .iter()
+        .map(|i| {
+            let who = if i.in_use_by.is_empty() {
+                "free"
+            } else {
+                i.in_use_by.as_str()
+            };
+            format!("{}@{} {who}", i.profile, i.start)
+        })
+        .collect();
+    vec![
+        Extra {
+            label: "MIG slices".into(),
+            value: format!("{used}/{} memory", m.memory_slices),
+        },
+        Extra {
+            label: "MIG".into(),
+            value: if list.is_empty() {
+                "no instance".into()
+            } else {
+                list.join(", ")
+            },
+        },
+    ]
 }
 
 /// One card's cell.
@@ -82,7 +116,7 @@ fn cell(node: &v1::Node, c: &v1::Card, bookings: &Bookings) -> CardCell {
             total: u64::from(c.total_cores),
         },
         pods,
-        extras: Vec::new(),
+        extras: c.mig.as_ref().map(mig_extras).unwrap_or_default(),
     }
 }
 
@@ -243,4 +277,44 @@ fn namespaces(holders: &[Holder]) -> Vec<NamespaceUse> {
             u
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mig_instances_read_as_extras() {
+        let inst = |profile: &str, start: u32, size: u32, by: &str| v1::MigInstance {
+            profile: profile.into(),
+            start,
+            size,
+            in_use_by: by.into(),
+        };
+        let m = v1::MigLayout {
+            compute_slices: 7,
+            memory_slices: 8,
+            profiles: vec![],
+            instances: vec![inst("1g.10gb", 6, 1, ""), inst("3g.40gb", 0, 4, "ns/a")],
+        };
+        let got: Vec<(String, String)> = mig_extras(&m)
+            .into_iter()
+            .map(|e| (e.label, e.value))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("MIG slices".to_owned(), "5/8 memory".to_owned()),
+                (
+                    "MIG".to_owned(),
+                    "3g.40gb@0 ns/a, 1g.10gb@6 free".to_owned()
+                )
+            ]
+        );
+        let empty = v1::MigLayout {
+            memory_slices: 8,
+            ..v1::MigLayout::default()
+        };
+        assert_eq!(mig_extras(&empty)[1].value, "no instance");
+    }
 }

@@ -295,6 +295,7 @@ mod tests {
                     card("g3", 7.5, v1::Reason::CardCordoned, false),
                 ],
             }],
+            ..v1::NodeExplanation::default()
         };
         let d = decision(&ex, 12.0);
         let got: Vec<(&str, bool, &str)> = d.containers[0]

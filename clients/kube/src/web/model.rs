@@ -112,8 +112,8 @@ pub struct CardCell {
     pub cores: Used,
     /// The pods holding it, with what each books here.
     pub pods: Vec<CardBooking>,
-    /// Further facts about the card, as label and value (MIG slices go here once the shim reads
-    /// MIG layouts; empty today).
+    /// Further facts about the card, as label and value: a MIG card's instances (profile at
+    /// start slice, holder or free) and memory slices used, when the card carries a MIG layout.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extras: Vec<Extra>,
 }

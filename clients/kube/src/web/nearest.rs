@@ -30,6 +30,7 @@ fn capacity_reason(r: v1::Reason) -> bool {
             | v1::Reason::CardInsufficientMemory
             | v1::Reason::CardInsufficientCore
             | v1::Reason::CardComputeUnitsExhausted
+            | v1::Reason::MigNoFreePlacement
     )
 }
 
@@ -64,12 +65,15 @@ fn short_of(
         .cores
         .saturating_sub(card.total_cores.saturating_sub(used_cores));
     let needs_idle = reason == v1::Reason::ExclusiveDeviceAllocateConflict;
+    // A MIG card books instances, not MiB and cores: what it lacks is a free placement.
+    let mig = reason == v1::Reason::MigNoFreePlacement;
+    let (slots, mem, cores) = if mig { (0, 0, 0) } else { (slots, mem, cores) };
     let part = |x: u64, of: u64| if of == 0 { 1.0 } else { x as f64 / of as f64 };
     let mut size = part(mem, card.total_mem_mib)
         + part(u64::from(cores), u64::from(card.total_cores))
         + part(u64::from(slots), u64::from(card.slots));
-    if needs_idle {
-        // Every booking on the card would have to go.
+    if needs_idle || mig {
+        // Every booking on the card (or one of its MIG instances) would have to go.
         size += 1.0;
     }
     if reason == v1::Reason::CardComputeUnitsExhausted {
@@ -113,6 +117,7 @@ pub fn short_text(s: &CardShort) -> String {
     if parts.is_empty() {
         parts.push(match s.reason.as_str() {
             "CARD_COMPUTE_UNITS_EXHAUSTED" => "all cores booked".to_owned(),
+            "MIG_NO_FREE_PLACEMENT" => "no free MIG placement".to_owned(),
             other => other.to_owned(),
         });
     }
@@ -325,6 +330,7 @@ mod tests {
                         })
                         .collect(),
                 }],
+                ..v1::NodeExplanation::default()
             });
             nodes.push(Arc::new(v1::Node {
                 name: n.name.into(),
@@ -427,6 +433,23 @@ mod tests {
                 }],
                 main(2, None, Some(50), 0),
                 Some("a a-gpu1: 2,048 MiB short; a-gpu0: 4,096 MiB short"),
+            ),
+            (
+                "a MIG card without a free placement lacks an instance, not MiB",
+                vec![
+                    N {
+                        name: "a",
+                        unresolvable: false,
+                        cards: vec![(16384, 100, 1, R::MigNoFreePlacement)],
+                    },
+                    N {
+                        name: "b",
+                        unresolvable: false,
+                        cards: vec![(0, 0, 0, R::QuotaMemoryExceeded)],
+                    },
+                ],
+                main(1, Some(4096), None, 0),
+                Some("a a-gpu0: no free MIG placement"),
             ),
             (
                 "unresolvable nodes and cards no usage can cure are never the nearest",
