@@ -231,16 +231,18 @@ check "full: agent ServiceMonitor scrapes port metrics of the agent Service (nod
   and [p["name"] for p in get("Service","gpusched-agent")["spec"]["ports"]] == ["metrics"]
   and get("NetworkPolicy","gpusched-agent")["spec"]["ingress"][0]["from"] == [{"namespaceSelector":{"matchLabels":{"name":"monitoring"}}}]
   and get("ServiceMonitor","gpusched")["spec"]["endpoints"][0]["port"] == "metrics"'
-check "full: operator view (kube.web): token Secret, port web on the Deployment and Service, config, NetworkPolicy from webFrom" py_docs "$F" '
+check "full: operator view (kube.web): token Secret, port web on the Deployment and Service, config, NetworkPolicy from webFrom, viewer Role" py_docs "$F" '
   len(get("Secret","gpusched-kube-web")["data"]["token"]) >= 40
   and {"name":"web","containerPort":8890,"protocol":"TCP"} in get("Deployment","gpusched-kube")["spec"]["template"]["spec"]["containers"][0]["ports"]
   and {"name":"web-token","secret":{"secretName":"gpusched-kube-web","items":[{"key":"token","path":"token"}]}} in get("Deployment","gpusched-kube")["spec"]["template"]["spec"]["volumes"]
   and {"name":"web","port":8890,"targetPort":"web","protocol":"TCP"} in get("Service","gpusched-kube")["spec"]["ports"]
   and "token_file: /etc/gpusched-kube/web/token" in get("ConfigMap","gpusched-kube-config")["data"]["config.yaml"]
   and [r for r in get("NetworkPolicy","gpusched-kube")["spec"]["ingress"] if r["ports"][0]["port"] == 8890][0]["from"]
-    == [{"namespaceSelector":{"matchLabels":{"name":"ops"}}}]'
-check "default: no operator view (no Secret, no web port, no web config)" py_docs "$D" '
+    == [{"namespaceSelector":{"matchLabels":{"name":"ops"}}}]
+  and get("Role","gpusched-kube-web-viewer")["rules"][0] == {"apiGroups":[""],"resources":["secrets"],"resourceNames":["gpusched-kube-web"],"verbs":["get"]}'
+check "default: no operator view (no Secret, Role, web port or web config)" py_docs "$D" '
   not [s for s in kinds("Secret") if s["metadata"]["name"] == "gpusched-kube-web"]
+  and not [r for r in kinds("Role") if r["metadata"]["name"] == "gpusched-kube-web-viewer"]
   and "web" not in [p["name"] for p in get("Service","gpusched-kube")["spec"]["ports"]]
   and "token_file" not in get("ConfigMap","gpusched-kube-config")["data"]["config.yaml"]'
 web_own_secret() {
@@ -499,6 +501,16 @@ KCFG
       [[ -n "$a" && "$a" == "$b" && "$(base64 -d <<<"$a" | wc -c)" -ge 16 ]]
     }
     check "kube.web.enabled: the random token Secret is made once and kept across upgrades" web_token_kept
+    web_viewer_rbac() { # the viewer Role bound to a user: the token and port-forward, nothing more
+      K -n "$NS" create rolebinding web-viewer-test --role=gpusched-kube-web-viewer --user=ops-alice >/dev/null || return 1
+      local a=(--as ops-alice -n "$NS")
+      [[ "$(K auth can-i get secrets/gpusched-kube-web "${a[@]}")" == yes ]] &&
+      [[ "$(K auth can-i create pods --subresource=portforward "${a[@]}")" == yes ]] &&
+      [[ "$(K auth can-i get secrets/gpusched-kube-webhook-tls "${a[@]}" 2>/dev/null || true)" == no ]] &&
+      [[ "$(K auth can-i list secrets "${a[@]}" 2>/dev/null || true)" == no ]] &&
+      [[ "$(K auth can-i delete pods "${a[@]}" 2>/dev/null || true)" == no ]]
+    }
+    check "kube.web viewer Role: its user may read the token and port-forward, not other Secrets nor write" web_viewer_rbac
     check "helm uninstall" timeout 120 "$HELM" uninstall gpusched -n "$NS" --no-hooks --timeout 60s
     gone() {
       local left
