@@ -233,8 +233,15 @@ async fn the_page_shows_every_card_and_why_pods_wait() {
         .next()
         .unwrap()
         .to_owned();
-    let (status, _, page) = call(&f, "GET", "/", Some(&cookie), "").await;
+    let (status, headers, page) = call(&f, "GET", "/", Some(&cookie), "").await;
     assert_eq!(status, StatusCode::OK, "{page}");
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("form-action 'self'"),
+        "{csp}"
+    );
+    assert_eq!(headers["cache-control"], "no-store");
+    assert!(!page.contains("<script"), "no script on the page");
     for card in [
         "n1-gpu0", "n1-gpu1", "n1-gpu2", "n1-gpu3", "n2-gpu0", "n2-gpu1",
     ] {
