@@ -23,8 +23,6 @@ use gpusched_kube::view::ClusterView;
 use gpusched_kube::web::{Auth, WebState, router};
 use http_body_util::BodyExt as _;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::runtime::reflector;
-use kube::runtime::watcher::Event;
 use serde_json::json;
 use tower::ServiceExt as _;
 
@@ -162,20 +160,16 @@ async fn main() {
         .unwrap();
     let (nodes, pods) = cluster(&a);
     let bound = pods.len() - a.pending;
-    let (nr, mut nw) = reflector::store::<Node>();
-    let (pr, mut pw) = reflector::store::<Pod>();
-    for n in nodes {
-        nw.apply_watcher_event(&Event::Apply(n));
-    }
-    for p in pods {
-        pw.apply_watcher_event(&Event::Apply(p));
-    }
     let names = Names {
         scheduler_name: "gpusched-scheduler".into(),
         ..Names::default()
     };
-    let view = Arc::new(ClusterView::new(nr, pr, names, Duration::from_secs(60)));
-    view.mark_synced();
+    let view = Arc::new(ClusterView::of_objects(
+        nodes,
+        pods,
+        names,
+        Duration::from_secs(60),
+    ));
     let state = WebState {
         view,
         service,

@@ -15,8 +15,6 @@ use gpusched_kube::web::model::{Board, Explanation, PendingPod, Verdict, WhatIf}
 use gpusched_kube::web::{Auth, COOKIE_NAME, WebState, router};
 use http_body_util::BodyExt as _;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::runtime::reflector;
-use kube::runtime::watcher::Event;
 use serde_json::json;
 use tower::ServiceExt as _;
 
@@ -115,16 +113,12 @@ async fn fixture() -> Fixture {
             json!({"nvidia.com/gpu": "1"}),
         ),
     ];
-    let (nr, mut nw) = reflector::store::<Node>();
-    let (pr, mut pw) = reflector::store::<Pod>();
-    for n in nodes {
-        nw.apply_watcher_event(&Event::Apply(n));
-    }
-    for p in pods {
-        pw.apply_watcher_event(&Event::Apply(p));
-    }
-    let view = Arc::new(ClusterView::new(nr, pr, names(), Duration::from_secs(60)));
-    view.mark_synced();
+    let view = Arc::new(ClusterView::of_objects(
+        nodes,
+        pods,
+        names(),
+        Duration::from_secs(60),
+    ));
     Fixture {
         _server: server,
         state: WebState {
@@ -407,6 +401,8 @@ async fn the_api_answers_in_the_services_terms() {
     assert!(e.ranking.iter().any(|r| r.node == "n1"), "{:?}", e.ranking);
     let (status, _, _) = call(&f, "GET", "/api/v1/explain/ns/ghost", Some(&b), "").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, text) = call(&f, "GET", "/api/v1/delete/ns/h2", Some(&b), "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{text}");
 }
 
 #[tokio::test]

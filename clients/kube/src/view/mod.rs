@@ -93,6 +93,21 @@ impl ClusterView {
         }
     }
 
+    /// A synced view of exactly these objects (tests, benchmarks, examples: no API server).
+    pub fn of_objects(nodes: Vec<Node>, pods: Vec<Pod>, names: Names, ttl: Duration) -> Self {
+        let (node_store, mut node_writer) = kube::runtime::reflector::store::<Node>();
+        let (pod_store, mut pod_writer) = kube::runtime::reflector::store::<Pod>();
+        for n in nodes {
+            node_writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(n));
+        }
+        for p in pods {
+            pod_writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(p));
+        }
+        let view = ClusterView::new(node_store, pod_store, names, ttl);
+        view.mark_synced();
+        view
+    }
+
     /// Sets how long a reservation (see [`Assumed::tentative`]) lives without its bind.
     pub fn with_reservation_ttl(mut self, ttl: Duration) -> Self {
         self.assumed.set_reservation_ttl(ttl);

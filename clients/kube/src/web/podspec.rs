@@ -73,46 +73,33 @@ fn string(v: &Value, field: &str) -> Result<String, SpecError> {
         .ok_or_else(|| bad(field, format!("must be a string, not {}", kind(v))))
 }
 
-/// A map of strings (annotations, nodeSelector); numbers and booleans are read as their text,
-/// as YAML writers often leave them unquoted.
-fn string_map(v: Option<&Value>, field: &str) -> Result<BTreeMap<String, String>, SpecError> {
+/// A map of strings: annotations and nodeSelector (numbers and booleans read as their text, as
+/// YAML writers often leave them unquoted), or resource quantities (`quantity`: strings and
+/// numbers only).
+fn string_map(
+    v: Option<&Value>,
+    field: &str,
+    quantity: bool,
+) -> Result<BTreeMap<String, String>, SpecError> {
     let Some(v) = v.filter(|v| !v.is_null()) else {
         return Ok(BTreeMap::new());
     };
     object(v, field)?
         .iter()
         .map(|(k, x)| {
-            let f = format!("{field}[{k:?}]");
             let s = match x {
                 Value::String(s) => s.clone(),
                 Value::Number(n) => n.to_string(),
-                Value::Bool(b) => b.to_string(),
-                other => return Err(bad(f, format!("must be a string, not {}", kind(other)))),
-            };
-            Ok((k.clone(), s))
-        })
-        .collect()
-}
-
-/// A resources map: each value a quantity (string or number).
-fn quantities(v: Option<&Value>, field: &str) -> Result<BTreeMap<String, String>, SpecError> {
-    let Some(v) = v.filter(|v| !v.is_null()) else {
-        return Ok(BTreeMap::new());
-    };
-    object(v, field)?
-        .iter()
-        .map(|(k, x)| {
-            let f = format!("{field}[{k:?}]");
-            let s = match x {
-                Value::String(s) => s.clone(),
-                Value::Number(n) => n.to_string(),
+                Value::Bool(b) if !quantity => b.to_string(),
                 other => {
+                    let want = if quantity {
+                        "a quantity (a string or a number)"
+                    } else {
+                        "a string"
+                    };
                     return Err(bad(
-                        f,
-                        format!(
-                            "must be a quantity (a string or a number), not {}",
-                            kind(other)
-                        ),
+                        format!("{field}[{k:?}]"),
+                        format!("must be {want}, not {}", kind(other)),
                     ));
                 }
             };
@@ -143,8 +130,8 @@ fn containers(v: Option<&Value>, field: &str) -> Result<Vec<Value>, SpecError> {
             if let Some(r) = c.get("resources").filter(|r| !r.is_null()) {
                 let rf = format!("{f}.resources");
                 let r = object(r, &rf)?;
-                limits = quantities(r.get("limits"), &format!("{rf}.limits"))?;
-                requests = quantities(r.get("requests"), &format!("{rf}.requests"))?;
+                limits = string_map(r.get("limits"), &format!("{rf}.limits"), true)?;
+                requests = string_map(r.get("requests"), &format!("{rf}.requests"), true)?;
             }
             Ok(json!({"name": name, "resources": {"limits": limits, "requests": requests}}))
         })
@@ -175,13 +162,13 @@ pub fn parse(text: &str, scheduler_name: &str) -> Result<Pod, SpecError> {
         None | Some(Value::Null) => "default".to_owned(),
         Some(n) => string(n, "metadata.namespace")?,
     };
-    let annotations = string_map(meta.get("annotations"), "metadata.annotations")?;
+    let annotations = string_map(meta.get("annotations"), "metadata.annotations", false)?;
     let spec = top
         .get("spec")
         .filter(|s| !s.is_null())
         .ok_or_else(|| bad("spec.containers", "missing: a Pod needs spec.containers"))?;
     let spec = object(spec, "spec")?;
-    let node_selector = string_map(spec.get("nodeSelector"), "spec.nodeSelector")?;
+    let node_selector = string_map(spec.get("nodeSelector"), "spec.nodeSelector", false)?;
     let main = containers(spec.get("containers"), "spec.containers")?;
     if main.is_empty() {
         return Err(bad("spec.containers", "must list at least one container"));

@@ -25,6 +25,7 @@ use crate::web::podspec::{MAX_SPEC_BYTES, SpecError};
 use crate::web::selector::Selector;
 use crate::web::whatif::{Question, ask_what_if};
 use crate::web::{board, decision, html, pending};
+use k8s_openapi::api::core::v1::Pod;
 
 /// What the routes share.
 #[derive(Clone, Debug)]
@@ -218,37 +219,33 @@ async fn api_pending(
     json(StatusCode::OK, &list, &h)
 }
 
-fn no_pod(ns: &str, name: &str, view: &ClusterView) -> String {
-    format!(
-        "no pod {ns}/{name} of scheduler {} in gpusched-kube's view",
-        view.names().scheduler_name
-    )
+/// The pod of the view named in the path, or why there is none.
+fn find_pod(s: &WebState, ns: &str, name: &str) -> Result<Arc<Pod>, String> {
+    s.view.pod(ns, name, "").ok_or_else(|| {
+        format!(
+            "no pod {ns}/{name} of scheduler {} in gpusched-kube's view",
+            s.view.names().scheduler_name
+        )
+    })
 }
 
-async fn api_why(
+/// `GET /api/v1/why/{ns}/{name}` and `GET /api/v1/explain/{ns}/{name}`.
+async fn api_pod(
     State(s): State<Arc<WebState>>,
-    Path((ns, name)): Path<(String, String)>,
+    Path((what, ns, name)): Path<(String, String, String)>,
     h: HeaderMap,
 ) -> Response {
+    let pod = match find_pod(&s, &ns, &name) {
+        Ok(p) => p,
+        Err(e) => return api_error(StatusCode::NOT_FOUND, e, &h),
+    };
     let scope = Selector::default();
     let ask = s.ask(&scope);
-    let Some(pod) = ask.pod(&ns, &name) else {
-        return api_error(StatusCode::NOT_FOUND, no_pod(&ns, &name, &s.view), &h);
-    };
-    json(StatusCode::OK, &pending::analyse(&ask, &pod).await.0, &h)
-}
-
-async fn api_explain(
-    State(s): State<Arc<WebState>>,
-    Path((ns, name)): Path<(String, String)>,
-    h: HeaderMap,
-) -> Response {
-    let scope = Selector::default();
-    let ask = s.ask(&scope);
-    let Some(pod) = ask.pod(&ns, &name) else {
-        return api_error(StatusCode::NOT_FOUND, no_pod(&ns, &name, &s.view), &h);
-    };
-    json(StatusCode::OK, &decision::explain(&ask, &pod).await, &h)
+    match what.as_str() {
+        "why" => json(StatusCode::OK, &pending::analyse(&ask, &pod).await.0, &h),
+        "explain" => json(StatusCode::OK, &decision::explain(&ask, &pod).await, &h),
+        other => api_error(StatusCode::NOT_FOUND, format!("no API {other:?}"), &h),
+    }
 }
 
 async fn pod_page(
@@ -256,16 +253,15 @@ async fn pod_page(
     Path((ns, name)): Path<(String, String)>,
     h: HeaderMap,
 ) -> Response {
-    let scope = Selector::default();
-    let ask = s.ask(&scope);
-    let Some(pod) = ask.pod(&ns, &name) else {
-        return html_page(
-            StatusCode::NOT_FOUND,
-            html::message_page("no such pod", &no_pod(&ns, &name, &s.view), "../../"),
-            &h,
-        );
+    let pod = match find_pod(&s, &ns, &name) {
+        Ok(p) => p,
+        Err(e) => {
+            let page = html::message_page("no such pod", &e, "../../");
+            return html_page(StatusCode::NOT_FOUND, page, &h);
+        }
     };
-    let e = decision::explain(&ask, &pod).await;
+    let scope = Selector::default();
+    let e = decision::explain(&s.ask(&scope), &pod).await;
     html_page(StatusCode::OK, html::pod_page(&e), &h)
 }
 
@@ -431,8 +427,7 @@ pub fn router(state: WebState) -> Router {
         .route("/logout", post(logout))
         .route("/api/v1/top", get(api_top))
         .route("/api/v1/pending", get(api_pending))
-        .route("/api/v1/why/{namespace}/{name}", get(api_why))
-        .route("/api/v1/explain/{namespace}/{name}", get(api_explain))
+        .route("/api/v1/{what}/{namespace}/{name}", get(api_pod))
         .route("/api/v1/what-if", post(api_what_if))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(DefaultBodyLimit::max(MAX_SPEC_BYTES * 4))

@@ -1,6 +1,8 @@
 //! The answers as terminal tables (aligned columns, one header line).
 
-use gpusched_kube::web::model::{Board, Explanation, PendingList, PendingPod, Verdict, WhatIf};
+use gpusched_kube::web::model::{
+    Assigned, Board, Explanation, PendingList, PendingPod, Verdict, WhatIf,
+};
 use gpusched_kube::web::short_text;
 use gpusched_kube::web::units::{pct, thousands};
 
@@ -30,6 +32,22 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
         out.push_str(&line(r.iter().map(String::as_str).collect()));
     }
     out
+}
+
+/// Cards given to containers.
+fn assigned(rows: &[Assigned]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|a| {
+            vec![
+                a.container.clone(),
+                a.card.clone(),
+                thousands(a.mem_mib),
+                a.cores.to_string(),
+            ]
+        })
+        .collect();
+    table(&["CONTAINER", "CARD", "MIB", "CORES%"], &rows)
 }
 
 /// `top`: the totals, then one line per card.
@@ -208,20 +226,12 @@ pub fn explain(e: &Explanation) -> String {
         e.feasible
     );
     if !e.recorded.is_empty() {
-        let rows: Vec<Vec<String>> = e
-            .recorded
-            .iter()
-            .map(|a| {
-                vec![
-                    a.container.clone(),
-                    a.card.clone(),
-                    a.mem_mib.to_string(),
-                    a.cores.to_string(),
-                ]
-            })
-            .collect();
-        out.push_str("\nrecorded decision:\n");
-        out.push_str(&table(&["CONTAINER", "CARD", "MIB", "CORES%"], &rows));
+        out.push_str(
+            "
+recorded decision:
+",
+        );
+        out.push_str(&assigned(&e.recorded));
     }
     if let Some(m) = e.matches_recorded {
         out.push_str(if m {
@@ -311,19 +321,7 @@ pub fn what_if(w: &WhatIf) -> String {
                 "would go to {n} (node score {:.4})\n",
                 w.raw_score
             ));
-            let rows: Vec<Vec<String>> = w
-                .cards
-                .iter()
-                .map(|a| {
-                    vec![
-                        a.container.clone(),
-                        a.card.clone(),
-                        a.mem_mib.to_string(),
-                        a.cores.to_string(),
-                    ]
-                })
-                .collect();
-            out.push_str(&table(&["CONTAINER", "CARD", "MIB", "CORES%"], &rows));
+            out.push_str(&assigned(&w.cards));
         }
         None => {
             out.push_str("fits nowhere now\n");
