@@ -123,13 +123,16 @@ fn cluster(a: &Args) -> (Vec<Node>, Vec<Pod>) {
             }
         }
     }
+    // Pending pods that each ask something else (replicas asking the same are analysed once:
+    // distinct pods are the worst case).
     for p in 0..a.pending {
         let name = format!("pending-{p:03}");
+        let mem = 40960 + 1024 * p;
         pods.push(
             serde_json::from_value(json!({
                 "metadata": {"name": name, "namespace": "team-x", "uid": format!("uid-{name}"), "resourceVersion": "1"},
                 "spec": {"schedulerName": "gpusched-scheduler",
-                    "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "8", "nvidia.com/gpumem": "81920"}}}]},
+                    "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "8", "nvidia.com/gpumem": mem.to_string()}}}]},
                 "status": {"phase": "Pending"}
             }))
             .unwrap(),
@@ -177,7 +180,7 @@ async fn main() {
         max_pending: a.pending.max(1),
     };
     println!(
-        "{} nodes x {} cards, {bound} pods holding cards, {} pending (each analysed: Filter with explanations over every node)",
+        "{} nodes x {} cards, {bound} pods holding cards, {} pending pods, each asking something else (each analysed: ValidateWorkload, Filter with explanations over every node)",
         a.nodes, a.cards, a.pending
     );
     for (path, gzip) in [

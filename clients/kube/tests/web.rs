@@ -107,6 +107,12 @@ async fn fixture() -> Fixture {
             json!({}),
             json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}),
         ),
+        // A replica of big: the same question, analysed once for both.
+        pending(
+            "big-twin",
+            json!({}),
+            json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "16384"}),
+        ),
         pending(
             "badann",
             json!({"hami.io/device-scoring-weights": "slot=x"}),
@@ -325,7 +331,7 @@ async fn the_api_answers_in_the_services_terms() {
         "{}",
         t.allocation_pct
     );
-    assert_eq!((t.pods_bound, t.pods_pending), (5, 3));
+    assert_eq!((t.pods_bound, t.pods_pending), (5, 4));
     assert_eq!(board.unusable.len(), 1);
     let gpu1 = &board.nodes[0].cards[1];
     assert_eq!(
@@ -355,6 +361,15 @@ async fn the_api_answers_in_the_services_terms() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(text.contains("selector"), "{text}");
 
+    // Every pending pod under its own name, replicas with the same verdict.
+    let (_, _, text) = call(&f, "GET", "/api/v1/pending", Some(&b), "").await;
+    let list: gpusched_kube::web::model::PendingList = serde_json::from_str(&text).unwrap();
+    let mut names: Vec<&str> = list.pods.iter().map(|p| p.pod.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["ns/badann", "ns/big", "ns/big-twin", "ns/small"]);
+    let verdict_of = |n: &str| &list.pods.iter().find(|p| p.pod == n).unwrap().verdict;
+    assert_eq!(verdict_of("ns/big"), verdict_of("ns/big-twin"));
+    assert_ne!(verdict_of("ns/big"), verdict_of("ns/small"));
     let (_, _, text) = call(&f, "GET", "/api/v1/why/ns/big", Some(&b), "").await;
     let why: PendingPod = serde_json::from_str(&text).unwrap();
     let Verdict::Waits {

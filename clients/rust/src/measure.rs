@@ -6,8 +6,10 @@
 //!
 //! These are measures, not decisions: [`card_may_fit`] is a necessary condition of the service's
 //! fit rules (free slot, cores and memory), used to classify free capacity; where a workload goes
-//! is always the service's answer.
+//! is always the service's answer. Nodes are taken as anything that borrows a `v1::Node` (the
+//! nodes themselves, or the `Arc`s a cluster view shares).
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use gpusched_api::v1;
@@ -65,8 +67,8 @@ pub fn card_may_fit(c: &v1::Card, n: &Need) -> bool {
 
 /// Every card of `nodes` with whether it takes new work at all (a card cordoned on its node
 /// takes none, like an unhealthy one).
-fn cards(nodes: &[v1::Node]) -> impl Iterator<Item = (&v1::Card, bool)> {
-    nodes.iter().flat_map(|n| {
+fn cards<N: Borrow<v1::Node>>(nodes: &[N]) -> impl Iterator<Item = (&v1::Card, bool)> {
+    nodes.iter().map(Borrow::borrow).flat_map(|n: &v1::Node| {
         n.cards
             .iter()
             .map(move |c| (c, !n.cordoned_card_ids.iter().any(|id| id == &c.id)))
@@ -74,7 +76,7 @@ fn cards(nodes: &[v1::Node]) -> impl Iterator<Item = (&v1::Card, bool)> {
 }
 
 /// Cards by state (cordoned and unhealthy cards included: a state is about what is booked).
-pub fn card_states(nodes: &[v1::Node]) -> CardStates {
+pub fn card_states<N: Borrow<v1::Node>>(nodes: &[N]) -> CardStates {
     let mut s = CardStates::default();
     for (c, _) in cards(nodes) {
         let u = usage(c);
@@ -93,7 +95,7 @@ pub fn card_states(nodes: &[v1::Node]) -> CardStates {
 }
 
 /// Booked compute over all compute (cores percent summed), 0..1; 0 without cards.
-pub fn allocation_ratio(nodes: &[v1::Node]) -> f64 {
+pub fn allocation_ratio<N: Borrow<v1::Node>>(nodes: &[N]) -> f64 {
     let (used, total) = cards(nodes).fold((0u64, 0u64), |(u, t), (c, _)| {
         (
             u + u64::from(usage(c).used_cores.min(c.total_cores)),
@@ -111,7 +113,7 @@ pub fn allocation_ratio(nodes: &[v1::Node]) -> f64 {
 /// the share that sits on cards where a request drawn from `classes` (per-card needs with their
 /// popularity, see [`request_classes`]) could not fit. 0..1; 0 when nothing is free. A cordoned
 /// card fits nothing, so all of its free compute counts as fragmented.
-pub fn fragmentation(nodes: &[v1::Node], classes: &[(Need, f64)]) -> f64 {
+pub fn fragmentation<N: Borrow<v1::Node>>(nodes: &[N], classes: &[(Need, f64)]) -> f64 {
     let mut free_total = 0.0;
     let mut frag = 0.0;
     for (c, takes_work) in cards(nodes) {
@@ -270,7 +272,7 @@ mod tests {
             let f = fragmentation(&nodes, &c.classes);
             assert!((f - c.fragmentation).abs() < 1e-12, "case {i}: {f}");
         }
-        assert_eq!(allocation_ratio(&[]), 0.0);
+        assert_eq!(allocation_ratio::<v1::Node>(&[]), 0.0);
     }
 
     #[test]

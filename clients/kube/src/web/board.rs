@@ -26,18 +26,17 @@ fn mode_name(m: i32) -> String {
     .to_owned()
 }
 
-/// What each pod books per card: (card id) → pod key → (slots, MiB, cores).
-type Bookings = HashMap<String, BTreeMap<String, (u32, u64, u32)>>;
+/// What each pod books per card: (node, card id) → (namespace, name) → (slots, MiB, cores).
+type Bookings<'a> = HashMap<(&'a str, &'a str), BTreeMap<(&'a str, &'a str), (u32, u64, u32)>>;
 
-fn bookings_by_card(holders: &[Holder]) -> Bookings {
-    let mut out: Bookings = HashMap::new();
+fn bookings_by_card(holders: &[Holder]) -> Bookings<'_> {
+    let mut out: Bookings<'_> = HashMap::new();
     for h in holders {
-        let key = format!("{}/{}", h.namespace, h.name);
         for b in h.usage.bookings.iter().flatten() {
             let e = out
-                .entry(format!("{}\u{0}{}", h.usage.node, b.uuid))
+                .entry((h.usage.node.as_str(), b.uuid.as_str()))
                 .or_default()
-                .entry(key.clone())
+                .entry((h.namespace.as_str(), h.name.as_str()))
                 .or_default();
             e.0 += 1;
             e.1 += b.mem_mib;
@@ -81,14 +80,14 @@ pub fn mig_extras(m: &v1::MigLayout) -> Vec<Extra> {
 }
 
 /// One card's cell.
-fn cell(node: &v1::Node, c: &v1::Card, bookings: &Bookings) -> CardCell {
+fn cell(node: &v1::Node, c: &v1::Card, bookings: &Bookings<'_>) -> CardCell {
     let u = c.usage.unwrap_or_default();
     let pods = bookings
-        .get(&format!("{}\u{0}{}", node.name, c.id))
+        .get(&(node.name.as_str(), c.id.as_str()))
         .map(|m| {
             m.iter()
-                .map(|(pod, &(slots, mem_mib, cores))| CardBooking {
-                    pod: pod.clone(),
+                .map(|(&(ns, name), &(slots, mem_mib, cores))| CardBooking {
+                    pod: format!("{ns}/{name}"),
                     slots,
                     mem_mib,
                     cores,
@@ -165,7 +164,6 @@ pub fn board(ask: &Ask<'_>, pending_needs: &[Need], pending: usize) -> Board {
         .filter(|h| in_scope.contains(h.usage.node.as_str()))
         .collect();
     let bookings = bookings_by_card(&holders);
-    let nodes: Vec<v1::Node> = snap.nodes.iter().map(|n| (**n).clone()).collect();
     let rows: Vec<NodeRow> = snap
         .nodes
         .iter()
@@ -184,7 +182,7 @@ pub fn board(ask: &Ask<'_>, pending_needs: &[Need], pending: usize) -> Board {
             .into_iter()
             .chain(pending_needs.iter().copied()),
     );
-    let totals = totals(&rows, &nodes, &classes, &holders, pending);
+    let totals = totals(&rows, &snap.nodes, &classes, &holders, pending);
     Board {
         selector: ask.scope.text(),
         totals,
@@ -203,7 +201,7 @@ pub fn board(ask: &Ask<'_>, pending_needs: &[Need], pending: usize) -> Board {
 
 fn totals(
     rows: &[NodeRow],
-    nodes: &[v1::Node],
+    nodes: &[std::sync::Arc<v1::Node>],
     classes: &[(Need, f64)],
     holders: &[Holder],
     pending: usize,

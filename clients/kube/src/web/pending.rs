@@ -1,11 +1,12 @@
 //! Pending GPU pods and why each waits: the service's verdict on the pod's candidate nodes now,
 //! its reasons grouped and its nearest miss (see `reasons.rs`, `nearest.rs`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use gpusched_client::measure::Need;
 use gpusched_client::v1;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
 use kube::ResourceExt;
 
 use crate::translate;
@@ -120,9 +121,8 @@ pub async fn verdict(ask: &Ask<'_>, pod: &Pod) -> (Verdict, Vec<v1::ResolvedCont
     (v, resolved)
 }
 
-/// One pending pod, analysed.
-pub async fn analyse(ask: &Ask<'_>, pod: &Pod) -> (PendingPod, Vec<Need>) {
-    let (verdict, resolved) = verdict(ask, pod).await;
+/// A pending pod with its verdict.
+fn pending_pod(pod: &Pod, verdict: Verdict) -> PendingPod {
     let age_s = pod.metadata.creation_timestamp.as_ref().map_or(0, |t| {
         u64::try_from(
             k8s_openapi::jiff::Timestamp::now()
@@ -131,40 +131,83 @@ pub async fn analyse(ask: &Ask<'_>, pod: &Pod) -> (PendingPod, Vec<Need>) {
         )
         .unwrap_or(0)
     });
-    (
-        PendingPod {
-            pod: pod_key(pod),
-            age_s,
-            scheduler_message: scheduler_message(pod),
-            verdict,
-        },
-        needs(&resolved),
-    )
+    PendingPod {
+        pod: pod_key(pod),
+        age_s,
+        scheduler_message: scheduler_message(pod),
+        verdict,
+    }
 }
 
-/// The pending pods, the first `max` analysed (a few at a time), and their per-card needs.
+/// One pending pod, analysed.
+pub async fn analyse(ask: &Ask<'_>, pod: &Pod) -> PendingPod {
+    pending_pod(pod, verdict(ask, pod).await.0)
+}
+
+/// What a pod asks the service: its annotations, its containers' names and resources and its
+/// node selector. Pods that ask the same (the replicas of a Job or a ReplicaSet) get the same
+/// verdict, so one of them is analysed for all.
+fn question_key(p: &Pod) -> String {
+    let spec = p.spec.as_ref();
+    let containers = |init: bool| -> Vec<(&String, &Option<ResourceRequirements>)> {
+        spec.into_iter()
+            .flat_map(|s| {
+                if init {
+                    s.init_containers.as_deref().unwrap_or_default()
+                } else {
+                    s.containers.as_slice()
+                }
+            })
+            .map(|c| (&c.name, &c.resources))
+            .collect()
+    };
+    serde_json::to_string(&(
+        &p.metadata.annotations,
+        spec.map(|s| &s.node_selector),
+        containers(true),
+        containers(false),
+    ))
+    .unwrap_or_default()
+}
+
+/// The pending pods, the first `max` analysed (a few at a time; pods that ask the same once),
+/// and their per-card needs.
 pub async fn list(ask: &Ask<'_>, max: usize) -> (PendingList, Vec<Need>) {
     use futures::StreamExt as _;
     let pods = pending_pods(ask);
     let not_analysed = pods.len().saturating_sub(max);
+    let pods: Vec<Arc<Pod>> = pods.into_iter().take(max).collect();
+    let keys: Vec<String> = pods.iter().map(|p| question_key(p)).collect();
+    let mut first: HashMap<&str, usize> = HashMap::new();
+    let mut unique: Vec<Arc<Pod>> = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        first.entry(k.as_str()).or_insert_with(|| {
+            unique.push(pods[i].clone());
+            unique.len() - 1
+        });
+    }
     let ask = *ask;
-    let done: Vec<(PendingPod, Vec<Need>)> = futures::stream::iter(pods.into_iter().take(max))
-        .map(|p| async move { analyse(&ask, &p).await })
+    let done: Vec<(Verdict, Vec<Need>)> = futures::stream::iter(unique)
+        .map(|p| async move {
+            let (v, resolved) = verdict(&ask, &p).await;
+            (v, needs(&resolved))
+        })
         .buffered(4)
         .collect()
         .await;
-    let mut needs = Vec::new();
-    let mut analysed = Vec::with_capacity(done.len());
-    for (p, n) in done {
-        analysed.push(p);
-        needs.extend(n);
+    let mut needs_all = Vec::new();
+    let mut analysed = Vec::with_capacity(pods.len());
+    for (p, k) in pods.iter().zip(&keys) {
+        let (v, n) = &done[first[k.as_str()]];
+        needs_all.extend(n.iter().copied());
+        analysed.push(pending_pod(p, v.clone()));
     }
     (
         PendingList {
             pods: analysed,
             not_analysed,
         },
-        needs,
+        needs_all,
     )
 }
 

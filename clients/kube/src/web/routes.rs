@@ -242,7 +242,7 @@ async fn api_pod(
     let scope = Selector::default();
     let ask = s.ask(&scope);
     match what.as_str() {
-        "why" => json(StatusCode::OK, &pending::analyse(&ask, &pod).await.0, &h),
+        "why" => json(StatusCode::OK, &pending::analyse(&ask, &pod).await, &h),
         "explain" => json(StatusCode::OK, &decision::explain(&ask, &pod).await, &h),
         other => api_error(StatusCode::NOT_FOUND, format!("no API {other:?}"), &h),
     }
