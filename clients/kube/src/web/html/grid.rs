@@ -1,7 +1,7 @@
 //! The cluster page: totals, the nodes x cards grid, bookings per namespace.
 //!
-//! One cell per card (`data-card` = its id), one row per node (`data-node`, the model in its
-//! `title`); a cell shows slots, memory (GiB, and a bar) and cores booked and the names of the
+//! One box per card (`data-card` = its id), one row per node (`data-node`, the model in its
+//! name's `title`); a cell shows slots, memory (GiB, and a bar) and cores booked and the names of the
 //! pods booking it, and is shaded by how full it is. At 1,000 nodes x 8 cards the grid is the
 //! bulk of the page, so a cell carries only what it shows plus a `title` with the card's id and
 //! exact numbers; per-pod numbers are on the pod's page and in the API.
@@ -46,7 +46,7 @@ fn card_cell(out: &mut String, c: &CardCell) {
     if !c.healthy {
         class.push_str(" uh");
     }
-    out.push_str("<td data-card=\"");
+    out.push_str("<div data-card=\"");
     esc_into(out, &c.id);
     // The title: the card's id and exact numbers (the cell shows GiB and the pods' names).
     let mut title = format!(
@@ -59,7 +59,7 @@ fn card_cell(out: &mut String, c: &CardCell) {
     for x in &c.extras {
         let _ = write!(title, "\n{}: {}", x.label, x.value);
     }
-    let _ = write!(out, "\" class=\"{class}\" title=\"");
+    let _ = write!(out, "\" class=\"c {class}\" title=\"");
     esc_into(out, &title);
     // The bar: memory booked, in tenths.
     let tenths = (share(c.mem_mib.used, c.mem_mib.total) / 10.0)
@@ -100,7 +100,7 @@ fn card_cell(out: &mut String, c: &CardCell) {
             esc(&x.value)
         );
     }
-    out.push_str("</td>");
+    out.push_str("</div>");
 }
 
 fn totals(out: &mut String, t: &Totals) {
@@ -160,15 +160,18 @@ pub fn board(out: &mut String, b: &Board, base: &str) {
         if base.is_empty() { "./" } else { base },
         esc(&b.selector)
     );
-    out.push_str("<table class=grid id=grid>");
+    // Rows of flex boxes, not a table: a row off screen is neither laid out nor painted
+    // (content-visibility), which keeps 1,000 rows quick to show.
+    out.push_str("<div class=grid id=grid>");
     for n in &b.nodes {
-        out.push_str("<tr data-node=\"");
+        out.push_str("<div data-node=\"");
         esc_into(out, &n.name);
-        out.push('"');
-        if n.unschedulable {
-            out.push_str(" class=un");
-        }
-        out.push_str("><th title=\"");
+        out.push_str(if n.unschedulable {
+            "\" class=\"row un\""
+        } else {
+            "\" class=row"
+        });
+        out.push_str("><b title=\"");
         let mut models: Vec<&str> = n.cards.iter().map(|c| c.model.as_str()).collect();
         models.dedup();
         esc_into(out, &models.join(", "));
@@ -177,13 +180,13 @@ pub fn board(out: &mut String, b: &Board, base: &str) {
         if n.unschedulable {
             out.push_str("<span class=tag>unschedulable</span>");
         }
-        out.push_str("</th>");
+        out.push_str("</b>");
         for c in &n.cards {
             card_cell(out, c);
         }
-        out.push_str("</tr>");
+        out.push_str("</div>");
     }
-    out.push_str("</table>");
+    out.push_str("</div>");
     if !b.unusable.is_empty() {
         out.push_str("<h2>Nodes kept back (GPU inventory not usable)</h2><table class=tbl>");
         for u in &b.unusable {

@@ -45,15 +45,16 @@ header a,header button{color:#cfe3ff;text-decoration:none;background:none;border
 header b{font-size:15px}main{padding:12px 16px}
 h2{font-size:15px;margin:18px 0 6px}table{border-collapse:collapse}
 .tot td,.tot th{padding:2px 10px 2px 0;text-align:left}
-.grid th{text-align:left;padding:2px 8px 2px 0;white-space:nowrap;font-weight:600}
-.grid td{border:1px solid #c9ced6;padding:2px 4px;min-width:118px;font-size:11px;vertical-align:top;background:#fff}
-.grid td i{display:block;height:3px;background:#3d7bd9;margin:0 -4px 2px;width:0}
+.grid .row{display:flex;align-items:stretch;margin-bottom:2px;content-visibility:auto;contain-intrinsic-size:auto 40px}
+.grid .row>b{flex:0 0 150px;padding:2px 8px 2px 0;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+.grid .c{flex:0 0 150px;border:1px solid #c9ced6;padding:2px 4px;margin-right:2px;font-size:11px;background:#fff}
+.grid .c i{display:block;height:3px;background:#3d7bd9;margin:0 -4px 2px;width:0}
 .w1{width:10%!important}.w2{width:20%!important}.w3{width:30%!important}.w4{width:40%!important}
 .w5{width:50%!important}.w6{width:60%!important}.w7{width:70%!important}.w8{width:80%!important}
 .w9{width:90%!important}.w10{width:100%!important}
-.l0{background:#fff}.grid td.l1{background:#eaf3ea}.grid td.l2{background:#fff4d6}.grid td.l3{background:#fde0dc}
-.grid td.co{background:repeating-linear-gradient(45deg,#eee,#eee 4px,#fff 4px,#fff 8px);color:#777}
-.grid td.uh{border:2px solid #c0392b}.grid tr.un th{color:#a05a00}
+.grid .l1{background:#eaf3ea}.grid .l2{background:#fff4d6}.grid .l3{background:#fde0dc}
+.grid .co{background:repeating-linear-gradient(45deg,#eee,#eee 4px,#fff 4px,#fff 8px);color:#777}
+.grid .uh{border:2px solid #c0392b}.grid .un>b{color:#a05a00}
 .grid small{color:#555}.tag{font-size:10px;padding:0 4px;border-radius:3px;background:#e5e8ee;margin-left:4px}
 .pend td,.pend th,.tbl td,.tbl th{border-bottom:1px solid #dde1e7;padding:4px 8px;text-align:left;vertical-align:top}
 .nearest{color:#a33;font-weight:600}.ok{color:#27713a}.error{color:#b00020;font-weight:600}
