@@ -170,9 +170,8 @@ fn question_key(p: &Pod) -> String {
     .unwrap_or_default()
 }
 
-/// The pending pods, the first `max` analysed (a few at a time; pods that ask the same once),
-/// and their per-card needs.
-pub async fn list(ask: &Ask<'_>, max: usize) -> (PendingList, Vec<Need>) {
+/// The pending pods, the first `max` analysed (a few at a time; pods that ask the same once).
+pub async fn list(ask: &Ask<'_>, max: usize) -> PendingList {
     use futures::StreamExt as _;
     let pods = pending_pods(ask);
     let not_analysed = pods.len().saturating_sub(max);
@@ -187,28 +186,20 @@ pub async fn list(ask: &Ask<'_>, max: usize) -> (PendingList, Vec<Need>) {
         });
     }
     let ask = *ask;
-    let done: Vec<(Verdict, Vec<Need>)> = futures::stream::iter(unique)
-        .map(|p| async move {
-            let (v, resolved) = verdict(&ask, &p).await;
-            (v, needs(&resolved))
-        })
+    let done: Vec<Verdict> = futures::stream::iter(unique)
+        .map(|p| async move { verdict(&ask, &p).await.0 })
         .buffered(4)
         .collect()
         .await;
-    let mut needs_all = Vec::new();
-    let mut analysed = Vec::with_capacity(pods.len());
-    for (p, k) in pods.iter().zip(&keys) {
-        let (v, n) = &done[first[k.as_str()]];
-        needs_all.extend(n.iter().copied());
-        analysed.push(pending_pod(p, v.clone()));
+    let analysed = pods
+        .iter()
+        .zip(&keys)
+        .map(|(p, k)| pending_pod(p, done[first[k.as_str()]].clone()))
+        .collect();
+    PendingList {
+        pods: analysed,
+        not_analysed,
     }
-    (
-        PendingList {
-            pods: analysed,
-            not_analysed,
-        },
-        needs_all,
-    )
 }
 
 /// The per-card needs of the first `max` pending pods (ValidateWorkload only: no nodes sent),

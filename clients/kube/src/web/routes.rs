@@ -170,9 +170,15 @@ async fn cluster(State(s): State<Arc<WebState>>, RawQuery(q): RawQuery, h: Heade
             );
         }
     };
-    let (list, needs) = pending::list(&s.ask(&scope), s.max_pending).await;
-    let count = list.pods.len() + list.not_analysed;
-    let b = match s.board(&scope, needs, count).await {
+    // The board (its fragmentation classes need only ValidateWorkload) while the pending pods
+    // are analysed: the service works on those meanwhile.
+    let ask = s.ask(&scope);
+    let board = async {
+        let (needs, count) = pending::needs_only(&ask, s.max_pending).await;
+        s.board(&scope, needs, count).await
+    };
+    let (list, b) = tokio::join!(pending::list(&ask, s.max_pending), board);
+    let b = match b {
         Ok(b) => b,
         Err(e) => {
             return html_page(
@@ -182,8 +188,10 @@ async fn cluster(State(s): State<Arc<WebState>>, RawQuery(q): RawQuery, h: Heade
             );
         }
     };
-    match blocking(move || html::cluster_page(&b, &list)).await {
-        Ok(page) => html_page(StatusCode::OK, page, &h),
+    let headers = h.clone();
+    match blocking(move || html_page(StatusCode::OK, html::cluster_page(&b, &list), &headers)).await
+    {
+        Ok(r) => r,
         Err(e) => html_page(
             StatusCode::INTERNAL_SERVER_ERROR,
             html::message_page("error", &e, ""),
@@ -215,7 +223,7 @@ async fn api_pending(
         Ok(x) => x,
         Err(e) => return api_error(StatusCode::BAD_REQUEST, e, &h),
     };
-    let list: PendingList = pending::list(&s.ask(&scope), s.max_pending).await.0;
+    let list: PendingList = pending::list(&s.ask(&scope), s.max_pending).await;
     json(StatusCode::OK, &list, &h)
 }
 

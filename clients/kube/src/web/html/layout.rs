@@ -46,8 +46,8 @@ header b{font-size:15px}main{padding:12px 16px}
 h2{font-size:15px;margin:18px 0 6px}table{border-collapse:collapse}
 .tot td,.tot th{padding:2px 10px 2px 0;text-align:left}
 .grid .row{display:flex;align-items:stretch;margin-bottom:2px;content-visibility:auto;contain-intrinsic-size:auto 40px}
-.grid .row>b{flex:0 0 150px;padding:2px 8px 2px 0;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
-.grid .c{flex:0 0 150px;border:1px solid #c9ced6;padding:2px 4px;margin-right:2px;font-size:11px;background:#fff}
+.grid .row>b{flex:0 0 140px;padding:2px 8px 2px 0;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+.grid .c{flex:0 0 178px;border:1px solid #c9ced6;padding:2px 4px;margin-right:2px;font-size:11px;background:#fff}
 .grid .c i{display:block;height:3px;background:#3d7bd9;margin:0 -4px 2px;width:0}
 .w1{width:10%!important}.w2{width:20%!important}.w3{width:30%!important}.w4{width:40%!important}
 .w5{width:50%!important}.w6{width:60%!important}.w7{width:70%!important}.w8{width:80%!important}

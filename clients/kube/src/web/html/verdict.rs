@@ -62,7 +62,8 @@ pub fn verdict(out: &mut String, v: &Verdict) {
                     thousands(*candidates as u64)
                 );
                 if g.cards > 0 {
-                    let _ = write!(out, ", {} cards", thousands(g.cards));
+                    let s = if g.cards == 1 { "" } else { "s" };
+                    let _ = write!(out, ", {} card{s}", thousands(g.cards));
                 }
                 if g.unresolvable {
                     out.push_str(" <span class=tag>usage cannot help</span>");
