@@ -372,7 +372,8 @@ mod tests {
                     .collect(),
             )
         };
-        let cases: Vec<(String, String, Vec<(String, &str)>)> = vec![
+        type Case = (String, String, Vec<(String, &'static str)>);
+        let cases: Vec<Case> = vec![
             (
                 reg.clone(),
                 layouts(&[("GPU-b", agent_layout())]),

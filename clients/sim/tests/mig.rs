@@ -10,7 +10,8 @@ use gpusched_sim::app::{self, Args};
 
 /// `(name, MiB, compute, memory, cores, max, starts)`: the H100 80GB profiles HAMi allows by
 /// default (contract 11.7).
-const H100: [(&str, u64, u32, u32, u32, u32, &[u32]); 4] = [
+type Row = (&'static str, u64, u32, u32, u32, u32, &'static [u32]);
+const H100: [Row; 4] = [
     ("1g.10gb", 9984, 1, 1, 13, 7, &[0, 1, 2, 3, 4, 5, 6]),
     ("2g.20gb", 20096, 2, 2, 25, 3, &[0, 2, 4]),
     ("3g.40gb", 40448, 3, 4, 46, 2, &[0, 4]),
@@ -70,7 +71,8 @@ fn nodes() -> String {
 }
 
 /// `(name, arrive, leave, MIG, MiB)`: contract 11.7.1 on one H100 and a T4, with departures.
-const TRACE: [(&str, u32, Option<u32>, bool, Option<u32>); 8] = [
+type Job = (&'static str, u32, Option<u32>, bool, Option<u32>);
+const TRACE: [Job; 8] = [
     ("a", 0, Some(100), true, Some(30000)),
     ("b", 1, Some(200), true, Some(5000)),
     ("c", 2, Some(200), true, Some(5000)),
@@ -186,8 +188,7 @@ async fn mig_nodes_are_replayed_and_measured() {
         let at_200 = r
             .samples
             .iter()
-            .filter(|s| s.time_s == 200.0)
-            .last()
+            .rfind(|s| s.time_s == 200.0)
             .unwrap()
             .mig
             .unwrap();
