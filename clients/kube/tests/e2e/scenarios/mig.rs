@@ -4,7 +4,8 @@
 //! sizes filling an H100 the way HAMi's rule says (contract 11.7.1), the decision written as
 //! HAMi's device plugin reads it (`hami.io/vgpu-mig-allocations` next to the devices), a pod
 //! that fits no free placement Pending with `MigNoFreePlacement`, a delete freeing its
-//! placement, an instance NVML reports reused, and MIG and hami-core nodes in one cluster.
+//! placement, an instance NVML reports reused, and MIG and hami-core nodes in one cluster; a
+//! pod created with a reservation of its own is denied.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -79,6 +80,16 @@ pub async fn run(h: &H) {
         10,
     )
     .await;
+
+    // A pod may not bring its own reservation (the webhook and the admission policies: first come,
+    // first denying).
+    let forged = PodSpec::new("forged", pool)
+        .ann("nvidia.com/vgpu-mode", "mig")
+        .ann(gpusched_hami::MIG_ALLOCATIONS, expected("7g.80gb", 0, 8))
+        .limit("nvidia.com/gpu", "1")
+        .build();
+    let denied = h.create(&ns, &forged).await.unwrap_err().to_string();
+    assert!(denied.contains(gpusched_hami::MIG_ALLOCATIONS), "{denied}");
 
     // Contract 11.7.1, one pod at a time.
     let story: [(&str, u32, &str, u32, u32, &str); 4] = [
