@@ -81,8 +81,7 @@ pub async fn run(h: &H) {
     )
     .await;
 
-    // A pod may not bring its own reservation (the webhook and the admission policies: first come,
-    // first denying).
+    // A pod may not bring its own reservation: the admission policies (or the webhook) deny it.
     let forged = PodSpec::new("forged", pool)
         .ann("nvidia.com/vgpu-mode", "mig")
         .ann(gpusched_hami::MIG_ALLOCATIONS, expected("7g.80gb", 0, 8))
