@@ -41,6 +41,11 @@ pub fn attach_layouts(
     layouts: Option<&str>,
     names: &Names,
 ) -> Result<Vec<Problem>, gpusched_hami::HamiError> {
+    let mig_card = |c: &v1::Card| c.mode == v1::CardMode::Mig as i32;
+    if layouts.is_none() && !cards.iter().any(mig_card) {
+        // No MIG card: the register is not read twice (every node is decoded on each change).
+        return Ok(Vec::new());
+    }
     let a = &names.annotations;
     let mut problems = Vec::new();
     let mut ours = match layouts {
@@ -53,7 +58,7 @@ pub fn attach_layouts(
             .unwrap_or_default();
     for (j, card) in cards.iter_mut().enumerate() {
         let from_agent = ours.remove(&card.id);
-        if card.mode != v1::CardMode::Mig as i32 {
+        if !mig_card(card) {
             if from_agent.is_some() {
                 problems.push(Problem {
                     field: format!("{}[{}]", a.node_mig_layouts, card.id),
