@@ -173,4 +173,71 @@ mod tests {
             assert!(e.message.contains(why), "{text}: {e}");
         }
     }
+
+    proptest::proptest! {
+        /// Any layouts round-trip (who holds an instance is dropped), and any text decodes or
+        /// is refused, never a panic.
+        #[test]
+        fn layouts_round_trip_and_text_never_panics(
+            cards in proptest::collection::btree_map(
+                "GPU-[a-z0-9]{1,8}",
+                (
+                    0u32..20,
+                    0u32..20,
+                    proptest::collection::vec(
+                        ("[a-z0-9.+]{0,8}", 0u64..200_000, 0u32..9, 0u32..9, 0u32..120, 0u32..9,
+                         proptest::collection::vec(0u32..9, 0..8), proptest::bool::ANY),
+                        0..5,
+                    ),
+                    proptest::collection::vec(("[a-z0-9.]{0,8}", 0u32..9, 0u32..9, "[a-z/]{0,4}"), 0..5),
+                ),
+                0..4,
+            ),
+            text in ".{0,200}",
+        ) {
+            let layouts: BTreeMap<String, v1::MigLayout> = cards
+                .into_iter()
+                .map(|(id, (c, m, profiles, instances))| {
+                    let l = v1::MigLayout {
+                        compute_slices: c,
+                        memory_slices: m,
+                        profiles: profiles
+                            .into_iter()
+                            .map(|(name, mem_mib, cs, ms, cores, max, placements, not_allowed)| {
+                                v1::MigProfile {
+                                    name,
+                                    mem_mib,
+                                    compute_slices: cs,
+                                    memory_slices: ms,
+                                    cores,
+                                    max_instances: max,
+                                    placements,
+                                    not_allowed,
+                                }
+                            })
+                            .collect(),
+                        instances: instances
+                            .into_iter()
+                            .map(|(profile, start, size, in_use_by)| v1::MigInstance {
+                                profile,
+                                start,
+                                size,
+                                in_use_by,
+                            })
+                            .collect(),
+                    };
+                    (id, l)
+                })
+                .collect();
+            let mut want = layouts.clone();
+            for l in want.values_mut() {
+                for i in &mut l.instances {
+                    i.in_use_by.clear();
+                }
+            }
+            let text2 = encode_node_mig_layouts(&layouts);
+            proptest::prop_assert_eq!(decode_node_mig_layouts(&text2).unwrap(), want);
+            let _ = decode_node_mig_layouts(&text);
+        }
+    }
 }
