@@ -56,8 +56,8 @@ fn pod_of(req: &AdmissionRequest<Pod>) -> Option<&Pod> {
 const DECISION_PREFIXES: [&str; 2] = ["hami.io/vgpu-devices-", "hami.io/bind-"];
 
 /// Whether an annotation key carries (part of) a placement decision: only gpusched-kube writes
-/// these, in the pod's Binding (HAMi's device plugin later updates `-to-allocate` and
-/// `bind-phase`).
+/// these, in the pod's Binding (HAMi's device plugin later updates `-to-allocate`,
+/// `bind-phase` and the MIG reservations, to which it adds the instances it created).
 pub fn is_decision_key(key: &str, names: &Names) -> bool {
     let a = &names.annotations;
     [
@@ -67,6 +67,7 @@ pub fn is_decision_key(key: &str, names: &Names) -> bool {
         &a.vgpu_time,
         &a.bind_phase,
         &a.bind_time,
+        &a.mig_allocations,
     ]
     .iter()
     .any(|k| k.as_str() == key)
@@ -339,6 +340,7 @@ mod tests {
                 ("hami.io/vgpu-node", "n1"),
                 ("hami.io/bind-phase", "success"),
                 ("hami.io/vgpu-devices-something-new", "x"),
+                ("hami.io/vgpu-mig-allocations", "[]"),
                 ("hami.io/device-scoring-weights", "slot=1,core=1,memory=1"),
             ]
             .into_iter()
@@ -352,6 +354,7 @@ mod tests {
             "hami.io/vgpu-node",
             "hami.io/bind-phase",
             "hami.io/vgpu-devices-something-new",
+            "hami.io/vgpu-mig-allocations",
             "spec.nodeName",
         ] {
             assert!(why.contains(key), "{key} not in {why}");

@@ -184,6 +184,10 @@ pub struct AnnotationsConfig {
     pub bind_phase: String,
     /// Pod: bind phase time.
     pub bind_time: String,
+    /// Pod: MIG reservations (HAMi's dynamic MIG).
+    pub mig_allocations: String,
+    /// Node: each MIG card's whole layout (gpusched's node agent).
+    pub node_mig_layouts: String,
 }
 
 /// Resource names (what a pod asks for).
@@ -234,6 +238,8 @@ impl Default for AnnotationsConfig {
             vgpu_time: gpusched_hami::VGPU_TIME.into(),
             bind_phase: gpusched_hami::BIND_PHASE.into(),
             bind_time: gpusched_hami::BIND_TIME.into(),
+            mig_allocations: gpusched_hami::MIG_ALLOCATIONS.into(),
+            node_mig_layouts: gpusched_hami::NODE_MIG_LAYOUTS.into(),
         }
     }
 }
@@ -471,6 +477,8 @@ impl NamesConfig {
                 vgpu_time: n("vgpu_time", &a.vgpu_time)?,
                 bind_phase: n("bind_phase", &a.bind_phase)?,
                 bind_time: n("bind_time", &a.bind_time)?,
+                mig_allocations: n("mig_allocations", &a.mig_allocations)?,
+                node_mig_layouts: n("node_mig_layouts", &a.node_mig_layouts)?,
             },
         })
     }
@@ -505,6 +513,16 @@ mod tests {
         assert_eq!(
             s.names.annotations.devices_allocated,
             gpusched_hami::DEVICES_ALLOCATED
+        );
+        assert_eq!(
+            (
+                s.names.annotations.mig_allocations.as_str(),
+                s.names.annotations.node_mig_layouts.as_str()
+            ),
+            (
+                "hami.io/vgpu-mig-allocations",
+                "gpusched.io/node-mig-layouts"
+            )
         );
         assert!(s.service.tls.is_none());
         assert_eq!(s.telemetry.service_name, "gpusched-kube");
@@ -574,5 +592,9 @@ mod tests {
         );
         check(&[("GPUSCHED_KUBE_ASSUME__TTL", "soon")], "assume.ttl");
         check(&[("GPUSCHED_KUBE_ASSUME__TTL", "0s")], "assume.ttl");
+        check(
+            &[("GPUSCHED_KUBE_NAMES__ANNOTATIONS__MIG_ALLOCATIONS", "")],
+            "names.annotations.mig_allocations",
+        );
     }
 }

@@ -348,17 +348,23 @@ impl Shim {
             node_refs: Vec::new(),
         };
         match self.service.allocate_prepared(req, &[node_msg]).await {
-            Ok(r) if r.placed && r.requests_gpu => self.view.reserve(Assumed {
-                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-                name: pod.metadata.name.clone().unwrap_or_default(),
-                uid: uid.to_owned(),
-                node: node.to_owned(),
-                bookings: gpusched_hami::bookings(&r),
-                annotation: String::new(),
-                at: Instant::now(),
-                seen: false,
-                tentative: true,
-            }),
+            Ok(r) if r.placed && r.requests_gpu => {
+                let Ok((bookings, mig)) = translate::decision_usage(&r) else {
+                    return;
+                };
+                self.view.reserve(Assumed {
+                    namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                    name: pod.metadata.name.clone().unwrap_or_default(),
+                    uid: uid.to_owned(),
+                    node: node.to_owned(),
+                    bookings,
+                    mig,
+                    annotation: String::new(),
+                    at: Instant::now(),
+                    seen: false,
+                    tentative: true,
+                });
+            }
             Ok(_) => {}
             Err(e) => tracing::debug!(error = %e, node, "reservation not made"),
         }
@@ -548,12 +554,17 @@ impl Shim {
             .get(&names.annotations.devices_allocated)
             .cloned()
             .unwrap_or_default();
+        let (bookings, mig) = match translate::decision_usage(&result) {
+            Ok(u) => u,
+            Err(e) => return BindOutcome::Failed(format!("gpusched-kube: decision: {e}")),
+        };
         self.view.assume(Assumed {
             namespace: args.pod_namespace.clone(),
             name: args.pod_name.clone(),
             uid: uid.clone(),
             node: node.clone(),
-            bookings: gpusched_hami::bookings(&result),
+            bookings,
+            mig,
             annotation: devices.clone(),
             at: Instant::now(),
             seen: false,

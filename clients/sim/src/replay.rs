@@ -60,6 +60,9 @@ pub struct Sample {
     pub unplaced: usize,
     /// Workloads on the cluster now.
     pub running: usize,
+    /// MIG cards: slices used and stranded (absent without MIG cards).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig: Option<crate::mig::MigSample>,
 }
 
 /// A workload the service could not place.
@@ -132,7 +135,8 @@ pub struct SetupResult {
     pub samples: Vec<Sample>,
     /// Every unplaced workload.
     pub unplaced_workloads: Vec<Unplaced>,
-    /// Where each job went: `node/card,card` or None (not in the JSON report).
+    /// Where each job went: `node/card,card` (a MIG instance as `card[profile@start]`) or None
+    /// (not in the JSON report).
     #[serde(skip)]
     pub placements: Vec<Option<String>>,
     /// Timing (not in the deterministic report).
@@ -165,11 +169,14 @@ pub fn request_classes(jobs: &[Job]) -> Vec<(Need, f64)> {
 }
 
 fn describe(r: &v1::AllocationResult) -> String {
-    let cards: Vec<&str> = r
+    let cards: Vec<String> = r
         .containers
         .iter()
         .flat_map(|c| &c.cards)
-        .map(|c| c.card_id.as_str())
+        .map(|c| match &c.mig {
+            Some(m) => format!("{}[{}@{}]", c.card_id, m.profile, m.start),
+            None => c.card_id.clone(),
+        })
         .collect();
     format!("{}/{}", r.node_name, cards.join(","))
 }
@@ -542,6 +549,7 @@ fn sample(
         placed: res.placed,
         unplaced: res.unplaced,
         running: res.placed.saturating_sub(res.departures),
+        mig: crate::mig::measure(&c.nodes),
     }
 }
 

@@ -145,6 +145,17 @@ pub fn markdown(r: &Report) -> String {
          could take the workload were they emptier (count = workloads). Charts: `by-demand.svg`, \
          `by-time.svg` (and .png).\n",
     );
+    let mig: Vec<(&str, Vec<crate::mig::MigSample>)> = r
+        .setups
+        .iter()
+        .map(|x| {
+            (
+                x.setup.name.as_str(),
+                x.samples.iter().filter_map(|p| p.mig).collect(),
+            )
+        })
+        .collect();
+    s.push_str(&crate::mig::summary(&mig));
     s
 }
 

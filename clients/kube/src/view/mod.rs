@@ -221,19 +221,22 @@ impl ClusterView {
             }
             let mut pods: Vec<Arc<PodUsage>> = usage.get(name).cloned().unwrap_or_default();
             pods.sort_by_key(|u| Arc::as_ptr(u) as usize);
-            if let Some(e) = entry
-                && e.built_from(&inv, &pods)
-            {
-                let (node, p) = e.forms();
-                snap.nodes.push(node);
-                snap.prepared.push(p);
-                continue;
+            let forms = match entry {
+                Some(e) if e.built_from(&inv, &pods) => e.forms(),
+                _ => {
+                    let e = PreparedEntry::build(name, cached, inv, pods, &self.names);
+                    let forms = e.forms();
+                    prepared.insert(name.clone(), e);
+                    forms
+                }
+            };
+            match forms {
+                Ok((node, p)) => {
+                    snap.nodes.push(node);
+                    snap.prepared.push(p);
+                }
+                Err(problem) => snap.unusable.push((name.clone(), problem, true)),
             }
-            let e = PreparedEntry::build(name, cached, inv, pods, &self.names);
-            let (node, p) = e.forms();
-            snap.nodes.push(node);
-            snap.prepared.push(p);
-            prepared.insert(name.clone(), e);
         }
         snap
     }

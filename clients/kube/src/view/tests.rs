@@ -174,6 +174,7 @@ fn assumed(uid: &str, name: &str, node: &str, annotation: &str) -> Assumed {
         uid: uid.into(),
         node: node.into(),
         bookings: gpusched_hami::decode_pod_devices(annotation).unwrap(),
+        mig: vec![],
         annotation: annotation.into(),
         at: Instant::now(),
         seen: false,
@@ -308,7 +309,10 @@ fn assumed_fate_rules() {
     let confirmed = PodUsage {
         node: "n1".into(),
         bookings: vec![],
+        mig: vec![],
+        owner: "ns/p".into(),
         annotation: ann.into(),
+        problem: None,
     };
     assert_eq!(
         assumed_fate(
@@ -339,7 +343,10 @@ fn assumed_fate_rules() {
     let real = PodUsage {
         node: "n2".into(),
         bookings: vec![],
+        mig: vec![],
+        owner: "ns/p".into(),
         annotation: ann.into(),
+        problem: None,
     };
     assert_eq!(
         assumed_fate(&mut r, &Observed::Present(Some(real)), now, ttl),

@@ -5,6 +5,7 @@ pub mod bad_nodes;
 pub mod burst;
 pub mod failclosed;
 pub mod forgery;
+pub mod mig;
 pub mod mutex;
 pub mod replicas;
 pub mod restart;
