@@ -43,6 +43,8 @@ pub struct FileConfig {
     pub leader_election: LeaderConfig,
     /// Assume cache.
     pub assume: AssumeConfig,
+    /// GPU quotas per namespace.
+    pub quota: QuotaConfig,
     /// Resource and annotation names.
     pub names: NamesConfig,
     /// Logs and traces.
@@ -144,6 +146,14 @@ pub struct AssumeConfig {
     /// Lifetime of a reservation whose bind never comes.
     #[serde(with = "humantime_serde")]
     pub reservation_ttl: Duration,
+}
+
+/// `[quota]`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaConfig {
+    /// Watch ResourceQuota objects and send each pod its namespace's GPU budget.
+    pub enabled: bool,
 }
 
 /// `[names]`.
@@ -313,6 +323,8 @@ pub struct Settings {
     pub reserve: bool,
     /// Reservation TTL.
     pub reservation_ttl: Duration,
+    /// GPU quotas per namespace (ResourceQuota objects watched).
+    pub quotas: bool,
     /// Logs and traces.
     pub telemetry: Telemetry,
 }
@@ -441,6 +453,7 @@ impl FileConfig {
                 "assume.reservation_ttl",
                 self.assume.reservation_ttl,
             )?,
+            quotas: self.quota.enabled,
             telemetry: self.telemetry.validate(env)?,
         })
     }
@@ -507,6 +520,7 @@ mod tests {
             gpusched_hami::DEVICES_ALLOCATED
         );
         assert!(s.service.tls.is_none());
+        assert!(s.quotas, "quotas are read by default");
         assert_eq!(s.telemetry.service_name, "gpusched-kube");
     }
 
@@ -574,5 +588,9 @@ mod tests {
         );
         check(&[("GPUSCHED_KUBE_ASSUME__TTL", "soon")], "assume.ttl");
         check(&[("GPUSCHED_KUBE_ASSUME__TTL", "0s")], "assume.ttl");
+        check(
+            &[("GPUSCHED_KUBE_QUOTA__ENABLED", "sometimes")],
+            "quota.enabled",
+        );
     }
 }

@@ -15,7 +15,8 @@ use opentelemetry::context::FutureExt as _;
 use crate::answer::{filter_error, filter_result, invalid_pod, pass_all, priorities};
 use crate::extender_v1::{ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority};
 use crate::leader::Leadership;
-use crate::metrics::{ExtenderCall, ExtenderOutcome, Metrics};
+use crate::metrics::{ExtenderCall, ExtenderOutcome, Metrics, QuotaStage};
+use crate::quota::NamespaceQuota;
 use crate::traces::{PodRef, PodTraces};
 use crate::translate;
 use crate::view::{Assumed, ClusterView};
@@ -146,6 +147,15 @@ impl Shim {
         self.view.snapshot_with(candidates, uid, &fetched)
     }
 
+    /// The pod as a workload, with its namespace's quota budget when one applies (the pod's
+    /// own decision or reservation left out of what the namespace holds).
+    fn workload(&self, pod: &Pod, uid: &str) -> (v1::Workload, Option<NamespaceQuota>) {
+        let mut w = translate::workload(pod, self.view.names());
+        let quota = self.view.quota(&w.namespace, uid);
+        w.quota = quota.as_ref().map(NamespaceQuota::budget);
+        (w, quota)
+    }
+
     fn check_pod_scheduler(&self, pod: &Pod) -> Result<(), String> {
         let names = self.view.names();
         let got = pod
@@ -214,10 +224,11 @@ impl Shim {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let t = Instant::now();
         let snap = self.snapshot(&args.candidates(), &uid).await;
+        let (workload, quota) = self.workload(pod, &uid);
         let req = v1::FilterRequest {
             node_set: None,
             nodes: Vec::new(),
-            workload: Some(translate::workload(pod, names)),
+            workload: Some(workload),
             options: None,
             node_refs: Vec::new(),
         };
@@ -230,7 +241,13 @@ impl Shim {
         );
         match resp {
             Ok(resp) if !resp.requests_gpu => pass_all(args),
-            Ok(resp) => {
+            Ok(mut resp) => {
+                if let Some(q) = &quota
+                    && crate::quota::explain(&mut resp.failed_nodes, q)
+                    && resp.feasible_node_names.is_empty()
+                {
+                    self.metrics.quota_refusal(&q.namespace, QuotaStage::Filter);
+                }
                 let out = filter_result(args, &resp, &snap.unusable);
                 // kube-scheduler does not call prioritize when one node is left: reserve here.
                 if let Some([only]) = out.node_names.as_deref() {
@@ -301,7 +318,7 @@ impl Shim {
         let req = v1::ScoreRequest {
             node_set: None,
             nodes: Vec::new(),
-            workload: Some(translate::workload(pod, names)),
+            workload: Some(self.workload(pod, &uid).0),
             options: None,
             node_refs: Vec::new(),
         };
@@ -341,7 +358,7 @@ impl Shim {
         let req = v1::AllocateRequest {
             node_set: None,
             nodes: Vec::new(),
-            workload: Some(translate::workload(pod, self.view.names())),
+            workload: Some(self.workload(pod, uid).0),
             // Only the booking is read.
             options: Some(failed_nodes(v1::FailedNodes::None)),
             restrict_to_node_names: vec![node.to_owned()],
@@ -354,6 +371,7 @@ impl Shim {
                 uid: uid.to_owned(),
                 node: node.to_owned(),
                 bookings: gpusched_hami::bookings(&r),
+                init: init_containers(&r),
                 annotation: String::new(),
                 at: Instant::now(),
                 seen: false,
@@ -502,6 +520,11 @@ impl Shim {
         }
         let node = args.node.clone();
         let guard = self.view.lock_node(&node).await;
+        // With a quota, binds in the namespace take its budget one at a time too.
+        let namespace_guard = match self.view.quota_limits(&args.pod_namespace) {
+            Some(_) => Some(self.view.lock_namespace(&args.pod_namespace).await),
+            None => None,
+        };
         if !self.leader.is_leader() {
             return BindOutcome::Failed("gpusched-kube: lost leadership; retry".into());
         }
@@ -513,19 +536,26 @@ impl Shim {
                 .map_or_else(|| "unknown node".to_owned(), |u| u.1.clone());
             return BindOutcome::Failed(format!("node {node}: {why}"));
         }
+        let (workload, quota) = self.workload(&pod, &uid);
         let req = v1::AllocateRequest {
             node_set: None,
             nodes: Vec::new(),
-            workload: Some(translate::workload(&pod, &names)),
+            workload: Some(workload),
             // Why the node failed is read only when the pod is not placed.
             options: Some(failed_nodes(v1::FailedNodes::WhenUnplaced)),
             restrict_to_node_names: vec![node.clone()],
             node_refs: Vec::new(),
         };
-        let result = match self.service.allocate_prepared(req, &snap.prepared).await {
+        let mut result = match self.service.allocate_prepared(req, &snap.prepared).await {
             Ok(r) => r,
             Err(e) => return BindOutcome::Failed(service_error_text(&e)),
         };
+        if let Some(q) = &quota
+            && !result.placed
+            && crate::quota::explain(&mut result.failed_nodes, q)
+        {
+            self.metrics.quota_refusal(&q.namespace, QuotaStage::Bind);
+        }
         if !result.requests_gpu {
             return match create_binding(&api, args, &uid, None).await {
                 Ok(()) => BindOutcome::Bound {
@@ -554,13 +584,15 @@ impl Shim {
             uid: uid.clone(),
             node: node.clone(),
             bookings: gpusched_hami::bookings(&result),
+            init: init_containers(&result),
             annotation: devices.clone(),
             at: Instant::now(),
             seen: false,
             tentative: false,
         });
-        // The decision is in the assume cache: the next bind to this node sees it, so the
-        // Binding itself (an API round trip) runs outside the node's lock.
+        // The decision is in the assume cache: the next bind to this node (or namespace) sees
+        // it, so the Binding itself (an API round trip) runs outside the locks.
+        drop(namespace_guard);
         drop(guard);
         if !self.leader.is_leader() {
             self.view.forget(&uid);
@@ -634,6 +666,11 @@ async fn create_binding(
         .create_subresource("binding", &args.pod_name, &PostParams::default(), &binding)
         .await?;
     Ok(())
+}
+
+/// How many of an allocation's containers are init containers (they come first).
+fn init_containers(result: &v1::AllocationResult) -> usize {
+    result.containers.iter().filter(|c| c.init).count()
 }
 
 /// Options asking for `shown` failed nodes (and the server's defaults for everything else).

@@ -148,8 +148,13 @@ pub fn inventory(node: &Node, names: &Names) -> Inventory {
 pub struct PodUsage {
     /// The node.
     pub node: String,
+    /// The pod's namespace (whose quota it counts against).
+    pub namespace: String,
     /// Per container bookings that still count.
     pub bookings: Vec<Vec<Booking>>,
+    /// How many of the first `bookings` are init containers' (0 once they have all succeeded
+    /// and their bookings are released).
+    pub init: usize,
     /// The raw `-allocated` annotation (to recognise our own assumed decisions).
     pub annotation: String,
 }
@@ -238,13 +243,22 @@ pub fn pod_usage(pod: &Pod, names: &Names) -> Option<PodUsage> {
             return None;
         }
     };
-    if init_done(pod) {
-        let n = spec.init_containers.as_ref().map_or(0, Vec::len);
-        bookings.drain(..n.min(bookings.len()));
-    }
+    let n = spec
+        .init_containers
+        .as_ref()
+        .map_or(0, Vec::len)
+        .min(bookings.len());
+    let init = if init_done(pod) {
+        bookings.drain(..n);
+        0
+    } else {
+        n
+    };
     Some(PodUsage {
         node,
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         bookings,
+        init,
         annotation,
     })
 }
@@ -471,6 +485,7 @@ mod tests {
         let u = pod_usage(&bound("gpusched-scheduler", "Pending", None), &n).unwrap();
         assert_eq!(u.node, "n1");
         assert_eq!(u.bookings.len(), 2, "init segment counts while init runs");
+        assert_eq!((u.namespace.as_str(), u.init), ("ns", 1));
         assert_eq!(u.bookings[1].len(), 2);
         // Another scheduler's pod cannot forge usage.
         assert!(pod_usage(&bound("default-scheduler", "Running", None), &n).is_none());
@@ -479,7 +494,7 @@ mod tests {
         assert!(pod_usage(&bound("gpusched-scheduler", "Failed", None), &n).is_none());
         // Init bookings are released once every init container succeeded.
         let done = pod_usage(&bound("gpusched-scheduler", "Running", Some(0)), &n).unwrap();
-        assert_eq!(done.bookings.len(), 1);
+        assert_eq!((done.bookings.len(), done.init), (1, 0));
         assert_eq!(done.bookings[0][0].uuid, "GPU-b");
         let failed_init = pod_usage(&bound("gpusched-scheduler", "Pending", Some(1)), &n).unwrap();
         assert_eq!(failed_init.bookings.len(), 2);

@@ -22,6 +22,8 @@ pub struct Assumed {
     pub node: String,
     /// Per container bookings.
     pub bookings: Vec<Vec<Booking>>,
+    /// How many of the first `bookings` are init containers' (for the namespace's quota).
+    pub init: usize,
     /// The `-allocated` annotation written.
     pub annotation: String,
     /// When it was assumed.
@@ -183,7 +185,9 @@ impl AssumeCache {
                             }
                             _ => Arc::new(PodUsage {
                                 node: a.node.clone(),
+                                namespace: a.namespace.clone(),
                                 bookings: a.bookings.clone(),
+                                init: a.init,
                                 annotation: a.annotation.clone(),
                             }),
                         };
