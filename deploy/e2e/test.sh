@@ -181,6 +181,8 @@ chmod 600 "$WORK/shim.kubeconfig"
 SA=(--kubeconfig "$WORK/shim.kubeconfig")
 [[ "$(kubectl "${SA[@]}" auth can-i create pods --subresource=binding -A)" == yes ]] || die "SA cannot bind pods"
 [[ "$(kubectl "${SA[@]}" auth can-i watch nodes 2>/dev/null)" == yes ]] || die "SA cannot watch nodes"
+[[ "$(kubectl "${SA[@]}" auth can-i watch resourcequotas -A 2>/dev/null)" == yes ]] || die "SA cannot watch resourcequotas"
+[[ "$(kubectl "${SA[@]}" auth can-i update resourcequotas -A 2>/dev/null || true)" == no ]] || die "SA may change resourcequotas"
 [[ "$(kubectl "${SA[@]}" auth can-i update leases/gpusched-kube -n gpusched-system)" == yes ]] || die "SA cannot update its lease"
 [[ "$(kubectl "${SA[@]}" auth can-i patch pods -A 2>/dev/null || true)" == no ]] || die "SA may patch pods (more than needed)"
 [[ "$(kubectl "${SA[@]}" auth can-i update leases/kube-scheduler -n kube-system 2>/dev/null || true)" == no ]] || die "SA may touch other leases"

@@ -13,7 +13,7 @@
 //! Layout: `harness/` (environment, control-plane client and builders, waiting helpers,
 //! bursts, gpusched-kube processes, the Service stand-in) and `scenarios/` (one module per
 //! story). `E2E_FILTER` picks scenarios by name: admission, forgery, failclosed, seed, weights,
-//! mutex, badnodes, traces, burst, baseline, restart, replicas.
+//! mutex, badnodes, traces, burst, baseline, quota, restart, replicas.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod harness;
@@ -79,6 +79,9 @@ async fn e2e_on_a_real_control_plane() {
                 o.rate / base.rate
             ));
         }
+    }
+    if h.env.wants("quota") {
+        scenarios::quota::run(&h, &mut shim).await;
     }
     if h.env.wants("restart") {
         scenarios::restart::run(&h, &mut shim, "replica-a2").await;
