@@ -6,7 +6,7 @@
 # gpusched-kube runs with a ServiceAccount token bound only by that RBAC, then
 # clients/kube/tests/e2e/ runs
 # the scenarios (admission, forged decisions, fail closed, seed stories, weights, mutex, bad nodes, traces,
-# bursts, restart, two replicas).
+# bursts, GPU quotas per namespace, restart, two replicas).
 # Jaeger (built by build-jaeger.sh, cached) receives both binaries' traces over OTLP.
 #
 #   deploy/e2e/test.sh                 # called by scripts/test.sh (stage e2e)
