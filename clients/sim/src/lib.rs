@@ -10,6 +10,7 @@
 pub mod app;
 pub mod chart;
 pub mod cluster;
+pub mod quota;
 pub mod replay;
 pub mod report;
 pub mod setup;
