@@ -241,7 +241,10 @@ mod tests {
         }
     }
 
-    fn result(containers: &[(bool, &[(&str, u64, u32)])]) -> v1::AllocationResult {
+    /// (card id, MiB, cores) of one container.
+    type Cards<'a> = &'a [(&'a str, u64, u32)];
+
+    fn result(containers: &[(bool, Cards)]) -> v1::AllocationResult {
         v1::AllocationResult {
             placed: true,
             containers: containers

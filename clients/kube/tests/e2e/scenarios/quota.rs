@@ -475,13 +475,14 @@ pub async fn run(h: &H, shim: &mut Shim) {
 
     failover(h, shim, pool, &ledger).await;
 
-    let l = ledger.lock().unwrap();
-    assert!(l.violations.is_empty(), "over quota: {:?}", l.violations);
+    let (violations, binds) = {
+        let l = ledger.lock().unwrap();
+        (l.violations.clone(), l.binds)
+    };
+    assert!(violations.is_empty(), "over quota: {violations:?}");
     h.result(format!(
-        "quota checker: {} bindings watched, each namespace within its quota after every one ✓",
-        l.binds
+        "quota checker: {binds} bindings watched, each namespace within its quota after every one ✓"
     ));
-    drop(l);
     watch.abort();
     // The waiting pods would be retried at every later event: remove them.
     for ns in [&qa, &qb, &qc, &qp] {
