@@ -14,6 +14,7 @@
 pub mod admission;
 pub mod answer;
 pub mod config;
+pub mod events;
 pub mod extender;
 pub mod extender_v1;
 pub mod inventory;

@@ -7,12 +7,13 @@ use std::time::Instant;
 use gpusched_client::{PreparedNode, v1};
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use kube::api::{ObjectMeta, PostParams};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::events::Recorder;
 use kube::{Api, Resource};
 use opentelemetry::KeyValue;
 use opentelemetry::context::FutureExt as _;
 
 use crate::answer::{filter_error, filter_result, invalid_pod, pass_all, priorities};
+use crate::events::{self, Warning};
 use crate::extender_v1::{ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority};
 use crate::leader::Leadership;
 use crate::metrics::{ExtenderCall, ExtenderOutcome, Metrics, QuotaStage};
@@ -435,13 +436,7 @@ impl Shim {
     }
 
     fn publish_failure(&self, args: &ExtenderBindingArgs, error: &str) {
-        let Some(recorder) = self.recorder.clone() else {
-            return;
-        };
-        if !self.leader.is_leader() {
-            return;
-        }
-        let reference = ObjectReference {
+        let regarding = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
             name: Some(args.pod_name.clone()),
@@ -449,30 +444,18 @@ impl Shim {
             uid: Some(args.pod_uid.clone()).filter(|u| !u.is_empty()),
             ..ObjectReference::default()
         };
-        let mut note = if error.contains(&args.node) {
+        let note = if error.contains(&args.node) {
             error.to_owned()
         } else {
             format!("node {}: {error}", args.node)
         };
-        if note.len() > 1000 {
-            let mut cut = 1000;
-            while !note.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            note.truncate(cut);
-        }
-        let ev = KubeEvent {
-            type_: EventType::Warning,
-            reason: "GpuschedBindFailed".into(),
-            note: Some(note),
-            action: "Bind".into(),
-            secondary: None,
+        let w = Warning {
+            regarding,
+            reason: "GpuschedBindFailed",
+            action: "Bind",
+            note,
         };
-        tokio::spawn(async move {
-            if let Err(e) = recorder.publish(&ev, &reference).await {
-                tracing::debug!(error = %e, "could not publish event");
-            }
-        });
+        events::warn(self.recorder.as_ref(), &self.leader, w);
     }
 
     async fn bind_inner(&self, args: &ExtenderBindingArgs) -> BindOutcome {

@@ -127,28 +127,34 @@ fn refusals(shim: &Shim, ns: &str, stage: &str) -> f64 {
         .map_or(0.0, |v| v.trim().parse().unwrap())
 }
 
+/// `team-a` may hold 10240 MiB.
+fn team_a_quota() -> Vec<ResourceQuota> {
+    vec![quota(
+        "team-a",
+        "gpu",
+        json!({"limits.nvidia.com/gpumem": "10240"}),
+    )]
+}
+
+/// The filter answer for a pod of `ns` asking `limits`, on these candidates.
+async fn filter(
+    c: &Cluster,
+    ns: &str,
+    limits: &serde_json::Value,
+    nodes: &[&str],
+) -> gpusched_kube::extender_v1::ExtenderFilterResult {
+    c.shim
+        .filter(&args(pod(ns, "p", limits.clone(), None), nodes))
+        .await
+}
+
 #[tokio::test]
 async fn each_pod_gets_what_its_namespace_has_left() {
     let nodes = || vec![one_card_node("big", 81920), one_card_node("small", 16384)];
     let half = json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50"});
-    let c = cluster(
-        nodes(),
-        vec![],
-        vec![quota(
-            "team-a",
-            "gpu",
-            json!({"limits.nvidia.com/gpumem": "10240"}),
-        )],
-    )
-    .await;
+    let c = cluster(nodes(), vec![], team_a_quota()).await;
     // 50% books 40,960 MiB on the 80 GiB card, past the budget; 8,192 on the 16 GiB one.
-    let r = c
-        .shim
-        .filter(&args(
-            pod("team-a", "p", half.clone(), None),
-            &["big", "small"],
-        ))
-        .await;
+    let r = filter(&c, "team-a", &half, &["big", "small"]).await;
     assert_eq!(r.error, "");
     assert_eq!(r.node_names, Some(vec!["small".to_owned()]));
     assert_eq!(
@@ -157,13 +163,7 @@ async fn each_pod_gets_what_its_namespace_has_left() {
          (ResourceQuota gpu), 0 used, 10240 left"
     );
     // Another namespace has no quota: both cards.
-    let r = c
-        .shim
-        .filter(&args(
-            pod("team-b", "p", half.clone(), None),
-            &["big", "small"],
-        ))
-        .await;
+    let r = filter(&c, "team-b", &half, &["big", "small"]).await;
     assert_eq!(r.node_names.map(|n| n.len()), Some(2));
     assert_eq!(refusals(&c.shim, "team-a", "filter"), 0.0);
 
@@ -185,20 +185,10 @@ async fn each_pod_gets_what_its_namespace_has_left() {
                 Some(("big", "big-gpu0,NVIDIA,40960,0:;")),
             ),
         ],
-        vec![quota(
-            "team-a",
-            "gpu",
-            json!({"limits.nvidia.com/gpumem": "10240"}),
-        )],
+        team_a_quota(),
     )
     .await;
-    let r = c
-        .shim
-        .filter(&args(
-            pod("team-a", "p", half.clone(), None),
-            &["big", "small"],
-        ))
-        .await;
+    let r = filter(&c, "team-a", &half, &["big", "small"]).await;
     assert_eq!(r.node_names, Some(vec![]));
     let note = "quota of namespace team-a: limits.nvidia.com/gpumem 10240 (ResourceQuota gpu), \
                 8192 used, 2048 left";

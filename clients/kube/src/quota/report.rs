@@ -8,9 +8,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ObjectReference, ResourceQuota};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::Recorder;
 
 use super::hard::{Keys, read};
+use crate::events::{self, Warning};
 use crate::leader::Leadership;
 
 /// Reports each quota version's findings once.
@@ -69,13 +70,7 @@ impl QuotaReporter {
     }
 
     fn publish(&self, quota: &ResourceQuota, text: &str, blocking: bool) {
-        let Some(recorder) = self.recorder.clone() else {
-            return;
-        };
-        if !self.leader.is_leader() {
-            return;
-        }
-        let reference = ObjectReference {
+        let regarding = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("ResourceQuota".into()),
             name: quota.metadata.name.clone(),
@@ -83,22 +78,16 @@ impl QuotaReporter {
             uid: quota.metadata.uid.clone(),
             ..ObjectReference::default()
         };
-        let ev = Event {
-            type_: EventType::Warning,
+        let w = Warning {
+            regarding,
             reason: if blocking {
                 "GpuschedQuotaInvalid"
             } else {
                 "GpuschedQuotaScopes"
-            }
-            .into(),
-            note: Some(text.to_owned()),
-            action: "ReadQuota".into(),
-            secondary: None,
+            },
+            action: "ReadQuota",
+            note: text.to_owned(),
         };
-        tokio::spawn(async move {
-            if let Err(e) = recorder.publish(&ev, &reference).await {
-                tracing::debug!(error = %e, "could not publish the quota event");
-            }
-        });
+        events::warn(self.recorder.as_ref(), &self.leader, w);
     }
 }

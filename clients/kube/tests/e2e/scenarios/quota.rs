@@ -484,8 +484,13 @@ pub async fn run(h: &H, shim: &mut Shim) {
         "quota checker: {binds} bindings watched, each namespace within its quota after every one ✓"
     ));
     watch.abort();
-    // The waiting pods would be retried at every later event: remove them.
-    for ns in [&qa, &qb, &qc, &qp] {
+    remove_pods(h, &[&qa, &qb, &qc, &qp]).await;
+}
+
+/// Deletes every pod of these namespaces: waiting pods would be retried at every later event
+/// of the other scenarios.
+async fn remove_pods(h: &H, namespaces: &[&str]) {
+    for ns in namespaces {
         let _ = Api::<Pod>::namespaced(h.client.clone(), ns)
             .delete_collection(
                 &DeleteParams {
@@ -565,16 +570,6 @@ async fn failover(h: &H, shim: &mut Shim, pool: &str, ledger: &Arc<Mutex<Ledger>
         took.as_secs_f64(),
         t.elapsed().as_secs_f64()
     ));
-    for ns in [&f1, &f2] {
-        let _ = Api::<Pod>::namespaced(h.client.clone(), ns)
-            .delete_collection(
-                &DeleteParams {
-                    grace_period_seconds: Some(0),
-                    ..DeleteParams::default()
-                },
-                &ListParams::default(),
-            )
-            .await;
-    }
+    remove_pods(h, &[&f1, &f2]).await;
     *shim = standby;
 }
