@@ -289,7 +289,6 @@ mod tests {
         }
     }
 
-    /// (limits, before, budget MiB, budget cores).
     #[test]
     fn the_budget_is_the_smallest_left_over_the_scopes() {
         let jobs = vec![
@@ -324,7 +323,9 @@ mod tests {
             mem_mib: None,
             cores: Some(90),
         };
-        let cases: Vec<(Vec<Limit>, Option<u64>, Option<u64>, Option<u64>)> = vec![
+        /// (limits, before, budget MiB, budget cores).
+        type Case = (Vec<Limit>, Option<u64>, Option<u64>, Option<u64>);
+        let cases: Vec<Case> = vec![
             (vec![], None, None, None),
             (vec![account.clone()], None, Some(6000), None),
             (vec![account.clone()], Some(2), Some(12000), None),
