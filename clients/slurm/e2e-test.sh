@@ -512,14 +512,15 @@ clear_jobs
 
 echo "e2e: GPU limits of accounts and QOS (slurmdbd on MariaDB; slurmctld restarted with accounting)"
 # A private MariaDB for slurmdbd alone: no grant tables, on 127.0.0.1 and a socket in $W.
-mkdir -p "$W/mysql"
-chown mysql:mysql "$W/mysql"
-mariadb-install-db --user=mysql --datadir="$W/mysql" --skip-test-db >"$W/mysql-install.log" 2>&1
+mkdir -p "$W/mysql" "$W/mysql-tmp"
+chown mysql:mysql "$W/mysql" "$W/mysql-tmp"
+TMPDIR=$W/mysql-tmp mariadb-install-db --user=mysql --datadir="$W/mysql" --skip-test-db \
+  >"$W/mysql-install.log" 2>&1 || die "mariadb-install-db: $(grep -m3 ERROR "$W/mysql-install.log")"
 DB_PORT=$(free_port)
 DBD_PORT=$(free_port)
-runuser -u mysql -- mariadbd --datadir="$W/mysql" --socket="$W/mysql/sock" --port="$DB_PORT" \
-  --bind-address=127.0.0.1 --pid-file="$W/mysql/pid" --skip-grant-tables \
-  --log-error="$W/mysql.log" >/dev/null 2>&1 &
+runuser -u mysql -- env TMPDIR="$W/mysql-tmp" mariadbd --datadir="$W/mysql" \
+  --tmpdir="$W/mysql-tmp" --socket="$W/mysql/sock" --port="$DB_PORT" --bind-address=127.0.0.1 \
+  --pid-file="$W/mysql/pid" --skip-grant-tables --log-error="$W/mysql.log" >/dev/null 2>&1 &
 echo $! >"$W/mysql.pid"
 wait_for 60 "MariaDB" test -S "$W/mysql/sock"
 printf '%s\n' "AuthType=auth/munge" "AuthInfo=socket=$W/munge/socket" "DbdHost=localhost" \
@@ -527,22 +528,27 @@ printf '%s\n' "AuthType=auth/munge" "AuthInfo=socket=$W/munge/socket" "DbdHost=l
   "LogFile=$W/slurmdbd.log" "StorageType=accounting_storage/mysql" "StorageHost=127.0.0.1" \
   "StoragePort=$DB_PORT" "StorageUser=root" "StorageLoc=slurm_acct_db" >"$W/slurmdbd.conf"
 chmod 600 "$W/slurmdbd.conf"
-slurmdbd -f "$W/slurmdbd.conf"
+slurmdbd # reads slurmdbd.conf from the folder of $SLURM_CONF
+# AccountingStoragePass: the munge socket for slurmdbd connections.
 sed -i -e "s#^AccountingStorageType=.*#AccountingStorageType=accounting_storage/slurmdbd#" \
-  -e "/^AccountingStorageType=/a AccountingStorageHost=127.0.0.1\nAccountingStoragePort=$DBD_PORT\nAccountingStorageTRES=gres/gpuslot,gres/gpumem,gres/gpucore\nAccountingStorageEnforce=associations,limits,qos" \
+  -e "/^AccountingStorageType=/a AccountingStorageHost=127.0.0.1\nAccountingStoragePort=$DBD_PORT\nAccountingStoragePass=$W/munge/socket\nAccountingStorageTRES=gres/gpuslot,gres/gpumem,gres/gpucore\nAccountingStorageEnforce=associations,limits,qos" \
   "$SLURM_CONF"
 wait_for 60 "slurmdbd" sacctmgr -nP show cluster
 sacctmgr -i add cluster gpusched-e2e >/dev/null
-sacctmgr -i add account team-q,team-r >/dev/null
-sacctmgr -i add qos gpuq GrpTRES=gres/gpucore=60 >/dev/null
-sacctmgr -i add user root account=team-q,team-r DefaultAccount=team-q >/dev/null
-sacctmgr -i modify user root set qos+=gpuq >/dev/null
-sacctmgr -i modify account team-q set GrpTRES=gres/gpumem=20000 >/dev/null
+# slurmctld registers the TRES of AccountingStorageTRES when it starts with accounting.
 kill "$(cat "$W/slurmctld.pid")"
 wait_for 30 "slurmctld stopped" bash -c "! kill -0 $(cat "$W/slurmctld.pid") 2>/dev/null"
 slurmctld -i -f "$SLURM_CONF"
 wait_for 30 "slurmctld back" scontrol ping
 wait_for 60 "nodes responding" bash -c '[ "$(sinfo -h -N -p gpu -o %t | grep -c -E "^(mix|alloc|idle)$")" = 2 ]'
+wait_for 30 "TRES gres/gpumem registered" bash -c "sacctmgr -nP show tres | grep -q gres.gpumem"
+sacctmgr -i add account team-q,team-r >/dev/null
+sacctmgr -i add qos gpuq GrpTRES=gres/gpucore=60 >/dev/null
+sacctmgr -i add user root account=team-q,team-r DefaultAccount=team-q >/dev/null
+sacctmgr -i modify user where name=root set qos+=gpuq >/dev/null
+sacctmgr -i modify account where name=team-q set GrpTRES=gres/gpumem=20000 >/dev/null
+wait_for 30 "team-q's limit in slurmctld" bash -c \
+  "scontrol show assoc_mgr accounts=team-q flags=assoc | grep -q 'gres/gpumem=20000'"
 check "accounting: slurmctld keeps accounting in slurmdbd" \
   bash -c "scontrol show config | grep -q 'AccountingStorageType *= accounting_storage/slurmdbd'"
 quota_refused() { # quota_refused NAME NEEDLE LIVE args...: exit 1 naming the limit, nothing queued
