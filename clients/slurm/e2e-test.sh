@@ -3,8 +3,10 @@
 # a private munged, slurmctld and two slurmd (node1, node2) on 127.0.0.1, a gpusched-server,
 # node inventories from the real gpusched-agent over a fake NVML library (4 cards per node),
 # gres.conf/slurm.conf lines from `gpusched-slurm conf`, and jobs submitted with
-# gpusched-sbatch that print what they see. Needs root (installs slurm-wlm and munge from
-# Debian when missing). Every process it starts is stopped on exit; every wait is bounded.
+# gpusched-sbatch that print what they see; last, slurmdbd on a private MariaDB and the GPU
+# limits (GrpTRES) of accounts and QOS. Needs root (installs slurm-wlm, munge, slurmdbd and
+# mariadb-server from Debian when missing). Every process it starts is stopped on exit; every
+# wait is bounded.
 #
 #   clients/slurm/e2e-test.sh            # prints one line per check and "N passed, 0 failed"
 #   KEEP=1 clients/slurm/e2e-test.sh     # keep the work directory (logs, configs)
