@@ -305,9 +305,10 @@ impl Metrics {
         );
         r.register(
             "quota_refusals",
-            "Pods refused by their namespace's GPU quota, by namespace (the first 100 seen; the \
-             others as _other) and stage (admission: can never fit; filter: no node within the \
-             budget left, the pod waits; bind)",
+            "Refusals by a namespace's GPU quota, by namespace (the first 100 seen; the others \
+             as _other) and stage (admission: a pod that can never fit, denied; filter: an answer \
+             with no node within the budget left, one per attempt of a waiting pod; bind: the \
+             budget was gone by the bind)",
             self.quota_refusals.clone(),
         );
     }
