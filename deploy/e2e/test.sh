@@ -6,7 +6,8 @@
 # gpusched-kube runs with a ServiceAccount token bound only by that RBAC, then
 # clients/kube/tests/e2e/ runs
 # the scenarios (admission, forged decisions, fail closed, seed stories, weights, mutex, bad nodes, traces,
-# MIG nodes registered by gpusched-agent on the fake NVML library, bursts, restart, two replicas).
+# MIG nodes registered by gpusched-agent on the fake NVML library, bursts, GPU quotas per
+# namespace, restart, two replicas).
 # Jaeger (built by build-jaeger.sh, cached) receives both binaries' traces over OTLP.
 #
 #   deploy/e2e/test.sh                 # called by scripts/test.sh (stage e2e)
@@ -201,6 +202,8 @@ chmod 600 "$WORK/shim.kubeconfig"
 SA=(--kubeconfig "$WORK/shim.kubeconfig")
 [[ "$(kubectl "${SA[@]}" auth can-i create pods --subresource=binding -A)" == yes ]] || die "SA cannot bind pods"
 [[ "$(kubectl "${SA[@]}" auth can-i watch nodes 2>/dev/null)" == yes ]] || die "SA cannot watch nodes"
+[[ "$(kubectl "${SA[@]}" auth can-i watch resourcequotas -A 2>/dev/null)" == yes ]] || die "SA cannot watch resourcequotas"
+[[ "$(kubectl "${SA[@]}" auth can-i update resourcequotas -A 2>/dev/null || true)" == no ]] || die "SA may change resourcequotas"
 [[ "$(kubectl "${SA[@]}" auth can-i update leases/gpusched-kube -n gpusched-system)" == yes ]] || die "SA cannot update its lease"
 [[ "$(kubectl "${SA[@]}" auth can-i patch pods -A 2>/dev/null || true)" == no ]] || die "SA may patch pods (more than needed)"
 [[ "$(kubectl "${SA[@]}" auth can-i update leases/kube-scheduler -n kube-system 2>/dev/null || true)" == no ]] || die "SA may touch other leases"

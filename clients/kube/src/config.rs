@@ -43,6 +43,8 @@ pub struct FileConfig {
     pub leader_election: LeaderConfig,
     /// Assume cache.
     pub assume: AssumeConfig,
+    /// GPU quotas per namespace.
+    pub quota: QuotaConfig,
     /// Resource and annotation names.
     pub names: NamesConfig,
     /// Logs and traces.
@@ -144,6 +146,14 @@ pub struct AssumeConfig {
     /// Lifetime of a reservation whose bind never comes.
     #[serde(with = "humantime_serde")]
     pub reservation_ttl: Duration,
+}
+
+/// `[quota]`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaConfig {
+    /// Watch ResourceQuota objects and send each pod its namespace's GPU budget.
+    pub enabled: bool,
 }
 
 /// `[names]`.
@@ -319,6 +329,8 @@ pub struct Settings {
     pub reserve: bool,
     /// Reservation TTL.
     pub reservation_ttl: Duration,
+    /// GPU quotas per namespace (ResourceQuota objects watched).
+    pub quotas: bool,
     /// Logs and traces.
     pub telemetry: Telemetry,
 }
@@ -447,6 +459,7 @@ impl FileConfig {
                 "assume.reservation_ttl",
                 self.assume.reservation_ttl,
             )?,
+            quotas: self.quota.enabled,
             telemetry: self.telemetry.validate(env)?,
         })
     }
@@ -525,6 +538,7 @@ mod tests {
             )
         );
         assert!(s.service.tls.is_none());
+        assert!(s.quotas, "quotas are read by default");
         assert_eq!(s.telemetry.service_name, "gpusched-kube");
     }
 
@@ -595,6 +609,10 @@ mod tests {
         check(
             &[("GPUSCHED_KUBE_NAMES__ANNOTATIONS__MIG_ALLOCATIONS", "")],
             "names.annotations.mig_allocations",
+        );
+        check(
+            &[("GPUSCHED_KUBE_QUOTA__ENABLED", "sometimes")],
+            "quota.enabled",
         );
     }
 }

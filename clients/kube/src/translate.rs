@@ -159,9 +159,14 @@ pub fn inventory(node: &Node, names: &Names) -> Inventory {
 pub struct PodUsage {
     /// The node.
     pub node: String,
+    /// The pod's namespace (whose quota it counts against).
+    pub namespace: String,
     /// Per container hami-core bookings that still count (a MIG instance's device is in
     /// `mig`, not here).
     pub bookings: Vec<Vec<Booking>>,
+    /// How many of the first `bookings` are init containers' (0 once they have all succeeded
+    /// and their bookings are released).
+    pub init: usize,
     /// The MIG instances the pod holds (`hami.io/vgpu-mig-allocations`), for its whole life.
     pub mig: Vec<Reservation>,
     /// Who holds them: `namespace/name` (a MIG instance's `in_use_by`).
@@ -284,13 +289,22 @@ pub fn pod_usage(pod: &Pod, names: &Names) -> Option<PodUsage> {
             Some(format!("{}: {e}", names.annotations.mig_allocations)),
         ),
     };
-    if init_done(pod) {
-        let n = spec.init_containers.as_ref().map_or(0, Vec::len);
-        bookings.drain(..n.min(bookings.len()));
-    }
+    let n = spec
+        .init_containers
+        .as_ref()
+        .map_or(0, Vec::len)
+        .min(bookings.len());
+    let init = if init_done(pod) {
+        bookings.drain(..n);
+        0
+    } else {
+        n
+    };
     Some(PodUsage {
         node,
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         bookings,
+        init,
         mig,
         owner: owner(pod),
         annotation,
@@ -570,6 +584,7 @@ mod tests {
         let u = pod_usage(&bound("gpusched-scheduler", "Pending", None), &n).unwrap();
         assert_eq!(u.node, "n1");
         assert_eq!(u.bookings.len(), 2, "init segment counts while init runs");
+        assert_eq!((u.namespace.as_str(), u.init), ("ns", 1));
         assert_eq!(u.bookings[1].len(), 2);
         // Another scheduler's pod cannot forge usage.
         assert!(pod_usage(&bound("default-scheduler", "Running", None), &n).is_none());
@@ -578,7 +593,7 @@ mod tests {
         assert!(pod_usage(&bound("gpusched-scheduler", "Failed", None), &n).is_none());
         // Init bookings are released once every init container succeeded.
         let done = pod_usage(&bound("gpusched-scheduler", "Running", Some(0)), &n).unwrap();
-        assert_eq!(done.bookings.len(), 1);
+        assert_eq!((done.bookings.len(), done.init), (1, 0));
         assert_eq!(done.bookings[0][0].uuid, "GPU-b");
         let failed_init = pod_usage(&bound("gpusched-scheduler", "Pending", Some(1)), &n).unwrap();
         assert_eq!(failed_init.bookings.len(), 2);

@@ -12,6 +12,7 @@ pub mod app;
 pub mod chart;
 pub mod cluster;
 pub mod mig;
+pub mod quota;
 pub mod replay;
 pub mod report;
 pub mod setup;

@@ -25,6 +25,8 @@ pub struct Assumed {
     pub bookings: Vec<Vec<Booking>>,
     /// The MIG instances it holds.
     pub mig: Vec<Reservation>,
+    /// How many of the first `bookings` are init containers' (for the namespace's quota).
+    pub init: usize,
     /// The `-allocated` annotation written.
     pub annotation: String,
     /// When it was assumed.
@@ -187,9 +189,11 @@ impl AssumeCache {
                             }
                             _ => Arc::new(PodUsage {
                                 node: a.node.clone(),
+                                namespace: a.namespace.clone(),
                                 bookings: a.bookings.clone(),
                                 mig: a.mig.clone(),
                                 owner: format!("{}/{}", a.namespace, a.name),
+                                init: a.init,
                                 annotation: a.annotation.clone(),
                                 problem: None,
                             }),

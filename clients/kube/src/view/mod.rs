@@ -18,16 +18,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use gpusched_client::{PreparedNode, v1};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::config::Names;
+use crate::quota;
 use crate::translate::PodUsage;
 
 mod assume;
 mod decoded;
 mod locks;
 mod prepared;
+#[cfg(test)]
+mod quota_tests;
 #[cfg(test)]
 mod tests;
 
@@ -55,10 +58,13 @@ pub struct Snapshot {
 pub struct ClusterView {
     nodes: Store<Node>,
     pods: Store<Pod>,
+    /// ResourceQuota objects (None: quotas are off).
+    quotas: Option<Store<ResourceQuota>>,
     names: Names,
     synced: AtomicBool,
     assumed: AssumeCache,
     locks: BindLocks,
+    namespace_locks: BindLocks,
     decoded: Decoded,
     prepared: PreparedForms,
 }
@@ -71,10 +77,12 @@ impl ClusterView {
         ClusterView {
             nodes,
             pods,
+            quotas: None,
             names,
             synced: AtomicBool::new(false),
             assumed: AssumeCache::new(ttl),
             locks: BindLocks::default(),
+            namespace_locks: BindLocks::default(),
             decoded: Decoded::default(),
             prepared: PreparedForms::default(),
         }
@@ -86,15 +94,24 @@ impl ClusterView {
         self
     }
 
+    /// Reads GPU quotas from this ResourceQuota store (see [`crate::quota`]).
+    pub fn with_quotas(mut self, quotas: Store<ResourceQuota>) -> Self {
+        self.quotas = Some(quotas);
+        self
+    }
+
     /// Names.
     pub fn names(&self) -> &Names {
         &self.names
     }
 
-    /// Waits until both informers have listed everything once.
+    /// Waits until the informers (nodes, pods, quotas) have listed everything once.
     pub async fn wait_synced(&self) -> anyhow::Result<()> {
         self.nodes.wait_until_ready().await?;
         self.pods.wait_until_ready().await?;
+        if let Some(q) = &self.quotas {
+            q.wait_until_ready().await?;
+        }
         self.synced.store(true, Ordering::SeqCst);
         Ok(())
     }
@@ -155,6 +172,18 @@ impl ClusterView {
     /// out the pod `exclude_uid` (the pod being placed: a retried pod's own earlier decision must
     /// not count against it).
     fn usage(&self, wanted: &dyn Fn(&str) -> bool, exclude_uid: &str) -> UsageByNode {
+        let mut by_node: UsageByNode = HashMap::new();
+        self.each_counted(&mut |uid, u| {
+            if uid != exclude_uid && wanted(&u.node) {
+                by_node.entry(u.node.clone()).or_default().push(u.clone());
+            }
+        });
+        by_node
+    }
+
+    /// Calls `f` with every decision that counts now, by pod uid: the store's, and the assume
+    /// cache's in place of whatever older decision the store shows for the same pod.
+    fn each_counted(&self, f: &mut dyn FnMut(&str, &Arc<PodUsage>)) {
         // One consistent copy of the store: the assumed entries are judged against the very
         // objects counted here (the informer may update the store meanwhile). Decoded usages are
         // kept while a pod's resourceVersion is unchanged: a call allocates only for pods that
@@ -165,8 +194,6 @@ impl ClusterView {
             None => Observed::Absent,
             Some(u) => Observed::Present(u.map(|u| (**u).clone())),
         });
-        // An assumed decision replaces whatever older decision the store shows for the pod.
-        let mut by_node: UsageByNode = HashMap::new();
         let store_usages = current.iter().filter_map(|(uid, u)| {
             if assumed_usage.contains_key(uid) {
                 return None;
@@ -174,11 +201,65 @@ impl ClusterView {
             Some((uid, u?))
         });
         for (uid, u) in store_usages.chain(assumed_usage.iter()) {
-            if uid != exclude_uid && wanted(&u.node) {
-                by_node.entry(u.node.clone()).or_default().push(u.clone());
-            }
+            f(uid, u);
         }
-        by_node
+    }
+
+    /// What the namespace's pods hold against its quota (contract 10.2), the pod `exclude_uid`
+    /// left out: the decisions counted as node usage (bound by our decision, assumed, reserved).
+    pub fn namespace_use(&self, namespace: &str, exclude_uid: &str) -> quota::Use {
+        let mut total = quota::Use::default();
+        self.each_counted(&mut |uid, u| {
+            if uid != exclude_uid && u.namespace == namespace {
+                total = total.plus(quota::consumed(&u.bookings, u.init));
+            }
+        });
+        total
+    }
+
+    /// The namespace's GPU limits (None: quotas are off, or none of its quotas sets a GPU key).
+    pub fn quota_limits(&self, namespace: &str) -> Option<quota::Limits> {
+        let store = self.quotas.as_ref()?;
+        let quotas = store.state();
+        let keys = quota::Keys::of(&self.names);
+        let l = quota::limits(
+            quotas
+                .iter()
+                .filter(|q| q.metadata.namespace.as_deref() == Some(namespace))
+                .map(|q| &**q),
+            &keys,
+        );
+        l.any().then_some(l)
+    }
+
+    /// The namespace's quota now: its limits and what it holds without the pod `exclude_uid`
+    /// (None: no GPU limit applies).
+    pub fn quota(&self, namespace: &str, exclude_uid: &str) -> Option<quota::NamespaceQuota> {
+        let limits = self.quota_limits(namespace)?;
+        Some(quota::NamespaceQuota {
+            namespace: namespace.to_owned(),
+            limits,
+            used: self.namespace_use(namespace, exclude_uid),
+        })
+    }
+
+    /// How many ResourceQuota objects have a GPU key whose value cannot be read (each blocks
+    /// its namespace's GPU pods for that resource).
+    pub fn invalid_quotas(&self) -> usize {
+        let Some(store) = &self.quotas else { return 0 };
+        let keys = quota::Keys::of(&self.names);
+        store
+            .state()
+            .iter()
+            .filter(|q| quota::read(q, &keys).1.iter().any(|f| f.blocking))
+            .count()
+    }
+
+    /// The namespace's bind lock: with a quota, the budget, `Allocate` and the assume-cache
+    /// insert of binds in one namespace run one at a time (taken after the node's lock), so
+    /// the same budget is never given twice.
+    pub async fn lock_namespace(&self, namespace: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        self.namespace_locks.lock(namespace).await
     }
 
     /// The candidate nodes with their cards and current usage.

@@ -13,7 +13,7 @@
 //! Layout: `harness/` (environment, control-plane client and builders, waiting helpers,
 //! bursts, gpusched-kube and gpusched-agent processes, the Service stand-in) and `scenarios/` (one module per
 //! story). `E2E_FILTER` picks scenarios by name: admission, forgery, failclosed, seed, weights,
-//! mutex, badnodes, traces, mig, burst, baseline, restart, replicas.
+//! mutex, badnodes, traces, mig, burst, baseline, quota, restart, replicas.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod harness;
@@ -82,6 +82,9 @@ async fn e2e_on_a_real_control_plane() {
                 o.rate / base.rate
             ));
         }
+    }
+    if h.env.wants("quota") {
+        scenarios::quota::run(&h, &mut shim).await;
     }
     if h.env.wants("restart") {
         scenarios::restart::run(&h, &mut shim, "replica-a2").await;
