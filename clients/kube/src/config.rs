@@ -43,6 +43,8 @@ pub struct FileConfig {
     pub leader_election: LeaderConfig,
     /// Assume cache.
     pub assume: AssumeConfig,
+    /// GPU quotas per namespace.
+    pub quota: QuotaConfig,
     /// Resource and annotation names.
     pub names: NamesConfig,
     /// The operator's view (web page and JSON API).
@@ -176,6 +178,14 @@ pub struct AssumeConfig {
     pub reservation_ttl: Duration,
 }
 
+/// `[quota]`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaConfig {
+    /// Watch ResourceQuota objects and send each pod its namespace's GPU budget.
+    pub enabled: bool,
+}
+
 /// `[names]`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -214,6 +224,10 @@ pub struct AnnotationsConfig {
     pub bind_phase: String,
     /// Pod: bind phase time.
     pub bind_time: String,
+    /// Pod: MIG reservations (HAMi's dynamic MIG).
+    pub mig_allocations: String,
+    /// Node: each MIG card's whole layout (gpusched's node agent).
+    pub node_mig_layouts: String,
 }
 
 /// Resource names (what a pod asks for).
@@ -264,6 +278,8 @@ impl Default for AnnotationsConfig {
             vgpu_time: gpusched_hami::VGPU_TIME.into(),
             bind_phase: gpusched_hami::BIND_PHASE.into(),
             bind_time: gpusched_hami::BIND_TIME.into(),
+            mig_allocations: gpusched_hami::MIG_ALLOCATIONS.into(),
+            node_mig_layouts: gpusched_hami::NODE_MIG_LAYOUTS.into(),
         }
     }
 }
@@ -369,6 +385,8 @@ pub struct Settings {
     pub reserve: bool,
     /// Reservation TTL.
     pub reservation_ttl: Duration,
+    /// GPU quotas per namespace (ResourceQuota objects watched).
+    pub quotas: bool,
     /// Logs and traces.
     pub telemetry: Telemetry,
 }
@@ -498,6 +516,7 @@ impl FileConfig {
                 "assume.reservation_ttl",
                 self.assume.reservation_ttl,
             )?,
+            quotas: self.quota.enabled,
             telemetry: self.telemetry.validate(env)?,
         })
     }
@@ -571,6 +590,8 @@ impl NamesConfig {
                 vgpu_time: n("vgpu_time", &a.vgpu_time)?,
                 bind_phase: n("bind_phase", &a.bind_phase)?,
                 bind_time: n("bind_time", &a.bind_time)?,
+                mig_allocations: n("mig_allocations", &a.mig_allocations)?,
+                node_mig_layouts: n("node_mig_layouts", &a.node_mig_layouts)?,
             },
         })
     }
@@ -606,7 +627,18 @@ mod tests {
             s.names.annotations.devices_allocated,
             gpusched_hami::DEVICES_ALLOCATED
         );
+        assert_eq!(
+            (
+                s.names.annotations.mig_allocations.as_str(),
+                s.names.annotations.node_mig_layouts.as_str()
+            ),
+            (
+                "hami.io/vgpu-mig-allocations",
+                "gpusched.io/node-mig-layouts"
+            )
+        );
         assert!(s.service.tls.is_none());
+        assert!(s.quotas, "quotas are read by default");
         assert_eq!(s.telemetry.service_name, "gpusched-kube");
     }
 
@@ -725,5 +757,13 @@ mod tests {
         );
         check(&[("GPUSCHED_KUBE_WEB__LISTEN", "nowhere")], "web.listen");
         check(&[("GPUSCHED_KUBE_ASSUME__TTL", "0s")], "assume.ttl");
+        check(
+            &[("GPUSCHED_KUBE_NAMES__ANNOTATIONS__MIG_ALLOCATIONS", "")],
+            "names.annotations.mig_allocations",
+        );
+        check(
+            &[("GPUSCHED_KUBE_QUOTA__ENABLED", "sometimes")],
+            "quota.enabled",
+        );
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use futures::StreamExt;
 use gpusched_client::{ClientBuilder, TlsOptions};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, ResourceExt};
@@ -17,6 +17,7 @@ use crate::admission::WebhookOptions;
 use crate::config::Settings;
 use crate::leader::{self, Leadership};
 use crate::metrics::Metrics;
+use crate::quota::QuotaReporter;
 use crate::shim::Shim;
 use crate::traces::PodTraces;
 use crate::view::ClusterView;
@@ -103,10 +104,28 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         })
         .await;
     });
-    let view = Arc::new(
-        ClusterView::new(node_store, pod_store, names.clone(), settings.assume_ttl)
-            .with_reservation_ttl(settings.reservation_ttl),
-    );
+    let mut view = ClusterView::new(node_store, pod_store, names.clone(), settings.assume_ttl)
+        .with_reservation_ttl(settings.reservation_ttl);
+    // ResourceQuotas (all namespaces): the GPU limits; status (rewritten at every pod change by
+    // the quota controller) is not read.
+    let quotas = if settings.quotas {
+        let (store, writer) = reflector::store::<ResourceQuota>();
+        view = view.with_quotas(store);
+        let stream = watcher(
+            Api::<ResourceQuota>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .modify(|q: &mut ResourceQuota| {
+            q.managed_fields_mut().clear();
+            q.status = None;
+        })
+        .reflect(writer);
+        Some(stream)
+    } else {
+        None
+    };
+    let view = Arc::new(view);
     {
         let view = view.clone();
         tokio::spawn(async move {
@@ -140,6 +159,26 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
             instance: Some(identity),
         },
     );
+    if let Some(stream) = quotas {
+        let mut reporter = QuotaReporter::new(
+            crate::quota::Keys::of(&names),
+            Some(recorder.clone()),
+            leadership.clone(),
+        );
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(e) = stream.next().await {
+                match e {
+                    Ok(watcher::Event::Apply(q) | watcher::Event::InitApply(q)) => {
+                        reporter.observe(&q)
+                    }
+                    Ok(watcher::Event::Delete(q)) => reporter.forget(&q),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "resourcequota watch error"),
+                }
+            }
+        });
+    }
     let shim = Arc::new(Shim {
         view,
         service,

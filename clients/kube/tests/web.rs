@@ -14,7 +14,7 @@ use gpusched_kube::view::ClusterView;
 use gpusched_kube::web::model::{Board, Explanation, PendingPod, Verdict, WhatIf};
 use gpusched_kube::web::{Auth, COOKIE_NAME, WebState, router};
 use http_body_util::BodyExt as _;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
 use serde_json::json;
 use tower::ServiceExt as _;
 
@@ -41,8 +41,12 @@ fn gpu_node(name: &str, cards: u32, extra: serde_json::Value) -> Node {
 
 /// A pod holding `devices` on `node`, as the shim's Binding leaves it.
 fn holder(name: &str, node: &str, devices: &str) -> Pod {
+    holder_in("ns", name, node, devices)
+}
+
+fn holder_in(ns: &str, name: &str, node: &str, devices: &str) -> Pod {
     serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "resourceVersion": "1",
+        "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"), "resourceVersion": "1",
                      "annotations": {"hami.io/vgpu-devices-allocated": devices, "hami.io/vgpu-node": node}},
         "spec": {"schedulerName": "gpusched-scheduler", "nodeName": node,
                  "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4096", "nvidia.com/gpucores": "30"}}}]},
@@ -52,8 +56,12 @@ fn holder(name: &str, node: &str, devices: &str) -> Pod {
 }
 
 fn pending(name: &str, ann: serde_json::Value, limits: serde_json::Value) -> Pod {
+    pending_in("ns", name, ann, limits)
+}
+
+fn pending_in(ns: &str, name: &str, ann: serde_json::Value, limits: serde_json::Value) -> Pod {
     serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "resourceVersion": "1",
+        "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"), "resourceVersion": "1",
                      "annotations": ann},
         "spec": {"schedulerName": "gpusched-scheduler", "nodeSelector": {"pool": "p"},
                  "containers": [{"name": "main", "resources": {"limits": limits}}]},
@@ -97,6 +105,14 @@ async fn fixture() -> Fixture {
         holder("h2", "n1", "n1-gpu2,NVIDIA,8192,10:;"),
         holder("h3", "n1", "n1-gpu3,NVIDIA,14336,10:;"),
         holder("h4", "n2", "n2-gpu0,NVIDIA,12288,10:;"),
+        // Namespace qa: a GPU quota of 1,000 MiB, 500 held, a pod asking 2,000 waiting on it.
+        holder_in("qa", "qa-h", "n2", "n2-gpu0,NVIDIA,500,10:;"),
+        pending_in(
+            "qa",
+            "over",
+            json!({}),
+            json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000"}),
+        ),
         pending(
             "big",
             json!({}),
@@ -119,12 +135,15 @@ async fn fixture() -> Fixture {
             json!({"nvidia.com/gpu": "1"}),
         ),
     ];
-    let view = Arc::new(ClusterView::of_objects(
-        nodes,
-        pods,
-        names(),
-        Duration::from_secs(60),
-    ));
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "gpu", "namespace": "qa"},
+        "spec": {"hard": {"limits.nvidia.com/gpumem": "1000"}}
+    }))
+    .unwrap();
+    let view = Arc::new(
+        ClusterView::of_objects(nodes, pods, names(), Duration::from_secs(60))
+            .with_quota_objects(vec![quota]),
+    );
     Fixture {
         _server: server,
         state: WebState {
@@ -323,15 +342,15 @@ async fn the_api_answers_in_the_services_terms() {
     assert_eq!((t.nodes, t.cards, t.cordoned_cards), (2, 6, 1));
     assert_eq!(
         (t.mem_mib.used, t.mem_mib.total),
-        (2048 + 14336 + 8192 + 14336 + 12288, 6 * 16384)
+        (2048 + 14336 + 8192 + 14336 + 12288 + 500, 6 * 16384)
     );
-    assert_eq!(t.cores.used, 30 + 10 + 10 + 10 + 10);
+    assert_eq!(t.cores.used, 30 + 10 + 10 + 10 + 10 + 10);
     assert!(
-        (t.allocation_pct - 70.0 / 6.0).abs() < 1e-9,
+        (t.allocation_pct - 80.0 / 6.0).abs() < 1e-9,
         "{}",
         t.allocation_pct
     );
-    assert_eq!((t.pods_bound, t.pods_pending), (5, 4));
+    assert_eq!((t.pods_bound, t.pods_pending), (6, 5));
     assert_eq!(board.unusable.len(), 1);
     let gpu1 = &board.nodes[0].cards[1];
     assert_eq!(
@@ -343,6 +362,19 @@ async fn the_api_answers_in_the_services_terms() {
         ("n1-gpu1", "ns/h1", 14336)
     );
     assert_eq!(board.namespaces[0].pods, 5);
+    assert!(board.namespaces[0].extras.is_empty(), "no quota in ns");
+    let qa = &board.namespaces[1];
+    assert_eq!((qa.namespace.as_str(), qa.pods, qa.mem_mib), ("qa", 1, 500));
+    assert_eq!(
+        qa.extras
+            .iter()
+            .map(|e| (e.label.as_str(), e.value.as_str()))
+            .collect::<Vec<_>>(),
+        [(
+            "quota memory",
+            "500 / 1,000 MiB (limits.nvidia.com/gpumem, ResourceQuota gpu)"
+        )]
+    );
     // The fragmentation measure's classes: the bound pods' bookings and the pending pods' needs.
     let has = |mem: u64, cores: u32| {
         t.request_classes
@@ -366,7 +398,10 @@ async fn the_api_answers_in_the_services_terms() {
     let list: gpusched_kube::web::model::PendingList = serde_json::from_str(&text).unwrap();
     let mut names: Vec<&str> = list.pods.iter().map(|p| p.pod.as_str()).collect();
     names.sort_unstable();
-    assert_eq!(names, ["ns/badann", "ns/big", "ns/big-twin", "ns/small"]);
+    assert_eq!(
+        names,
+        ["ns/badann", "ns/big", "ns/big-twin", "ns/small", "qa/over"]
+    );
     let verdict_of = |n: &str| &list.pods.iter().find(|p| p.pod == n).unwrap().verdict;
     assert_eq!(verdict_of("ns/big"), verdict_of("ns/big-twin"));
     assert_ne!(verdict_of("ns/big"), verdict_of("ns/small"));
@@ -376,6 +411,7 @@ async fn the_api_answers_in_the_services_terms() {
         candidates,
         reasons,
         nearest,
+        ..
     } = why.verdict
     else {
         panic!("big waits: {text}")
@@ -398,6 +434,28 @@ async fn the_api_answers_in_the_services_terms() {
             ("CardCordoned", 1),
             ("InvalidNode", 1)
         ],
+        "{text}"
+    );
+
+    // A pod waiting on its namespace's quota: the quota named, no node to free.
+    let (_, _, text) = call(&f, "GET", "/api/v1/why/qa/over", Some(&b), "").await;
+    let over: PendingPod = serde_json::from_str(&text).unwrap();
+    let Verdict::Waits {
+        quota,
+        nearest,
+        reasons,
+        ..
+    } = over.verdict
+    else {
+        panic!("over waits: {text}")
+    };
+    assert!(
+        quota.starts_with("quota of namespace qa: limits.nvidia.com/gpumem 1000 (ResourceQuota gpu), 500 used, 500 left"),
+        "{quota}"
+    );
+    assert!(nearest.is_none(), "no node's usage raises a quota: {text}");
+    assert!(
+        reasons.iter().any(|g| g.reason == "QuotaMemoryExceeded"),
         "{text}"
     );
 
@@ -444,7 +502,7 @@ async fn what_if_places_nothing_and_names_bad_fields() {
     let board: Board = serde_json::from_str(&text).unwrap();
     assert_eq!(
         board.totals.mem_mib.used,
-        2048 + 14336 + 8192 + 14336 + 12288
+        2048 + 14336 + 8192 + 14336 + 12288 + 500
     );
     // A pending pod picked by name, with its verdict when it fits nowhere.
     let (_, _, text) = call(&f, "POST", "/api/v1/what-if?pod=ns%2Fbig", Some(&b), "").await;

@@ -9,6 +9,8 @@
 //!   (`Allocate`), and submits the job held, pinned to the chosen node with `--nodelist`,
 //!   holding count-only GRES that match the booking, with the decision in its comment; then
 //!   re-checks the decision against every earlier job and releases it.
+//!   An account's, a user's or a QOS's `GrpTRES` on `gres/gpumem` / `gres/gpucore` is sent
+//!   as the job's quota budget ([`quota`]).
 //! - `gpusched-slurm task-prolog` ([`prolog`]): the TaskProlog that exports
 //!   `CUDA_VISIBLE_DEVICES` and HAMi-core's limits from the recorded decision.
 //! - `gpusched-slurm conf` ([`conf`]): `gres.conf` / `slurm.conf` lines from the inventories.
@@ -20,6 +22,7 @@ pub mod conf;
 pub mod decision;
 pub mod inventory;
 pub mod prolog;
+pub mod quota;
 pub mod request;
 pub mod slurm;
 pub mod submit;

@@ -90,6 +90,20 @@ pub struct Job {
     pub state: String,
     /// The job's comment (where gpusched records its decision).
     pub comment: String,
+    /// Its account, QOS and user (whose GPU limits its booking counts against).
+    pub owner: Owner,
+}
+
+/// Whose limits a job's booking counts against (`squeue --json`'s `account`, `qos`,
+/// `user_name`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Owner {
+    /// Account.
+    pub account: String,
+    /// QOS.
+    pub qos: String,
+    /// User name.
+    pub user: String,
 }
 
 /// States in which a job holds nothing any more.
@@ -148,7 +162,22 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, SlurmError> {
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned();
-            Ok(Job { id, state, comment })
+            let text = |k: &str| {
+                j.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            Ok(Job {
+                id,
+                state,
+                comment,
+                owner: Owner {
+                    account: text("account"),
+                    qos: text("qos"),
+                    user: text("user_name"),
+                },
+            })
         })
         .collect()
 }
@@ -255,7 +284,8 @@ mod tests {
     #[test]
     fn squeue_json_of_slurm_22_05() {
         let text = r#"{"meta":{},"errors":[],"jobs":[
-          {"job_id":7,"job_state":"RUNNING","comment":"gpusched/v1 node=n1 gpus=0 devices=x"},
+          {"job_id":7,"job_state":"RUNNING","comment":"gpusched/v1 node=n1 gpus=0 devices=x",
+           "account":"team-q","qos":"normal","user_name":"alice"},
           {"job_id":8,"job_state":"COMPLETED","comment":""},
           {"job_id":9,"job_state":["PENDING"]}]}"#;
         let jobs = parse_jobs(text).unwrap();
@@ -264,6 +294,15 @@ mod tests {
         assert!(!jobs[1].holds_booking());
         assert_eq!(jobs[2].state, "PENDING");
         assert_eq!(jobs[2].comment, "");
+        assert_eq!(
+            jobs[0].owner,
+            Owner {
+                account: "team-q".into(),
+                qos: "normal".into(),
+                user: "alice".into()
+            }
+        );
+        assert_eq!(jobs[1].owner, Owner::default());
         assert!(parse_jobs("{}").is_err());
         assert!(parse_jobs(r#"{"jobs":[{"job_state":"RUNNING"}]}"#).is_err());
     }

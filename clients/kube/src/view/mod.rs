@@ -18,16 +18,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use gpusched_client::{PreparedNode, v1};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::config::Names;
+use crate::quota;
 use crate::translate::PodUsage;
 
 mod assume;
 mod decoded;
 mod locks;
 mod prepared;
+#[cfg(test)]
+mod quota_tests;
 #[cfg(test)]
 mod tests;
 
@@ -53,7 +56,7 @@ pub struct Snapshot {
 /// A pod whose decision counts as GPU usage (see [`ClusterView::holders`]).
 #[derive(Clone, Debug)]
 pub struct Holder {
-    /// Pod namespace (empty when neither the store nor the assume cache names it).
+    /// Pod namespace.
     pub namespace: String,
     /// Pod name.
     pub name: String,
@@ -68,10 +71,13 @@ pub struct Holder {
 pub struct ClusterView {
     nodes: Store<Node>,
     pods: Store<Pod>,
+    /// ResourceQuota objects (None: quotas are off).
+    quotas: Option<Store<ResourceQuota>>,
     names: Names,
     synced: AtomicBool,
     assumed: AssumeCache,
     locks: BindLocks,
+    namespace_locks: BindLocks,
     decoded: Decoded,
     prepared: PreparedForms,
 }
@@ -84,10 +90,12 @@ impl ClusterView {
         ClusterView {
             nodes,
             pods,
+            quotas: None,
             names,
             synced: AtomicBool::new(false),
             assumed: AssumeCache::new(ttl),
             locks: BindLocks::default(),
+            namespace_locks: BindLocks::default(),
             decoded: Decoded::default(),
             prepared: PreparedForms::default(),
         }
@@ -108,9 +116,24 @@ impl ClusterView {
         view
     }
 
+    /// Reads GPU quotas from exactly these objects (tests, examples; see [`Self::of_objects`]).
+    pub fn with_quota_objects(self, quotas: Vec<ResourceQuota>) -> Self {
+        let (store, mut writer) = kube::runtime::reflector::store::<ResourceQuota>();
+        for q in quotas {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(q));
+        }
+        self.with_quotas(store)
+    }
+
     /// Sets how long a reservation (see [`Assumed::tentative`]) lives without its bind.
     pub fn with_reservation_ttl(mut self, ttl: Duration) -> Self {
         self.assumed.set_reservation_ttl(ttl);
+        self
+    }
+
+    /// Reads GPU quotas from this ResourceQuota store (see [`crate::quota`]).
+    pub fn with_quotas(mut self, quotas: Store<ResourceQuota>) -> Self {
+        self.quotas = Some(quotas);
         self
     }
 
@@ -119,10 +142,13 @@ impl ClusterView {
         &self.names
     }
 
-    /// Waits until both informers have listed everything once.
+    /// Waits until the informers (nodes, pods, quotas) have listed everything once.
     pub async fn wait_synced(&self) -> anyhow::Result<()> {
         self.nodes.wait_until_ready().await?;
         self.pods.wait_until_ready().await?;
+        if let Some(q) = &self.quotas {
+            q.wait_until_ready().await?;
+        }
         self.synced.store(true, Ordering::SeqCst);
         Ok(())
     }
@@ -179,10 +205,22 @@ impl ClusterView {
         4 * self.nodes.len().max(16)
     }
 
-    /// Calls `f` with every pod's usage that counts (uid, usage), from the store and the assume
-    /// cache (an assumed decision replaces whatever older decision the store shows for the pod),
-    /// and returns the copy of the pod store it judged.
-    fn each_counted(&self, mut f: impl FnMut(&str, &Arc<PodUsage>)) -> Vec<Arc<Pod>> {
+    /// Usage per node (only for `wanted` nodes), from the store and the assume cache, leaving
+    /// out the pod `exclude_uid` (the pod being placed: a retried pod's own earlier decision must
+    /// not count against it).
+    fn usage(&self, wanted: &dyn Fn(&str) -> bool, exclude_uid: &str) -> UsageByNode {
+        let mut by_node: UsageByNode = HashMap::new();
+        self.each_counted(&mut |uid, u| {
+            if uid != exclude_uid && wanted(&u.node) {
+                by_node.entry(u.node.clone()).or_default().push(u.clone());
+            }
+        });
+        by_node
+    }
+
+    /// Calls `f` with every decision that counts now, by pod uid: the store's, and the assume
+    /// cache's in place of whatever older decision the store shows for the same pod.
+    fn each_counted(&self, f: &mut dyn FnMut(&str, &Arc<PodUsage>)) {
         // One consistent copy of the store: the assumed entries are judged against the very
         // objects counted here (the informer may update the store meanwhile). Decoded usages are
         // kept while a pod's resourceVersion is unchanged: a call allocates only for pods that
@@ -202,50 +240,21 @@ impl ClusterView {
         for (uid, u) in store_usages.chain(assumed_usage.iter()) {
             f(uid, u);
         }
-        drop(current);
-        pods
     }
 
-    /// Usage per node (only for `wanted` nodes), from the store and the assume cache, leaving
-    /// out the pod `exclude_uid` (the pod being placed: a retried pod's own earlier decision must
-    /// not count against it).
-    fn usage(&self, wanted: &dyn Fn(&str) -> bool, exclude_uid: &str) -> UsageByNode {
-        let mut by_node: UsageByNode = HashMap::new();
-        self.each_counted(|uid, u| {
-            if uid != exclude_uid && wanted(&u.node) {
-                by_node.entry(u.node.clone()).or_default().push(u.clone());
-            }
-        });
-        by_node
-    }
-
-    /// Every pod whose decision counts as GPU usage, named (the same pods and bookings the
-    /// snapshots count: the store's bound decisions and the assume cache's), by node then name.
+    /// Every pod whose decision counts as GPU usage (the same decisions the snapshots count: the
+    /// store's bound decisions and the assume cache's), by node, namespace and name.
     pub fn holders(&self) -> Vec<Holder> {
-        let mut counted: Vec<(String, Arc<PodUsage>)> = Vec::new();
-        let pods = self.each_counted(|uid, u| counted.push((uid.to_owned(), u.clone())));
-        let by_uid: HashMap<&str, &Pod> = pods
-            .iter()
-            .filter_map(|p| Some((p.metadata.uid.as_deref()?, &**p)))
-            .collect();
-        let mut out: Vec<Holder> = counted
-            .into_iter()
-            .map(|(uid, usage)| {
-                let (namespace, name) = match by_uid.get(uid.as_str()) {
-                    Some(p) => (
-                        p.metadata.namespace.clone().unwrap_or_default(),
-                        p.metadata.name.clone().unwrap_or_default(),
-                    ),
-                    None => self.assumed.name_of(&uid).unwrap_or_default(),
-                };
-                Holder {
-                    namespace,
-                    name,
-                    uid,
-                    usage,
-                }
-            })
-            .collect();
+        let mut out: Vec<Holder> = Vec::new();
+        self.each_counted(&mut |uid, u| {
+            let (namespace, name) = u.owner.split_once('/').unwrap_or(("", u.owner.as_str()));
+            out.push(Holder {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                uid: uid.to_owned(),
+                usage: u.clone(),
+            });
+        });
         out.sort_by(|a, b| {
             (&a.usage.node, &a.namespace, &a.name).cmp(&(&b.usage.node, &b.namespace, &b.name))
         });
@@ -260,6 +269,63 @@ impl ClusterView {
     /// Every pod the informer shows (those naming our scheduler).
     pub fn pods(&self) -> Vec<Arc<Pod>> {
         self.pods.state()
+    }
+
+    /// What the namespace's pods hold against its quota (contract 10.2), the pod `exclude_uid`
+    /// left out: the decisions counted as node usage (bound by our decision, assumed, reserved).
+    pub fn namespace_use(&self, namespace: &str, exclude_uid: &str) -> quota::Use {
+        let mut total = quota::Use::default();
+        self.each_counted(&mut |uid, u| {
+            if uid != exclude_uid && u.namespace == namespace {
+                total = total.plus(quota::consumed(&u.bookings, u.init));
+            }
+        });
+        total
+    }
+
+    /// The namespace's GPU limits (None: quotas are off, or none of its quotas sets a GPU key).
+    pub fn quota_limits(&self, namespace: &str) -> Option<quota::Limits> {
+        let store = self.quotas.as_ref()?;
+        let quotas = store.state();
+        let keys = quota::Keys::of(&self.names);
+        let l = quota::limits(
+            quotas
+                .iter()
+                .filter(|q| q.metadata.namespace.as_deref() == Some(namespace))
+                .map(|q| &**q),
+            &keys,
+        );
+        l.any().then_some(l)
+    }
+
+    /// The namespace's quota now: its limits and what it holds without the pod `exclude_uid`
+    /// (None: no GPU limit applies).
+    pub fn quota(&self, namespace: &str, exclude_uid: &str) -> Option<quota::NamespaceQuota> {
+        let limits = self.quota_limits(namespace)?;
+        Some(quota::NamespaceQuota {
+            namespace: namespace.to_owned(),
+            limits,
+            used: self.namespace_use(namespace, exclude_uid),
+        })
+    }
+
+    /// How many ResourceQuota objects have a GPU key whose value cannot be read (each blocks
+    /// its namespace's GPU pods for that resource).
+    pub fn invalid_quotas(&self) -> usize {
+        let Some(store) = &self.quotas else { return 0 };
+        let keys = quota::Keys::of(&self.names);
+        store
+            .state()
+            .iter()
+            .filter(|q| quota::read(q, &keys).1.iter().any(|f| f.blocking))
+            .count()
+    }
+
+    /// The namespace's bind lock: with a quota, the budget, `Allocate` and the assume-cache
+    /// insert of binds in one namespace run one at a time (taken after the node's lock), so
+    /// the same budget is never given twice.
+    pub async fn lock_namespace(&self, namespace: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        self.namespace_locks.lock(namespace).await
     }
 
     /// The candidate nodes with their cards and current usage.
@@ -302,19 +368,22 @@ impl ClusterView {
             }
             let mut pods: Vec<Arc<PodUsage>> = usage.get(name).cloned().unwrap_or_default();
             pods.sort_by_key(|u| Arc::as_ptr(u) as usize);
-            if let Some(e) = entry
-                && e.built_from(&inv, &pods)
-            {
-                let (node, p) = e.forms();
-                snap.nodes.push(node);
-                snap.prepared.push(p);
-                continue;
+            let forms = match entry {
+                Some(e) if e.built_from(&inv, &pods) => e.forms(),
+                _ => {
+                    let e = PreparedEntry::build(name, cached, inv, pods, &self.names);
+                    let forms = e.forms();
+                    prepared.insert(name.clone(), e);
+                    forms
+                }
+            };
+            match forms {
+                Ok((node, p)) => {
+                    snap.nodes.push(node);
+                    snap.prepared.push(p);
+                }
+                Err(problem) => snap.unusable.push((name.clone(), problem, true)),
             }
-            let e = PreparedEntry::build(name, cached, inv, pods, &self.names);
-            let (node, p) = e.forms();
-            snap.nodes.push(node);
-            snap.prepared.push(p);
-            prepared.insert(name.clone(), e);
         }
         snap
     }

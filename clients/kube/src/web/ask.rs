@@ -9,6 +9,7 @@ use gpusched_client::v1;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
+use crate::quota::NamespaceQuota;
 use crate::shim::service_error_text;
 use crate::view::{ClusterView, Snapshot};
 use crate::web::model::Verdict;
@@ -168,6 +169,17 @@ impl Ask<'_> {
             .allocate_prepared(req, &nodes)
             .await
             .map_err(|e| verdict_of(&e))
+    }
+
+    /// The pod as the extender sends it: its workload with its namespace's quota budget when a
+    /// GPU quota applies (what the namespace holds without this pod), and that quota.
+    pub fn workload(&self, pod: &Pod) -> (v1::Workload, Option<NamespaceQuota>) {
+        let mut w = crate::translate::workload(pod, self.view.names());
+        let quota = self
+            .view
+            .quota(&w.namespace, pod.metadata.uid.as_deref().unwrap_or(""));
+        w.quota = quota.as_ref().map(NamespaceQuota::budget);
+        (w, quota)
     }
 
     /// The pod of the store named `namespace/name`, if any.

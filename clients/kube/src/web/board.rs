@@ -9,13 +9,15 @@ use gpusched_client::measure::{self, Need};
 use gpusched_client::v1;
 use kube::ResourceExt;
 
-use crate::view::Holder;
+use crate::quota::{Limit, NamespaceQuota};
+use crate::view::{ClusterView, Holder};
 use crate::web::ask::Ask;
 use crate::web::model::{
     Board, CardBooking, CardCell, Extra, NamespaceUse, NodeRow, RequestClass, Totals, UnusableNode,
     Used,
 };
 use crate::web::selector::Selector;
+use crate::web::units::thousands;
 
 fn mode_name(m: i32) -> String {
     match v1::CardMode::try_from(m) {
@@ -195,7 +197,7 @@ pub fn board(ask: &Ask<'_>, pending_needs: &[Need], pending: usize) -> Board {
                 reason: reason.clone(),
             })
             .collect(),
-        namespaces: namespaces(&holders),
+        namespaces: namespaces(ask.view, &holders),
     }
 }
 
@@ -245,8 +247,39 @@ fn totals(
     }
 }
 
-/// Bookings per namespace.
-fn namespaces(holders: &[Holder]) -> Vec<NamespaceUse> {
+/// A namespace's GPU quota as extras: per limited resource, what it holds against the limit.
+pub fn quota_extras(q: &NamespaceQuota) -> Vec<Extra> {
+    let part = |what: &str, unit: &str, l: &Option<Limit>, used: u64| -> Option<Extra> {
+        let l = l.as_ref()?;
+        let value = match &l.invalid {
+            Some(e) => format!(
+                "{} of ResourceQuota {} unreadable ({e}): counts as 0",
+                l.key, l.quota
+            ),
+            None => format!(
+                "{} / {}{unit} ({}, ResourceQuota {})",
+                thousands(used),
+                thousands(l.value),
+                l.key,
+                l.quota
+            ),
+        };
+        Some(Extra {
+            label: format!("quota {what}"),
+            value,
+        })
+    };
+    [
+        part("memory", " MiB", &q.limits.memory, q.used.mem_mib),
+        part("cores", "%", &q.limits.cores, q.used.cores),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Bookings per namespace, with its GPU quota when one applies.
+fn namespaces(view: &ClusterView, holders: &[Holder]) -> Vec<NamespaceUse> {
     let mut by_ns: BTreeMap<&str, (std::collections::BTreeSet<&str>, NamespaceUse)> =
         BTreeMap::new();
     for h in holders {
@@ -272,6 +305,9 @@ fn namespaces(holders: &[Holder]) -> Vec<NamespaceUse> {
         .into_values()
         .map(|(pods, mut u)| {
             u.pods = pods.len();
+            if let Some(q) = view.quota(&u.namespace, "") {
+                u.extras = quota_extras(&q);
+            }
             u
         })
         .collect()

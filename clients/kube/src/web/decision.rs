@@ -185,7 +185,7 @@ pub async fn explain(ask: &Ask<'_>, pod: &Pod) -> Explanation {
         out.note = "the pod asks for no GPU resource: gpusched decides nothing for it".into();
         return out;
     }
-    let w = translate::workload(pod, names);
+    let (w, _) = ask.workload(pod);
     let snap = ask.candidates(pod);
     out.candidates = snap.nodes.len() + snap.unusable.len();
     let score = match ask.score(&w, &snap).await {

@@ -162,7 +162,8 @@ pub struct NamespaceUse {
     pub mem_mib: u64,
     /// Cores booked, percent.
     pub cores: u64,
-    /// Quota use against limits, once the shim reads quotas (empty today).
+    /// Its GPU quota: per limited resource, what the namespace holds against the hard limit
+    /// (as the shim counts it for budgets), when a ResourceQuota limits GPU memory or cores.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extras: Vec<Extra>,
 }
@@ -211,6 +212,11 @@ pub enum Verdict {
         /// The node and cards that came closest, and what was short; None when no node can be
         /// helped by freeing capacity (every node fails for a reason that usage does not change).
         nearest: Option<NearestMiss>,
+        /// When some node failed by the namespace's GPU quota: the quota's limits, use and what
+        /// is left (`quota of namespace team-a: limits.nvidia.com/gpumem 20000 (ResourceQuota
+        /// gpu), 16384 used, 3616 left`).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        quota: String,
     },
     /// The service refuses the pod itself (e.g. a malformed annotation): the violations, each
     /// naming its field.

@@ -83,14 +83,14 @@ pub fn needs(resolved: &[v1::ResolvedContainer]) -> Vec<Need> {
 /// The service's verdict for `pod` on its candidate nodes now, with the pod's resolved
 /// containers when the service accepted them.
 pub async fn verdict(ask: &Ask<'_>, pod: &Pod) -> (Verdict, Vec<v1::ResolvedContainer>) {
-    let w = translate::workload(pod, ask.view.names());
+    let (w, quota) = ask.workload(pod);
     let resolved = match ask.resolve(&w).await {
         Ok(r) => r,
         Err(v) => return (v, Vec::new()),
     };
     let snap = ask.candidates(pod);
     let candidates = snap.nodes.len() + snap.unusable.len();
-    let resp = match ask.filter(&w, &snap).await {
+    let mut resp = match ask.filter(&w, &snap).await {
         Ok(r) => r,
         Err(v) => return (v, resolved),
     };
@@ -108,8 +108,14 @@ pub async fn verdict(ask: &Ask<'_>, pod: &Pod) -> (Verdict, Vec<v1::ResolvedCont
             resolved,
         );
     }
+    // The namespace's quota, named when some node failed by it.
+    let quota = quota
+        .filter(|q| crate::quota::explain(&mut resp.failed_nodes, q))
+        .map(|q| q.note())
+        .unwrap_or_default();
     let v = Verdict::Waits {
         candidates,
+        quota,
         reasons: reasons::group(&resp.failed_nodes, &snap.unusable),
         nearest: nearest::nearest(
             &resp.failed_nodes,
@@ -207,16 +213,11 @@ pub async fn list(ask: &Ask<'_>, max: usize) -> PendingList {
 pub async fn needs_only(ask: &Ask<'_>, max: usize) -> (Vec<Need>, usize) {
     use futures::StreamExt as _;
     let pods = pending_pods(ask);
-    let names = ask.view.names();
     let count = pods.len();
     let ask = *ask;
     let resolved: Vec<Vec<v1::ResolvedContainer>> =
         futures::stream::iter(pods.into_iter().take(max))
-            .map(|p| async move {
-                ask.resolve(&translate::workload(&p, names))
-                    .await
-                    .unwrap_or_default()
-            })
+            .map(|p| async move { ask.resolve(&ask.workload(&p).0).await.unwrap_or_default() })
             .buffered(4)
             .collect()
             .await;

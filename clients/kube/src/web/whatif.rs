@@ -4,7 +4,6 @@
 use gpusched_client::v1;
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::translate;
 use crate::web::ask::Ask;
 use crate::web::decision::{assigned, policy_text};
 use crate::web::model::{Verdict, WhatIf};
@@ -66,8 +65,7 @@ fn the_pod(ask: &Ask<'_>, q: &Question) -> Result<Pod, SpecError> {
 /// the service refuses is an error with the service's violations (each naming its field).
 pub async fn ask_what_if(ask: &Ask<'_>, q: &Question) -> Result<WhatIf, SpecError> {
     let pod = the_pod(ask, q)?;
-    let names = ask.view.names();
-    let w = translate::workload(&pod, names);
+    let (w, _) = ask.workload(&pod);
     let snap = ask.candidates(&pod);
     let mut out = WhatIf {
         pod: pod_key(&pod),

@@ -134,11 +134,17 @@ pub fn verdict(v: &Verdict) -> String {
             candidates,
             reasons,
             nearest,
+            quota,
         } => {
-            let mut out = match nearest {
+            let mut out = if quota.is_empty() {
+                String::new()
+            } else {
+                format!("{quota}\n")
+            };
+            out.push_str(&match nearest {
                 Some(m) => format!("nearest miss: {}\n", m.text),
                 None => "nearest miss: none (no node can take it by freeing capacity)\n".to_owned(),
-            };
+            });
             if let Some(m) = nearest {
                 for s in &m.short {
                     out.push_str(&format!(

@@ -27,8 +27,12 @@ pub fn verdict(out: &mut String, v: &Verdict) {
             candidates,
             reasons,
             nearest,
+            quota,
         } => {
             out.push_str("<div data-verdict=waits>");
+            if !quota.is_empty() {
+                let _ = write!(out, "<p class=error data-quota>{}</p>", esc(quota));
+            }
             match nearest {
                 Some(m) => {
                     let _ = write!(

@@ -18,6 +18,9 @@ pub struct Env {
     pub scheduler_kubeconfig: PathBuf,
     pub results: PathBuf,
     pub filter: Vec<String>,
+    /// gpusched-agent and the fake NVML library (built only when the MIG scenario runs).
+    pub agent_bin: Option<PathBuf>,
+    pub fake_nvml: Option<PathBuf>,
     /// kubectl-gpusched (set by test.sh when the opview scenario runs).
     pub ctl_bin: Option<PathBuf>,
     /// Headless Chromium, Debian's `chromium` (likewise).
@@ -59,6 +62,14 @@ impl Env {
                 .map(|s| s.trim().to_owned())
                 .filter(|s| !s.is_empty())
                 .collect(),
+            agent_bin: std::env::var("E2E_AGENT_BIN")
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            fake_nvml: std::env::var("E2E_FAKE_NVML")
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
             ctl_bin: std::env::var_os("E2E_CTL_BIN").map(PathBuf::from),
             chromium: std::env::var_os("E2E_CHROMIUM").map(PathBuf::from),
         })
