@@ -275,6 +275,16 @@ mod tests {
             assert_eq!(e.field, field, "{text:?}: {e}");
             assert!(e.to_string().starts_with(field), "{e}");
         }
+        // Deep nesting and alias bombs are refused, not a stack overflow or a hang.
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert_eq!(parse(&deep, "ours").expect_err("deep").field, "spec");
+        let deep_map = "a: ".repeat(60_000);
+        assert_eq!(
+            parse(&deep_map, "ours").expect_err("deep map").field,
+            "spec"
+        );
+        let bomb = "a: &a [x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e]\ng: [*f, *f, *f, *f, *f, *f, *f, *f]\n";
+        assert!(parse(bomb, "ours").is_err());
         let big = "x".repeat(MAX_SPEC_BYTES + 1);
         assert_eq!(parse(&big, "ours").expect_err("too big").field, "spec");
     }
