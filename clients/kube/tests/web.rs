@@ -80,12 +80,6 @@ struct Fixture {
 /// `big` (16,384 MiB: the nearest miss is n1-gpu0, 2,048 MiB short), `small` (fits), `badann`
 /// (a malformed annotation).
 async fn fixture() -> Fixture {
-    let server = gpusched_service::testing::start_server(&[("metrics.enabled", "false")]).await;
-    let service = ClientBuilder::new(server.grpc_addr.to_string())
-        .timeout(Some(Duration::from_secs(5)))
-        .connect()
-        .await
-        .unwrap();
     let dup = gpusched_hami::encode_register(&[
         gpusched_client::node("bad", 1, 16384, "A100").cards[0].clone(),
         gpusched_client::node("bad", 1, 16384, "A100").cards[0].clone(),
@@ -140,9 +134,20 @@ async fn fixture() -> Fixture {
         "spec": {"hard": {"limits.nvidia.com/gpumem": "1000"}}
     }))
     .unwrap();
+    fixture_with(nodes, pods, vec![quota]).await
+}
+
+/// A view of these objects and a real service.
+async fn fixture_with(nodes: Vec<Node>, pods: Vec<Pod>, quotas: Vec<ResourceQuota>) -> Fixture {
+    let server = gpusched_service::testing::start_server(&[("metrics.enabled", "false")]).await;
+    let service = ClientBuilder::new(server.grpc_addr.to_string())
+        .timeout(Some(Duration::from_secs(5)))
+        .connect()
+        .await
+        .unwrap();
     let view = Arc::new(
         ClusterView::of_objects(nodes, pods, names(), Duration::from_secs(60))
-            .with_quota_objects(vec![quota]),
+            .with_quota_objects(quotas),
     );
     Fixture {
         _server: server,
@@ -557,6 +562,72 @@ async fn what_if_places_nothing_and_names_bad_fields() {
     let (status, _, page) = call(&f, "POST", "/what-if", Some(&b), "spec=spec%3A+%5B%5D").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(page.contains("data-field=\"spec\""), "{page}");
+}
+
+/// A MIG card as the agent publishes it (its layout in `gpusched.io/node-mig-layouts`): the grid
+/// shows its instances, free or held, and the memory slices they occupy.
+#[tokio::test]
+async fn a_mig_card_shows_its_instances() {
+    let mut cards = gpusched_client::node("m1", 1, 81559, "NVIDIA H100 80GB HBM3").cards;
+    cards[0].mode = gpusched_client::v1::CardMode::Mig as i32;
+    cards[0].slots = 7;
+    let profile = |name: &str, mem_mib: u64, slices: u32, cores: u32, at: &[u32]| {
+        gpusched_client::v1::MigProfile {
+            name: name.into(),
+            mem_mib,
+            compute_slices: slices,
+            memory_slices: slices,
+            cores,
+            max_instances: u32::try_from(at.len()).unwrap(),
+            placements: at.to_vec(),
+            not_allowed: false,
+        }
+    };
+    let layout = gpusched_client::v1::MigLayout {
+        compute_slices: 7,
+        memory_slices: 8,
+        profiles: vec![
+            profile("1g.10gb", 9984, 1, 13, &[0, 1, 2, 3, 4, 5, 6]),
+            profile("3g.40gb", 40448, 4, 46, &[0, 4]),
+        ],
+        instances: vec![gpusched_client::v1::MigInstance {
+            profile: "1g.10gb".into(),
+            start: 6,
+            size: 1,
+            in_use_by: String::new(),
+        }],
+    };
+    let reg: Vec<gpusched_hami::RegisteredCard> = cards
+        .iter()
+        .map(gpusched_hami::RegisteredCard::from_card)
+        .collect();
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": "m1", "annotations": {
+        gpusched_hami::NODE_REGISTER: gpusched_hami::encode_registered(&reg),
+        gpusched_hami::NODE_MIG_LAYOUTS: gpusched_hami::encode_node_mig_layouts(
+            &[(cards[0].id.clone(), layout)].into()),
+    }}}))
+    .unwrap();
+    let f = fixture_with(vec![node], vec![], vec![]).await;
+    let (status, _, text) = call(&f, "GET", "/api/v1/top", Some(&bearer()), "").await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let board: Board = serde_json::from_str(&text).unwrap();
+    let card = &board.nodes[0].cards[0];
+    assert_eq!(card.mode, "mig");
+    let extras: Vec<(&str, &str)> = card
+        .extras
+        .iter()
+        .map(|e| (e.label.as_str(), e.value.as_str()))
+        .collect();
+    assert_eq!(
+        extras,
+        [("MIG slices", "1/8 memory"), ("MIG", "1g.10gb@6 free")],
+        "{text}"
+    );
+    let (_, _, page) = call(&f, "GET", "/", Some(&bearer()), "").await;
+    assert!(
+        page.contains("<small>MIG: 1g.10gb@6 free</small>"),
+        "{page}"
+    );
 }
 
 /// `kubectl-gpusched` against the view served on 127.0.0.1:0.
