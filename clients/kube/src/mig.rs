@@ -27,6 +27,11 @@ pub struct Reservation {
     pub start: u32,
     /// Memory slices.
     pub size: u32,
+    /// What its device books in `hami.io/vgpu-devices-allocated` (the profile's MiB): what the
+    /// instance consumes against a quota (contract 10.2, 11.4).
+    pub mem_mib: u64,
+    /// Its device's cores there (the profile's).
+    pub cores: u32,
 }
 
 /// Puts a MIG layout on every card in mode `mig`: the node agent's, from `layouts` (the
@@ -126,8 +131,8 @@ pub fn pair(
     for r in reservations {
         let (c, d) = (r.container_index as usize, r.device_index as usize);
         let device = bookings.get(c).and_then(|cards| cards.get(d));
-        match device {
-            Some(b) if b.uuid == r.gpu_uuid => {}
+        let (mem_mib, cores) = match device {
+            Some(b) if b.uuid == r.gpu_uuid => (b.mem_mib, b.cores),
             Some(b) => {
                 return Err(format!(
                     "the reservation of container {c} device {d} names card {:?}, but that \
@@ -141,13 +146,15 @@ pub fn pair(
                     r.gpu_uuid
                 ));
             }
-        }
+        };
         taken.push((c, d));
         held.push(Reservation {
             card: r.gpu_uuid.clone(),
             profile: r.profile.clone(),
             start: r.placement.start,
             size: r.placement.size,
+            mem_mib,
+            cores,
         });
     }
     taken.sort_unstable();
@@ -487,6 +494,8 @@ mod tests {
             profile: profile.into(),
             start,
             size,
+            mem_mib: 0,
+            cores: 0,
         }
     }
 

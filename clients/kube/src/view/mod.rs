@@ -278,6 +278,14 @@ impl ClusterView {
         self.each_counted(&mut |uid, u| {
             if uid != exclude_uid && u.namespace == namespace {
                 total = total.plus(quota::consumed(&u.bookings, u.init));
+                // MIG instances consume their devices' bookings, held for the pod's life (no
+                // init peak: contract 10.2, 11.4).
+                for r in &u.mig {
+                    total = total.plus(quota::Use {
+                        mem_mib: r.mem_mib,
+                        cores: u64::from(r.cores),
+                    });
+                }
             }
         });
         total

@@ -33,9 +33,20 @@ fn a_namespace_holds_its_bound_assumed_and_reserved_decisions() {
         "n1-gpu1,NVIDIA,7000,70:;",
     );
     finished.status.as_mut().unwrap().phase = Some("Succeeded".into());
+    // A MIG pod: its instance's device books the profile's 9,984 MiB and 13 cores (HAMi's
+    // -allocated entry), which is what it consumes (contract 10.2, 11.4), not slices.
+    let mut m = in_namespace(
+        pod("m", "um", sched, Some("n1"), "n1-gpu1,NVIDIA,9984,13:;"),
+        "team-m",
+    );
+    m.metadata.annotations.as_mut().unwrap().insert(
+        "hami.io/vgpu-mig-allocations".into(),
+        r#"[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"n1-gpu1","profile":"1g.10gb","placement":{"start":6,"size":1}}]"#.into(),
+    );
     let (v, _w) = view(
         vec![gpu_node("n1", 2)],
         vec![
+            m,
             pod("a", "ua", sched, Some("n1"), "n1-gpu0,NVIDIA,1000,10:;"),
             pod("b", "ub", sched, Some("n1"), "n1-gpu1,NVIDIA,2000,20:;"),
             in_namespace(
@@ -64,6 +75,7 @@ fn a_namespace_holds_its_bound_assumed_and_reserved_decisions() {
         ),
         ("ns", "ug", 6000, 60, "nor does its own reservation"),
         ("team-b", "", 4000, 40, "another namespace"),
+        ("team-m", "", 9984, 13, "a MIG instance, at its profile"),
         ("nobody", "", 0, 0, "an empty namespace"),
     ];
     for (ns, exclude, mem, cores, why) in cases {
