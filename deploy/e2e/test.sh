@@ -7,7 +7,7 @@
 # clients/kube/tests/e2e/ runs
 # the scenarios (admission, forged decisions, fail closed, seed stories, weights, mutex, bad nodes, traces,
 # MIG nodes registered by gpusched-agent on the fake NVML library, bursts, GPU quotas per
-# namespace, restart, two replicas).
+# namespace, restart, two replicas, the operator view in a headless Chromium and kubectl-gpusched).
 # Jaeger (built by build-jaeger.sh, cached) receives both binaries' traces over OTLP.
 #
 #   deploy/e2e/test.sh                 # called by scripts/test.sh (stage e2e)
@@ -20,7 +20,9 @@
 #      the ones built here),
 #      E2E_SHIM_LOG (gpusched-kube log filter, default info),
 #      E2E_FILTER (comma list: run only the scenarios whose name contains one of them),
-#      E2E_TRACES=0 (no Jaeger, traces off, the traces scenario skipped).
+#      E2E_TRACES=0 (no Jaeger, traces off, the traces scenario skipped),
+#      E2E_UPDATE_SCREENSHOT=1 (copy the operator view's screenshot to docs/images/operator-view.png),
+#      E2E_CHROMIUM (a Chromium binary; default: `chromium`, installed with apt-get when missing).
 #      E2E_SCHEDULER_QPS (client QPS of both kube-schedulers, burst twice that; default 50/100).
 set -euo pipefail
 
@@ -93,6 +95,39 @@ nice cargo test -q -p gpusched-kube --test e2e --no-run 2>/dev/null
 SERVER_BIN="${GPUSCHED_SERVER_BIN:-$TARGET_DIR/$PROFILE/gpusched-server}"
 KUBE_SHIM_BIN="${GPUSCHED_KUBE_BIN:-$TARGET_DIR/$PROFILE/gpusched-kube}"
 [[ -x "$SERVER_BIN" && -x "$KUBE_SHIM_BIN" ]] || die "binaries missing in $TARGET_DIR/$PROFILE"
+
+# ---- the operator view's scenario: kubectl-gpusched and a headless Chromium -----------------------
+# wants NAME: whether E2E_FILTER selects the scenario NAME (as the test does: a substring).
+wants() {
+  [[ -z "${E2E_FILTER:-}" ]] && return 0
+  local f
+  IFS=',' read -ra filters <<<"$E2E_FILTER"
+  for f in "${filters[@]}"; do
+    f="${f// /}"
+    [[ -n "$f" && "$1" == *"$f"* ]] && return 0
+  done
+  return 1
+}
+if wants opview; then
+  CTL_BIN="${GPUSCHED_CTL_BIN:-$(dirname "$KUBE_SHIM_BIN")/kubectl-gpusched}"
+  if [[ ! -x "$CTL_BIN" ]]; then
+    nice cargo build -q "${PROFILE_FLAG[@]}" -p gpusched-kube --bin kubectl-gpusched
+    CTL_BIN="$TARGET_DIR/$PROFILE/kubectl-gpusched"
+  fi
+  [[ -x "$CTL_BIN" ]] || die "kubectl-gpusched missing ($CTL_BIN)"
+  CHROMIUM="${E2E_CHROMIUM:-$(command -v chromium || true)}"
+  if [[ -z "$CHROMIUM" ]]; then
+    log "installing Debian's chromium (headless browser of the operator view's scenario)"
+    if [[ $(id -u) -eq 0 ]]; then SUDO=""; else SUDO="sudo"; fi
+    { DEBIAN_FRONTEND=noninteractive timeout 900 $SUDO apt-get install -y -qq chromium >/dev/null 2>&1 ||
+      { timeout 300 $SUDO apt-get update -qq >/dev/null 2>&1 &&
+        DEBIAN_FRONTEND=noninteractive timeout 900 $SUDO apt-get install -y -qq chromium >/dev/null 2>&1; }; } ||
+      die "could not install chromium with apt-get"
+    CHROMIUM="$(command -v chromium)"
+  fi
+  export E2E_CTL_BIN="$CTL_BIN" E2E_CHROMIUM="$CHROMIUM"
+  log "operator view: $CTL_BIN, $("$CHROMIUM" --version 2>/dev/null | head -n1)"
+fi
 
 # ---- webhook certificate (CA + serving cert for 127.0.0.1 and the in-cluster Service name) ---------
 PKI="$WORK/webhook-pki"
@@ -251,6 +286,12 @@ rm -f "$E2E_RESULTS"
 log "running clients/kube/tests/e2e/ (test target e2e)"
 nice cargo test -q -p gpusched-kube --test e2e -- --ignored --nocapture --test-threads=1
 
+if [[ "${E2E_UPDATE_SCREENSHOT:-0}" == 1 ]]; then
+  [[ -s "$WORK/operator-view.png" ]] || die "no screenshot in $WORK/operator-view.png (did the opview scenario run?)"
+  mkdir -p "$REPO/docs/images"
+  cp "$WORK/operator-view.png" "$REPO/docs/images/operator-view.png"
+  log "wrote docs/images/operator-view.png"
+fi
 if [[ -s "$E2E_RESULTS" ]]; then
   log "results:"
   cat "$E2E_RESULTS" >&2

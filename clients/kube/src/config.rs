@@ -47,6 +47,9 @@ pub struct FileConfig {
     pub quota: QuotaConfig,
     /// Resource and annotation names.
     pub names: NamesConfig,
+    /// The operator's view (web page and JSON API).
+    #[serde(default)]
+    pub web: WebConfig,
     /// Logs and traces.
     pub telemetry: TelemetryConfig,
 }
@@ -109,6 +112,33 @@ pub struct WebhookConfig {
     pub mutate: bool,
     /// Objects with this label set to `ignore` are skipped.
     pub ignore_label: String,
+}
+
+/// `[web]`: the operator's view, a read-only web page and JSON API behind a bearer token.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WebConfig {
+    /// Serve it (off by default).
+    pub enabled: bool,
+    /// HTTP listen address.
+    pub listen: SocketAddr,
+    /// File holding the bearer token every request must carry (a Secret's key); required when
+    /// enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+    /// How many pending GPU pods a page analyses (reasons, nearest miss); the rest are counted.
+    pub max_pending: usize,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        WebConfig {
+            enabled: false,
+            listen: SocketAddr::from(([127, 0, 0, 1], 8890)),
+            token_file: None,
+            max_pending: 20,
+        }
+    }
 }
 
 /// `[leader_election]`.
@@ -291,6 +321,30 @@ pub struct WebhookSettings {
     pub ignore_label: String,
 }
 
+/// The operator's view, when enabled.
+#[derive(Clone, PartialEq)]
+pub struct WebSettings {
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// The bearer token (read from `web.token_file` at start-up).
+    pub token: String,
+    /// Pending pods analysed per page.
+    pub max_pending: usize,
+}
+
+impl std::fmt::Debug for WebSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebSettings")
+            .field("listen", &self.listen)
+            .field("token", &"<redacted>")
+            .field("max_pending", &self.max_pending)
+            .finish()
+    }
+}
+
+/// The shortest token `web.token_file` may hold.
+pub const MIN_WEB_TOKEN_LEN: usize = 16;
+
 /// Leader election settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LeaderSettings {
@@ -323,6 +377,8 @@ pub struct Settings {
     pub webhook: Option<WebhookSettings>,
     /// Leader election, when enabled.
     pub leader: Option<LeaderSettings>,
+    /// The operator's view, when enabled.
+    pub web: Option<WebSettings>,
     /// Assume cache TTL.
     pub assume_ttl: Duration,
     /// Reservations at prioritize.
@@ -447,6 +503,7 @@ impl FileConfig {
             None
         };
         Ok(Settings {
+            web: self.web.validate()?,
             names: self.names.validate(&self.scheduler_name)?,
             service,
             kubeconfig: self.kube.kubeconfig.clone(),
@@ -462,6 +519,49 @@ impl FileConfig {
             quotas: self.quota.enabled,
             telemetry: self.telemetry.validate(env)?,
         })
+    }
+}
+
+impl WebConfig {
+    fn validate(&self) -> Result<Option<WebSettings>, ConfigError> {
+        if !self.enabled {
+            return Ok(None);
+        }
+        let key = "web.token_file";
+        let path = self
+            .token_file
+            .as_deref()
+            .ok_or_else(|| err(key, "required when the web view is enabled"))?;
+        let path = readable(key, path)?;
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| err(key, format!("{}: {e}", path.display())))?;
+        let token = text.trim();
+        if token.chars().count() < MIN_WEB_TOKEN_LEN {
+            return Err(err(
+                key,
+                format!(
+                    "{}: the token must have at least {MIN_WEB_TOKEN_LEN} characters",
+                    path.display()
+                ),
+            ));
+        }
+        if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(err(
+                key,
+                format!(
+                    "{}: the token must not contain spaces or control characters",
+                    path.display()
+                ),
+            ));
+        }
+        if self.max_pending == 0 {
+            return Err(err("web.max_pending", "must be at least 1"));
+        }
+        Ok(Some(WebSettings {
+            listen: self.listen,
+            token: token.to_owned(),
+            max_pending: self.max_pending,
+        }))
     }
 }
 
@@ -574,6 +674,48 @@ mod tests {
         );
     }
 
+    /// The web view: off by default; on, it needs a token file holding a long enough token.
+    #[test]
+    fn web_settings_need_a_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good");
+        std::fs::write(&good, "  0123456789abcdef-longer\n").unwrap();
+        let short = dir.path().join("short");
+        std::fs::write(&short, "0123456789\n").unwrap();
+        let spaced = dir.path().join("spaced");
+        std::fs::write(&spaced, "0123456789 abcdef-longer").unwrap();
+        let load = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("webhook.enabled", "false")];
+            all.extend_from_slice(pairs);
+            SPEC.load_pairs::<FileConfig>(None, &[], &all)
+                .unwrap()
+                .validate(&env(&[]))
+        };
+        assert!(load(&[]).unwrap().web.is_none(), "off by default");
+        let on = |file: &std::path::Path, extra: &[(&str, &str)]| {
+            let f = file.to_string_lossy().into_owned();
+            let mut pairs = vec![("web.enabled", "true"), ("web.token_file", f.as_str())];
+            pairs.extend_from_slice(extra);
+            load(&pairs)
+        };
+        let w = on(&good, &[]).unwrap().web.unwrap();
+        assert_eq!(w.token, "0123456789abcdef-longer");
+        assert_eq!(w.max_pending, 20);
+        assert!(
+            !format!("{w:?}").contains("0123456789"),
+            "the token is not logged"
+        );
+        // (file, extra keys, the key named)
+        for (file, extra, key) in [
+            (&short, vec![], "web.token_file"),
+            (&spaced, vec![], "web.token_file"),
+            (&good, vec![("web.max_pending", "0")], "web.max_pending"),
+        ] {
+            let e = on(file, &extra).unwrap_err();
+            assert_eq!(e.key, key, "{file:?} {extra:?}: {e}");
+        }
+    }
+
     #[test]
     fn bad_values_name_their_key() {
         let check = |vars: &[(&str, &str)], key: &str| {
@@ -605,6 +747,15 @@ mod tests {
             "service.tls_key",
         );
         check(&[("GPUSCHED_KUBE_ASSUME__TTL", "soon")], "assume.ttl");
+        check(&[("GPUSCHED_KUBE_WEB__ENABLED", "true")], "web.token_file");
+        check(
+            &[
+                ("GPUSCHED_KUBE_WEB__ENABLED", "true"),
+                ("GPUSCHED_KUBE_WEB__TOKEN_FILE", "/nonexistent"),
+            ],
+            "web.token_file",
+        );
+        check(&[("GPUSCHED_KUBE_WEB__LISTEN", "nowhere")], "web.listen");
         check(&[("GPUSCHED_KUBE_ASSUME__TTL", "0s")], "assume.ttl");
         check(
             &[("GPUSCHED_KUBE_NAMES__ANNOTATIONS__MIG_ALLOCATIONS", "")],

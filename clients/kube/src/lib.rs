@@ -28,4 +28,5 @@ pub mod shim;
 pub mod traces;
 pub mod translate;
 pub mod view;
+pub mod web;
 pub mod webhook;

@@ -1,5 +1,5 @@
-//! Start-up and shutdown: clients, informers, leader election, the extender and webhook
-//! listeners, signals.
+//! Start-up and shutdown: clients, informers, leader election, the extender, webhook and web
+//! (operator view) listeners, signals.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +21,7 @@ use crate::quota::QuotaReporter;
 use crate::shim::Shim;
 use crate::traces::PodTraces;
 use crate::view::ClusterView;
+use crate::web::{Auth, WebState};
 use crate::webhook::{self, TlsListener, WebhookState};
 
 async fn kube_client(settings: &Settings) -> anyhow::Result<kube::Client> {
@@ -206,10 +207,30 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         Some((l, _)) => l.local_addr()?.to_string(),
         None => "off".to_owned(),
     };
+    let web = match &settings.web {
+        Some(w) => {
+            let l = tokio::net::TcpListener::bind(w.listen)
+                .await
+                .with_context(|| format!("web.listen {}", w.listen))?;
+            let state = WebState {
+                view: shim.view.clone(),
+                // A client of its own: its node sets never replace the extender's.
+                service: service_client(&settings)?,
+                auth: Auth::new(&w.token),
+                max_pending: w.max_pending,
+            };
+            Some((l, state))
+        }
+        None => None,
+    };
+    let web_text = match &web {
+        Some((l, _)) => l.local_addr()?.to_string(),
+        None => "off".to_owned(),
+    };
     // Handlers installed before the start-up line: a SIGTERM right after it is graceful.
     let stop = gpusched_runtime::shutdown::signal();
-    println!("gpusched-kube listening extender={ext_addr} webhook={webhook_text}");
-    tracing::info!(extender = %ext_addr, webhook = %webhook_text, "serving");
+    println!("gpusched-kube listening extender={ext_addr} webhook={webhook_text} web={web_text}");
+    tracing::info!(extender = %ext_addr, webhook = %webhook_text, web = %web_text, "serving");
 
     let mut tasks = tokio::task::JoinSet::new();
     {
@@ -245,6 +266,20 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         });
         let rx = shutdown_rx.clone();
         tasks.spawn(async move { listener.serve(router, rx, Duration::from_secs(10)).await });
+    }
+
+    if let Some((listener, state)) = web {
+        let mut rx = shutdown_rx.clone();
+        tasks.spawn(async move {
+            let r = axum::serve(listener, crate::web::router(state))
+                .with_graceful_shutdown(async move {
+                    let _ = rx.wait_for(|v| *v).await;
+                })
+                .await;
+            if let Err(e) = r {
+                tracing::error!(error = %e, "web server failed");
+            }
+        });
     }
 
     stop.await;

@@ -161,18 +161,12 @@ enum Kind {
 
 /// The per-card request classes of a trace with their popularity (fragmentation measure).
 pub fn request_classes(jobs: &[Job]) -> Vec<(Need, f64)> {
-    let mut counts: BTreeMap<Need, usize> = BTreeMap::new();
-    let mut n = 0usize;
-    for needs in jobs.iter().filter_map(|j| j.needs.as_ref()) {
-        for need in needs {
-            *counts.entry(Need { count: 1, ..*need }).or_default() += 1;
-            n += 1;
-        }
-    }
-    counts
-        .into_iter()
-        .map(|(k, c)| (k, c as f64 / n.max(1) as f64))
-        .collect()
+    gpusched_client::measure::request_classes(
+        jobs.iter()
+            .filter_map(|j| j.needs.as_ref())
+            .flatten()
+            .copied(),
+    )
 }
 
 fn describe(r: &v1::AllocationResult) -> String {

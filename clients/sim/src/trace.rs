@@ -22,18 +22,8 @@ pub struct BadRow {
 
 /// Per-card needs of one GPU container, as far as the simulator knows them (used to narrow
 /// the candidate nodes and to classify requests for the fragmentation measure, never to
-/// decide).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Need {
-    /// Cards wanted.
-    pub count: u32,
-    /// Cores per card, percent (0 = not known).
-    pub cores: u32,
-    /// Memory per card, MiB (0 = not fixed).
-    pub mem_mib: u64,
-    /// Memory per card, percent of the card (0 = not given).
-    pub mem_percent: u32,
-}
+/// decide): the shared measures' type.
+pub use gpusched_client::measure::Need;
 
 /// One workload of a trace.
 #[derive(Clone, Debug)]

@@ -53,6 +53,19 @@ pub struct Snapshot {
     pub unusable: Vec<(String, String, bool)>,
 }
 
+/// A pod whose decision counts as GPU usage (see [`ClusterView::holders`]).
+#[derive(Clone, Debug)]
+pub struct Holder {
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Pod uid.
+    pub uid: String,
+    /// What it holds, on which node.
+    pub usage: Arc<PodUsage>,
+}
+
 /// The shared cluster view.
 #[derive(Debug)]
 pub struct ClusterView {
@@ -86,6 +99,30 @@ impl ClusterView {
             decoded: Decoded::default(),
             prepared: PreparedForms::default(),
         }
+    }
+
+    /// A synced view of exactly these objects (tests, benchmarks, examples: no API server).
+    pub fn of_objects(nodes: Vec<Node>, pods: Vec<Pod>, names: Names, ttl: Duration) -> Self {
+        let (node_store, mut node_writer) = kube::runtime::reflector::store::<Node>();
+        let (pod_store, mut pod_writer) = kube::runtime::reflector::store::<Pod>();
+        for n in nodes {
+            node_writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(n));
+        }
+        for p in pods {
+            pod_writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(p));
+        }
+        let view = ClusterView::new(node_store, pod_store, names, ttl);
+        view.mark_synced();
+        view
+    }
+
+    /// Reads GPU quotas from exactly these objects (tests, examples; see [`Self::of_objects`]).
+    pub fn with_quota_objects(self, quotas: Vec<ResourceQuota>) -> Self {
+        let (store, mut writer) = kube::runtime::reflector::store::<ResourceQuota>();
+        for q in quotas {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(q));
+        }
+        self.with_quotas(store)
     }
 
     /// Sets how long a reservation (see [`Assumed::tentative`]) lives without its bind.
@@ -203,6 +240,35 @@ impl ClusterView {
         for (uid, u) in store_usages.chain(assumed_usage.iter()) {
             f(uid, u);
         }
+    }
+
+    /// Every pod whose decision counts as GPU usage (the same decisions the snapshots count: the
+    /// store's bound decisions and the assume cache's), by node, namespace and name.
+    pub fn holders(&self) -> Vec<Holder> {
+        let mut out: Vec<Holder> = Vec::new();
+        self.each_counted(&mut |uid, u| {
+            let (namespace, name) = u.owner.split_once('/').unwrap_or(("", u.owner.as_str()));
+            out.push(Holder {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                uid: uid.to_owned(),
+                usage: u.clone(),
+            });
+        });
+        out.sort_by(|a, b| {
+            (&a.usage.node, &a.namespace, &a.name).cmp(&(&b.usage.node, &b.namespace, &b.name))
+        });
+        out
+    }
+
+    /// Every node the informer shows.
+    pub fn nodes(&self) -> Vec<Arc<Node>> {
+        self.nodes.state()
+    }
+
+    /// Every pod the informer shows (those naming our scheduler).
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        self.pods.state()
     }
 
     /// What the namespace's pods hold against its quota (contract 10.2), the pod `exclude_uid`

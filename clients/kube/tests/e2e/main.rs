@@ -13,7 +13,7 @@
 //! Layout: `harness/` (environment, control-plane client and builders, waiting helpers,
 //! bursts, gpusched-kube and gpusched-agent processes, the Service stand-in) and `scenarios/` (one module per
 //! story). `E2E_FILTER` picks scenarios by name: admission, forgery, failclosed, seed, weights,
-//! mutex, badnodes, traces, mig, burst, baseline, quota, restart, replicas.
+//! mutex, badnodes, traces, mig, burst, baseline, quota, restart, replicas, opview.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod harness;
@@ -34,12 +34,17 @@ async fn e2e_on_a_real_control_plane() {
     h.proxy.add(&shim);
     let ready = shim.wait_ready(Duration::from_secs(60)).await;
     h.say(format!(
-        "gpusched-kube replica-a ready after {:.1}s (extender {}, webhook {})",
+        "gpusched-kube replica-a ready after {:.1}s (extender {}, webhook {}, web {})",
         ready.as_secs_f64(),
         shim.ext,
-        shim.webhook
+        shim.webhook,
+        shim.web
     ));
 
+    // First, on a quiet cluster: the page's screenshot shows only this scenario's nodes.
+    if h.env.wants("opview") {
+        scenarios::opview::run(&h, &shim).await;
+    }
     if h.env.wants("admission") {
         scenarios::admission::run(&h).await;
     }

@@ -7,6 +7,7 @@ pub mod failclosed;
 pub mod forgery;
 pub mod mig;
 pub mod mutex;
+pub mod opview;
 pub mod quota;
 pub mod replicas;
 pub mod restart;
