@@ -45,6 +45,8 @@ pub struct FileConfig {
     pub assume: AssumeConfig,
     /// Resource and annotation names.
     pub names: NamesConfig,
+    /// Preemption (`src/preempt/`).
+    pub preemption: PreemptionConfig,
     /// Logs and traces.
     pub telemetry: TelemetryConfig,
 }
@@ -144,6 +146,20 @@ pub struct AssumeConfig {
     /// Lifetime of a reservation whose bind never comes.
     #[serde(with = "humantime_serde")]
     pub reservation_ttl: Duration,
+}
+
+/// `[preemption]`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PreemptionConfig {
+    /// Evict pods of lower priority to make room for a pending GPU pod.
+    pub enabled: bool,
+    /// How long a preemptor's cards stay held for it once its victims are gone.
+    #[serde(with = "humantime_serde")]
+    pub hold: Duration,
+    /// How long the victims may take to leave before the hold is dropped.
+    #[serde(with = "humantime_serde")]
+    pub victims_timeout: Duration,
 }
 
 /// `[names]`.
@@ -292,6 +308,15 @@ pub struct LeaderSettings {
     pub retry_period: Duration,
 }
 
+/// Preemption settings (when enabled).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PreemptionSettings {
+    /// How long a preemptor's cards stay held for it once its victims are gone.
+    pub hold: Duration,
+    /// How long the victims may take to leave before the hold is dropped.
+    pub victims_timeout: Duration,
+}
+
 /// Validated runtime settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
@@ -313,6 +338,8 @@ pub struct Settings {
     pub reserve: bool,
     /// Reservation TTL.
     pub reservation_ttl: Duration,
+    /// Preemption, when enabled.
+    pub preemption: Option<PreemptionSettings>,
     /// Logs and traces.
     pub telemetry: Telemetry,
 }
@@ -428,6 +455,18 @@ impl FileConfig {
         } else {
             None
         };
+        let p = &self.preemption;
+        let preemption = if p.enabled {
+            let hold = nonzero_duration("preemption.hold", p.hold)?;
+            let victims_timeout =
+                nonzero_duration("preemption.victims_timeout", p.victims_timeout)?;
+            Some(PreemptionSettings {
+                hold,
+                victims_timeout,
+            })
+        } else {
+            None
+        };
         Ok(Settings {
             names: self.names.validate(&self.scheduler_name)?,
             service,
@@ -441,6 +480,7 @@ impl FileConfig {
                 "assume.reservation_ttl",
                 self.assume.reservation_ttl,
             )?,
+            preemption,
             telemetry: self.telemetry.validate(env)?,
         })
     }
@@ -574,5 +614,43 @@ mod tests {
         );
         check(&[("GPUSCHED_KUBE_ASSUME__TTL", "soon")], "assume.ttl");
         check(&[("GPUSCHED_KUBE_ASSUME__TTL", "0s")], "assume.ttl");
+        check(
+            &[("GPUSCHED_KUBE_PREEMPTION__HOLD", "0s")],
+            "preemption.hold",
+        );
+        check(
+            &[("GPUSCHED_KUBE_PREEMPTION__VICTIMS_TIMEOUT", "later")],
+            "preemption.victims_timeout",
+        );
+        check(
+            &[("GPUSCHED_KUBE_PREEMPTION__ENABLED", "maybe")],
+            "preemption.enabled",
+        );
+    }
+
+    #[test]
+    fn preemption_is_on_by_default_and_can_be_turned_off() {
+        let load = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("webhook.enabled", "false")];
+            all.extend_from_slice(pairs);
+            SPEC.load_pairs::<FileConfig>(None, &[], &all)
+                .unwrap()
+                .validate(&env(&[]))
+                .unwrap()
+                .preemption
+        };
+        assert_eq!(
+            load(&[]),
+            Some(PreemptionSettings {
+                hold: Duration::from_secs(30),
+                victims_timeout: Duration::from_secs(600),
+            })
+        );
+        assert_eq!(load(&[("preemption.enabled", "false")]), None);
+        // Off: its durations are not judged.
+        assert_eq!(
+            load(&[("preemption.enabled", "false"), ("preemption.hold", "0s")]),
+            None
+        );
     }
 }

@@ -30,6 +30,8 @@ pub enum ExtenderCall {
     Prioritize,
     /// `/bind`.
     Bind,
+    /// `/preempt` (kube-scheduler's preemptVerb).
+    Preempt,
 }
 
 impl ExtenderCall {
@@ -39,6 +41,7 @@ impl ExtenderCall {
             ExtenderCall::Filter => "filter",
             ExtenderCall::Prioritize => "prioritize",
             ExtenderCall::Bind => "bind",
+            ExtenderCall::Preempt => "preempt",
         }
     }
 }
@@ -131,7 +134,7 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_1, 2.0, 18))
 }
 
-const CALL_OUTCOMES: [(ExtenderCall, ExtenderOutcome); 7] = [
+const CALL_OUTCOMES: [(ExtenderCall, ExtenderOutcome); 9] = [
     (ExtenderCall::Filter, ExtenderOutcome::Ok),
     (ExtenderCall::Filter, ExtenderOutcome::Error),
     (ExtenderCall::Prioritize, ExtenderOutcome::Ok),
@@ -139,7 +142,50 @@ const CALL_OUTCOMES: [(ExtenderCall, ExtenderOutcome); 7] = [
     (ExtenderCall::Bind, ExtenderOutcome::BoundGpu),
     (ExtenderCall::Bind, ExtenderOutcome::BoundNoGpu),
     (ExtenderCall::Bind, ExtenderOutcome::Error),
+    (ExtenderCall::Preempt, ExtenderOutcome::Ok),
+    (ExtenderCall::Preempt, ExtenderOutcome::Error),
 ];
+
+/// How a preemption the shim looked into ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum PreemptionOutcome {
+    /// Victims chosen and evicted (or handed to kube-scheduler at `/preempt`); cards held.
+    Evicting,
+    /// Some node fits as it is: nothing to evict.
+    NotNeeded,
+    /// No node can make room.
+    NoCandidate,
+    /// An eviction was refused (a PodDisruptionBudget): the preemption was given up.
+    Blocked,
+    /// The service or the API failed.
+    Error,
+}
+
+impl PreemptionOutcome {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PreemptionOutcome::Evicting => "evicting",
+            PreemptionOutcome::NotNeeded => "not_needed",
+            PreemptionOutcome::NoCandidate => "no_candidate",
+            PreemptionOutcome::Blocked => "blocked",
+            PreemptionOutcome::Error => "error",
+        }
+    }
+}
+
+const PREEMPTION_OUTCOMES: [PreemptionOutcome; 5] = [
+    PreemptionOutcome::Evicting,
+    PreemptionOutcome::NotNeeded,
+    PreemptionOutcome::NoCandidate,
+    PreemptionOutcome::Blocked,
+    PreemptionOutcome::Error,
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PreemptionLabels {
+    outcome: &'static str,
+}
 
 const REVIEW_RESULTS: [(Webhook, AdmissionResult); 6] = [
     (Webhook::Validate, AdmissionResult::Allowed),
@@ -157,6 +203,8 @@ pub struct Metrics {
     extender_latency: Histograms<CallLabels>,
     admission_reviews: Family<ReviewLabels, Counter>,
     admission_latency: Histograms<ReviewLabels>,
+    preemptions: Family<PreemptionLabels, Counter>,
+    victims: Histogram,
 }
 
 impl Default for Metrics {
@@ -174,7 +222,15 @@ impl Metrics {
             extender_latency: Family::new_with_constructor(latency_histogram),
             admission_reviews: Family::default(),
             admission_latency: Family::new_with_constructor(latency_histogram),
+            preemptions: Family::default(),
+            // 1, 2, 4, ... 128 victims.
+            victims: Histogram::new(exponential_buckets(1.0, 2.0, 8)),
         };
+        for outcome in PREEMPTION_OUTCOMES {
+            drop(m.preemptions.get_or_create(&PreemptionLabels {
+                outcome: outcome.as_str(),
+            }));
+        }
         for (call, outcome) in CALL_OUTCOMES {
             let labels = CallLabels {
                 call: call.as_str(),
@@ -218,6 +274,18 @@ impl Metrics {
             .observe(seconds);
     }
 
+    /// One preemption looked into, and how many pods it evicts (`Evicting` only).
+    pub fn preemption(&self, outcome: PreemptionOutcome, victims: usize) {
+        self.preemptions
+            .get_or_create(&PreemptionLabels {
+                outcome: outcome.as_str(),
+            })
+            .inc();
+        if outcome == PreemptionOutcome::Evicting {
+            self.victims.observe(victims as f64);
+        }
+    }
+
     /// Registers the families (names without the prefix; counters get `_total`, units their
     /// suffix, from prometheus-client).
     fn register(&self, r: &mut Registry) {
@@ -242,6 +310,16 @@ impl Metrics {
             "Time to answer an admission review, by webhook and result",
             Unit::Seconds,
             self.admission_latency.clone(),
+        );
+        r.register(
+            "preemptions",
+            "Preemptions looked into for pending GPU pods, by outcome (evicting, not_needed, no_candidate, blocked, error)",
+            self.preemptions.clone(),
+        );
+        r.register(
+            "preemption_victims",
+            "Pods evicted per preemption",
+            self.victims.clone(),
         );
     }
 }
@@ -270,6 +348,11 @@ impl Collector for StateCollector {
                 "assumed_pods",
                 "Pods in the assume cache: bind decisions and reservations the informer has not shown yet.",
                 i64::try_from(self.view.assumed_len()).unwrap_or(i64::MAX),
+            ),
+            (
+                "preemption_holds",
+                "Preemptors whose cards are held for them (victims terminating or just gone).",
+                i64::try_from(self.view.holds_len()).unwrap_or(i64::MAX),
             ),
         ];
         for (name, help, value) in gauges {
@@ -371,6 +454,34 @@ mod tests {
             "{text}"
         );
         assert_eq!(value(&text, "gpusched_kube_assumed_pods"), Some(0.0));
+        assert_eq!(value(&text, "gpusched_kube_preemption_holds"), Some(0.0));
+        // Preemptions by outcome; victims per evicting preemption only.
+        let evicting = r#"gpusched_kube_preemptions_total{outcome="evicting"}"#;
+        let blocked = r#"gpusched_kube_preemptions_total{outcome="blocked"}"#;
+        assert_eq!(value(&text, evicting), Some(0.0), "{text}");
+        m.preemption(PreemptionOutcome::Evicting, 3);
+        m.preemption(PreemptionOutcome::Blocked, 2);
+        let text = encode(&r).unwrap();
+        assert_eq!(value(&text, evicting), Some(1.0), "{text}");
+        assert_eq!(value(&text, blocked), Some(1.0), "{text}");
+        assert_eq!(
+            value(&text, "gpusched_kube_preemption_victims_count"),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&text, "gpusched_kube_preemption_victims_sum"),
+            Some(3.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"gpusched_kube_preemption_victims_bucket{le="2.0"}"#
+            ),
+            Some(0.0),
+            "{text}"
+        );
+        let preempt_ok = r#"gpusched_kube_extender_requests_total{call="preempt",outcome="ok"}"#;
+        assert_eq!(value(&text, preempt_ok), Some(0.0), "{text}");
         // HELP and TYPE on every family; the unit on the histograms.
         for family in [
             "gpusched_kube_extender_requests",
@@ -380,6 +491,9 @@ mod tests {
             "gpusched_kube_leader",
             "gpusched_kube_informers_synced",
             "gpusched_kube_assumed_pods",
+            "gpusched_kube_preemptions",
+            "gpusched_kube_preemption_victims",
+            "gpusched_kube_preemption_holds",
         ] {
             assert!(
                 text.contains(&format!("# HELP {family} ")),

@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use futures::StreamExt;
 use gpusched_client::{ClientBuilder, TlsOptions};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, ResourceExt};
@@ -17,9 +18,10 @@ use crate::admission::WebhookOptions;
 use crate::config::Settings;
 use crate::leader::{self, Leadership};
 use crate::metrics::Metrics;
+use crate::preempt::Preemptor;
 use crate::shim::Shim;
 use crate::traces::PodTraces;
-use crate::view::ClusterView;
+use crate::view::{ClusterView, HoldTimes};
 use crate::webhook::{self, TlsListener, WebhookState};
 
 async fn kube_client(settings: &Settings) -> anyhow::Result<kube::Client> {
@@ -102,10 +104,46 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         })
         .await;
     });
-    let view = Arc::new(
-        ClusterView::new(node_store, pod_store, names.clone(), settings.assume_ttl)
-            .with_reservation_ttl(settings.reservation_ttl),
-    );
+    let mut view = ClusterView::new(node_store, pod_store, names.clone(), settings.assume_ttl)
+        .with_reservation_ttl(settings.reservation_ttl);
+    if let Some(p) = &settings.preemption {
+        view = view.with_hold_times(HoldTimes {
+            hold: p.hold,
+            victims_timeout: p.victims_timeout,
+        });
+    }
+    let view = Arc::new(view);
+    // PodDisruptionBudgets, for preemption only (kube-scheduler's count of violations).
+    let preemptor = settings.preemption.map(|_| {
+        let (store, writer) = reflector::store::<PodDisruptionBudget>();
+        let budgets = watcher(
+            Api::<PodDisruptionBudget>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .modify(|b: &mut PodDisruptionBudget| b.managed_fields_mut().clear())
+        .reflect(writer);
+        tokio::spawn(async move {
+            budgets
+                .for_each(|e| async move {
+                    if let Err(e) = e {
+                        tracing::warn!(error = %e, "PodDisruptionBudget watch error");
+                    }
+                })
+                .await;
+        });
+        let listed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        {
+            let (store, listed) = (store.clone(), listed.clone());
+            tokio::spawn(async move {
+                if store.wait_until_ready().await.is_ok() {
+                    listed.store(true, std::sync::atomic::Ordering::SeqCst);
+                    tracing::info!("PodDisruptionBudgets listed: preemption on");
+                }
+            });
+        }
+        Preemptor::new(store, listed)
+    });
     {
         let view = view.clone();
         tokio::spawn(async move {
@@ -148,6 +186,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         reserve: settings.reserve,
         metrics: Metrics::default(),
         traces: PodTraces::new(telemetry.tracer()),
+        preemptor,
     });
 
     let ext_listener = tokio::net::TcpListener::bind(settings.extender_listen)

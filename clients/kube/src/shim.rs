@@ -14,8 +14,10 @@ use opentelemetry::context::FutureExt as _;
 
 use crate::answer::{filter_error, filter_result, invalid_pod, pass_all, priorities};
 use crate::extender_v1::{ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority};
+use crate::extender_v1::{ExtenderPreemptionArgs, ExtenderPreemptionResult};
 use crate::leader::Leadership;
 use crate::metrics::{ExtenderCall, ExtenderOutcome, Metrics};
+use crate::preempt::{Ctx, Preemptor};
 use crate::traces::{PodRef, PodTraces};
 use crate::translate;
 use crate::view::{Assumed, ClusterView};
@@ -52,6 +54,8 @@ pub struct Shim {
     pub metrics: Metrics,
     /// The extender calls' spans, one trace per pod (see [`crate::traces`]).
     pub traces: PodTraces,
+    /// Preemption (None: off; see [`crate::preempt`]).
+    pub preemptor: Option<Preemptor>,
 }
 
 impl std::fmt::Debug for Shim {
@@ -116,6 +120,18 @@ impl Shim {
             ));
         }
         None
+    }
+
+    /// What preemption works with.
+    fn preempt_ctx(&self) -> Ctx<'_> {
+        Ctx {
+            view: &self.view,
+            service: &self.service,
+            kube: self.kube.as_ref(),
+            recorder: self.recorder.as_ref(),
+            metrics: &self.metrics,
+            error_text: service_error_text,
+        }
     }
 
     /// The snapshot of these candidates; nodes the informer has not shown yet (kube-scheduler
@@ -231,10 +247,17 @@ impl Shim {
         match resp {
             Ok(resp) if !resp.requests_gpu => pass_all(args),
             Ok(resp) => {
-                let out = filter_result(args, &resp, &snap.unusable);
+                let mut out = filter_result(args, &resp, &snap.unusable);
                 // kube-scheduler does not call prioritize when one node is left: reserve here.
                 if let Some([only]) = out.node_names.as_deref() {
                     self.reserve(pod, &uid, only, None).await;
+                }
+                // No candidate fits: who must leave which node (path 1 of crate::preempt).
+                if resp.feasible_node_names.is_empty()
+                    && let Some(p) = &self.preemptor
+                {
+                    p.at_filter(&self.preempt_ctx(), pod, &args.candidates(), &mut out)
+                        .await;
                 }
                 out
             }
@@ -362,6 +385,31 @@ impl Shim {
             Ok(_) => {}
             Err(e) => tracing::debug!(error = %e, node, "reservation not made"),
         }
+    }
+
+    /// `/preempt` (kube-scheduler's preemptVerb, path 2 of [`crate::preempt`]): its victims
+    /// per node, card-exact; without preemption, its victims unchanged.
+    pub async fn preempt(
+        &self,
+        args: &ExtenderPreemptionArgs,
+    ) -> Result<ExtenderPreemptionResult, String> {
+        let start = Instant::now();
+        let r = match (self.not_ready_reason(), &self.preemptor) {
+            (Some(r), _) => Err(format!("gpusched-kube: {r}; retry")),
+            (None, Some(p)) => p.at_verb(&self.preempt_ctx(), args).await,
+            (None, None) => Ok(crate::preempt::unchanged(args)),
+        };
+        let outcome = if r.is_ok() {
+            ExtenderOutcome::Ok
+        } else {
+            ExtenderOutcome::Error
+        };
+        self.metrics.extender(
+            ExtenderCall::Preempt,
+            outcome,
+            start.elapsed().as_secs_f64(),
+        );
+        r
     }
 
     /// `/bind`: Allocate on the chosen node against the current view, then one Binding that

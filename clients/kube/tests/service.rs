@@ -92,6 +92,7 @@ async fn fixture(nodes: Vec<Node>, pods: Vec<Pod>, leader: Arc<Leadership>) -> F
         reserve: true,
         metrics: Metrics::default(),
         traces: gpusched_kube::traces::PodTraces::off(),
+        preemptor: None,
     });
     Fixture {
         _server: server,

@@ -6,7 +6,8 @@
 //! - `locks.rs`: per-node bind locks;
 //! - `decoded.rs`: inventories and pod usages decoded once per resourceVersion;
 //! - `prepared.rs`: each node's whole and prepared forms, rebuilt only when its inventory or
-//!   usage changes.
+//!   usage changes;
+//! - `holds.rs`: the cards a preemption made room for, kept for its pod.
 //!
 //! [`ClusterView`] here composes them: what the usage on a node is (the store's pods and the
 //! assume cache) and what the service is sent ([`Snapshot`]). The files below import none of
@@ -22,19 +23,22 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::config::Names;
-use crate::translate::PodUsage;
+use crate::translate::{self, PodUsage};
 
 mod assume;
 mod decoded;
+mod holds;
 mod locks;
 mod prepared;
 #[cfg(test)]
 mod tests;
 
 pub use assume::{Assumed, Observed, assumed_fate};
+pub use holds::{Fate, Hold, HoldTimes, Preemptor, hold_fate};
 
 use assume::AssumeCache;
 use decoded::Decoded;
+use holds::Holds;
 use locks::BindLocks;
 use prepared::{PreparedEntry, PreparedForms};
 
@@ -50,6 +54,16 @@ pub struct Snapshot {
     pub unusable: Vec<(String, String, bool)>,
 }
 
+/// One node as preemption sees it: its cards with every usage that counts (as a snapshot sends
+/// them), and the pods of the store whose decision is part of that usage.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeParts {
+    /// The node with its cards and usage.
+    pub node: v1::Node,
+    /// The store's pods whose decision counts on the node, with what they hold (by uid).
+    pub pods: Vec<(Arc<Pod>, Arc<PodUsage>)>,
+}
+
 /// The shared cluster view.
 #[derive(Debug)]
 pub struct ClusterView {
@@ -61,9 +75,13 @@ pub struct ClusterView {
     locks: BindLocks,
     decoded: Decoded,
     prepared: PreparedForms,
+    holds: Holds,
 }
 
 type UsageByNode = HashMap<String, Vec<Arc<PodUsage>>>;
+
+/// A usage that counts, with the store's pod when it comes from the store.
+type Counted = (Arc<PodUsage>, Option<Arc<Pod>>);
 
 impl ClusterView {
     /// A view over these reflector stores.
@@ -77,7 +95,14 @@ impl ClusterView {
             locks: BindLocks::default(),
             decoded: Decoded::default(),
             prepared: PreparedForms::default(),
+            holds: Holds::default(),
         }
+    }
+
+    /// Sets how long preemption holds last (see [`hold_fate`]).
+    pub fn with_hold_times(mut self, times: HoldTimes) -> Self {
+        self.holds.set_times(times);
+        self
     }
 
     /// Sets how long a reservation (see [`Assumed::tentative`]) lives without its bind.
@@ -151,10 +176,11 @@ impl ClusterView {
         4 * self.nodes.len().max(16)
     }
 
-    /// Usage per node (only for `wanted` nodes), from the store and the assume cache, leaving
-    /// out the pod `exclude_uid` (the pod being placed: a retried pod's own earlier decision must
-    /// not count against it).
-    fn usage(&self, wanted: &dyn Fn(&str) -> bool, exclude_uid: &str) -> UsageByNode {
+    /// Every usage that counts, from one consistent copy of the store: the store's decisions
+    /// (with the pod), the assume cache's (an assumed decision replaces whatever older decision
+    /// the store shows for the pod) and the preemption holds; each with its pod's uid, and with
+    /// the store's pod object when `with_pods` (only preemption reads them).
+    fn counted(&self, with_pods: bool) -> Vec<(String, Arc<PodUsage>, Option<Arc<Pod>>)> {
         // One consistent copy of the store: the assumed entries are judged against the very
         // objects counted here (the informer may update the store meanwhile). Decoded usages are
         // kept while a pod's resourceVersion is unchanged: a call allocates only for pods that
@@ -165,20 +191,121 @@ impl ClusterView {
             None => Observed::Absent,
             Some(u) => Observed::Present(u.map(|u| (**u).clone())),
         });
-        // An assumed decision replaces whatever older decision the store shows for the pod.
-        let mut by_node: UsageByNode = HashMap::new();
-        let store_usages = current.iter().filter_map(|(uid, u)| {
-            if assumed_usage.contains_key(uid) {
-                return None;
+        let held = if self.holds.is_empty() {
+            Vec::new()
+        } else {
+            let nominated = |uid: &str| {
+                pods.iter()
+                    .find(|p| p.metadata.uid.as_deref() == Some(uid))
+                    .and_then(|p| p.status.as_ref()?.nominated_node_name.clone())
+                    .filter(|n| !n.is_empty())
+            };
+            self.holds.counted(
+                |uid| match current.get(uid) {
+                    _ if assumed_usage.contains_key(uid) => Preemptor::Decided,
+                    None => Preemptor::Absent,
+                    Some(None) => Preemptor::Pending(nominated(uid)),
+                    Some(Some(_)) => Preemptor::Decided,
+                },
+                |uid| current.get(uid).is_some(),
+            )
+        };
+        let by_uid: HashMap<&str, &Arc<Pod>> = if with_pods {
+            pods.iter()
+                .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
+                .collect()
+        } else {
+            HashMap::new()
+        };
+        let mut out = Vec::new();
+        for (uid, u) in current.iter() {
+            if let Some(u) = u
+                && !assumed_usage.contains_key(uid)
+            {
+                let pod = by_uid.get(uid.as_str()).map(|p| (*p).clone());
+                out.push((uid.clone(), u.clone(), pod));
             }
-            Some((uid, u?))
-        });
-        for (uid, u) in store_usages.chain(assumed_usage.iter()) {
+        }
+        out.extend(assumed_usage.into_iter().map(|(uid, u)| (uid, u, None)));
+        out.extend(held.into_iter().map(|(uid, u)| (uid, u, None)));
+        out
+    }
+
+    /// Usage per node (only for `wanted` nodes), from the store, the assume cache and the holds,
+    /// leaving out the pod `exclude_uid` (the pod being placed: a retried pod's own earlier
+    /// decision, or its own hold, must not count against it).
+    fn usage(&self, wanted: &dyn Fn(&str) -> bool, exclude_uid: &str) -> UsageByNode {
+        let mut by_node: UsageByNode = HashMap::new();
+        for (uid, u, _) in self.counted(false) {
             if uid != exclude_uid && wanted(&u.node) {
-                by_node.entry(u.node.clone()).or_default().push(u.clone());
+                by_node.entry(u.node.clone()).or_default().push(u);
             }
         }
         by_node
+    }
+
+    /// The candidate nodes as preemption sees them (nodes the informer has not shown, or
+    /// without a readable inventory, are left out), leaving out the pod `exclude_uid` and the
+    /// usage of the pods in `gone` (kube-scheduler's victims, see `src/preempt/`).
+    pub fn preemption_parts(
+        &self,
+        node_names: &[String],
+        exclude_uid: &str,
+        gone: &std::collections::HashSet<String>,
+    ) -> Vec<NodeParts> {
+        let set: std::collections::HashSet<&str> = node_names.iter().map(String::as_str).collect();
+        let mut usage: HashMap<String, Vec<Counted>> = HashMap::new();
+        for (uid, u, pod) in self.counted(true) {
+            if uid != exclude_uid && !gone.contains(&uid) && set.contains(u.node.as_str()) {
+                usage.entry(u.node.clone()).or_default().push((u, pod));
+            }
+        }
+        let mut out = Vec::new();
+        for name in node_names {
+            let Some(node) = self.nodes.get(&ObjectRef::new(name)) else {
+                continue;
+            };
+            let inv = self
+                .decoded
+                .inventory(&node, &self.names, self.cache_bound());
+            if inv.problem.is_some() {
+                continue;
+            }
+            let here = usage.remove(name).unwrap_or_default();
+            out.push(NodeParts {
+                node: translate::node_with_usage(
+                    name,
+                    &inv,
+                    here.iter().map(|(u, _)| u.bookings.as_slice()),
+                    &self.names,
+                ),
+                pods: here
+                    .into_iter()
+                    .filter_map(|(u, pod)| Some((pod?, u)))
+                    .collect(),
+            });
+        }
+        out
+    }
+
+    /// Keeps `h`'s placement for its pod, or offers it (see [`Hold`]).
+    pub fn hold(&self, h: Hold) {
+        self.holds.insert(h);
+    }
+
+    /// The pod's holds and offers, as the last snapshot judged them.
+    pub fn holds_of(&self, uid: &str) -> Vec<Hold> {
+        self.holds.of(uid)
+    }
+
+    /// Drops the pod's holds and offers (its preemption failed).
+    pub fn release_hold(&self, uid: &str) {
+        self.holds.remove(uid);
+    }
+
+    /// Number of holds.
+    pub fn holds_len(&self) -> usize {
+        self.holds.len()
     }
 
     /// The candidate nodes with their cards and current usage.
