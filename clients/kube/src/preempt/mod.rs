@@ -61,10 +61,12 @@ impl std::fmt::Debug for Ctx<'_> {
 }
 
 /// The preemption state the shim keeps: the PodDisruptionBudgets.
-#[derive(Debug)]
 pub struct Preemptor {
     budgets: Option<Store<PodDisruptionBudget>>,
     budgets_listed: Arc<AtomicBool>,
+    /// A client that does not retry 429 (a budget's refusal), for the evictions (None: the
+    /// shim's own client).
+    evictions: Option<kube::Client>,
 }
 
 fn now_ms() -> i64 {
@@ -101,21 +103,36 @@ fn waiting_text(victims: &str, left: usize, placement: &str) -> String {
     )
 }
 
+impl std::fmt::Debug for Preemptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Preemptor")
+            .field("budgets_listed", &self.budgets_listed)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Preemptor {
     /// Preemption over the budgets of `budgets` (an informer's store), usable once
-    /// `listed` is set (the informer has listed them once).
-    pub fn new(budgets: Store<PodDisruptionBudget>, listed: Arc<AtomicBool>) -> Self {
+    /// `listed` is set (the informer has listed them once), evicting with `evictions` (a client
+    /// that answers a 429 at once instead of retrying it).
+    pub fn new(
+        budgets: Store<PodDisruptionBudget>,
+        listed: Arc<AtomicBool>,
+        evictions: kube::Client,
+    ) -> Self {
         Preemptor {
             budgets: Some(budgets),
             budgets_listed: listed,
+            evictions: Some(evictions),
         }
     }
 
-    /// Preemption without any PodDisruptionBudget (tests).
+    /// Preemption without any PodDisruptionBudget, evicting with the shim's client (tests).
     pub fn without_budgets() -> Self {
         Preemptor {
             budgets: None,
             budgets_listed: Arc::new(AtomicBool::new(true)),
+            evictions: None,
         }
     }
 
@@ -356,8 +373,9 @@ impl Preemptor {
         let scheduler = cx.view.names().scheduler_name.clone();
         let message =
             evict::disruption_message(&scheduler, &format!("{namespace}/{name}"), &plan.node);
+        let evictor = self.evictions.as_ref().unwrap_or(kube);
         for v in plan.eviction_order() {
-            if let Err(e) = evict::evict(kube, v).await {
+            if let Err(e) = evict::evict(evictor, v).await {
                 cx.view.release_hold(&uid);
                 let outcome = match e {
                     evict::EvictError::Refused(_) => PreemptionOutcome::Blocked,

@@ -13,7 +13,7 @@
 //! Layout: `harness/` (environment, control-plane client and builders, waiting helpers,
 //! bursts, gpusched-kube processes, the Service stand-in) and `scenarios/` (one module per
 //! story). `E2E_FILTER` picks scenarios by name: admission, forgery, failclosed, seed, weights,
-//! mutex, badnodes, traces, burst, baseline, restart, replicas.
+//! mutex, badnodes, traces, preempt, burst, baseline, restart, replicas.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod harness;
@@ -64,6 +64,9 @@ async fn e2e_on_a_real_control_plane() {
     }
     if h.env.wants("traces") {
         scenarios::traces::run(&h).await;
+    }
+    if h.env.wants("preempt") {
+        scenarios::preempt::run(&h, &shim).await;
     }
     let mut ours = None;
     if h.env.wants("burst") {

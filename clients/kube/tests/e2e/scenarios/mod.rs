@@ -6,6 +6,7 @@ pub mod burst;
 pub mod failclosed;
 pub mod forgery;
 pub mod mutex;
+pub mod preempt;
 pub mod replicas;
 pub mod restart;
 pub mod seed;
