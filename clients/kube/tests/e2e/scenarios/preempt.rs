@@ -166,12 +166,21 @@ async fn mark_running(h: &H, ns: &str, name: &str, start: &str) {
 
 /// A pod already bound with a decision (as gpusched-kube binds), Running since `start`.
 async fn place(h: &H, ns: &str, node: &str, p: &Placed, start: &str) {
+    place_with_cpu(h, ns, node, p, start, None).await;
+}
+
+/// [`place`], asking for `cpu` cores too.
+async fn place_with_cpu(h: &H, ns: &str, node: &str, p: &Placed, start: &str, cpu: Option<&str>) {
+    let mut limits = json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": p.mib.to_string()});
+    if let Some(c) = cpu {
+        limits["cpu"] = json!(c);
+    }
     let pod = gpu_pod(
         p.name,
         SCHEDULER,
         (HOLDER_SELECTOR, "none"),
         p.class.0,
-        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": p.mib.to_string()}),
+        limits,
         p.app,
     );
     let created = h.create(ns, &pod).await.unwrap();
@@ -545,13 +554,117 @@ pub async fn run(h: &H, shim: &Shim) {
     let _ = Api::<Pod>::namespaced(h.client.clone(), &ns)
         .delete("blocked", &DeleteParams::default())
         .await;
+    let verb = path_two(h, &ns, shim, t0, &mut cards).await;
     let looks = watch.stop();
+    h.result(verb);
     h.result(format!(
         "preemption: the only victim's budget allows no disruption: the Eviction API refused, nothing evicted, \
          the pod stays Pending: {pdb_msg:.200}; no card over-booked in {looks} checks during the scenario ✓"
     ));
 
     baseline(h, t0).await;
+}
+
+/// Path 2: kube-scheduler's own filters block the pod too (CPU). A node of 4 cores and one card:
+/// `hog` (low, 3 cores, 4000 MiB, started first) and `small` (low, 1 core, 10000 MiB). The pod
+/// asks for 2 cores and 8000 MiB. kube-scheduler's dry run (cores only) keeps `small` and names
+/// `hog`; with `hog` gone the card has 6384 MiB free, so the shim's answer at `/preempt` adds
+/// `small`; kube-scheduler evicts both and nominates the node; the pod is bound there on the
+/// card once they are gone.
+async fn path_two(
+    h: &H,
+    ns: &str,
+    shim: &Shim,
+    t0: i64,
+    cards: &mut HashMap<String, Vec<v1::Card>>,
+) -> String {
+    let pool = "preempt-cpu";
+    let node = "pre-e";
+    let e_cards = h
+        .make_node(
+            node,
+            pool,
+            Shape {
+                cards: 1,
+                mem: CARD_MIB,
+            },
+            10,
+        )
+        .await;
+    cards.insert(node.to_owned(), e_cards);
+    let res = json!({"cpu": "4", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "10"});
+    Api::<Node>::all(h.client.clone())
+        .patch_status(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"capacity": res, "allocatable": res}})),
+        )
+        .await
+        .unwrap();
+    for (p, cpu) in [
+        (
+            Placed {
+                name: "hog",
+                card: 1,
+                mib: 4000,
+                class: LOW,
+                start_s: 0,
+                app: None,
+            },
+            "3",
+        ),
+        (
+            Placed {
+                name: "small",
+                card: 1,
+                mib: 10000,
+                class: LOW,
+                start_s: 10,
+                app: None,
+            },
+            "1",
+        ),
+    ] {
+        place_with_cpu(h, ns, node, &p, &started(t0, p.start_s), Some(cpu)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let verb_ok = r#"gpusched_kube_extender_requests_total{call="preempt",outcome="ok"}"#;
+    let before = metric_sum(shim.ext, verb_ok).await;
+    let limits = json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000", "cpu": "2"});
+    let pod = gpu_pod(
+        "cpu-and-card",
+        SCHEDULER,
+        (POOL, pool),
+        HIGH.0,
+        limits,
+        None,
+    );
+    h.create(ns, &pod).await.unwrap();
+    let t = Instant::now();
+    let gone = loop {
+        let v = terminating(h, ns).await;
+        if v.len() >= 2 || t.elapsed() > Duration::from_secs(30) {
+            break v;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        gone,
+        vec!["hog", "small"],
+        "kube-scheduler's victim and the card's"
+    );
+    let calls = metric_sum(shim.ext, verb_ok).await - before;
+    assert!(calls >= 1, "kube-scheduler called /preempt");
+    for v in &gone {
+        force_delete(h, ns, v).await;
+    }
+    let p = h.wait_bound(ns, "cpu-and-card").await;
+    assert_eq!(node_of(&p).as_deref(), Some(node));
+    format!(
+        "preemption, path 2 (cores block the pod too): kube-scheduler's dry run named [hog] (cores) and called \
+         /preempt ({calls} call(s)); gpusched-kube added [small] (the card needs 8000 MiB: 6384 free without hog); \
+         kube-scheduler evicted {gone:?}, the pod was bound on {node} once they were gone ✓"
+    )
 }
 
 /// The same cluster without gpusched: a plain kube-scheduler, GPUs (slots) and GPU memory as
