@@ -1524,14 +1524,18 @@ type Booking struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A card of the node.
 	CardId string `protobuf:"bytes,1,opt,name=card_id,json=cardId,proto3" json:"card_id,omitempty"`
-	// Containers of the workload on the card (at least 1).
+	// Containers of the workload on the card (at least 1; 0 on a MIG card).
 	Slots uint32 `protobuf:"varint,2,opt,name=slots,proto3" json:"slots,omitempty"`
-	// MiB.
+	// MiB (0 on a MIG card).
 	MemMib uint64 `protobuf:"varint,3,opt,name=mem_mib,json=memMib,proto3" json:"mem_mib,omitempty"`
-	// Cores, percent.
-	Cores         uint32 `protobuf:"varint,4,opt,name=cores,proto3" json:"cores,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Cores, percent (0 on a MIG card).
+	Cores uint32 `protobuf:"varint,4,opt,name=cores,proto3" json:"cores,omitempty"`
+	// On a card with a MIG layout (required there, refused elsewhere): the first memory slice of
+	// the instance in use that the workload holds; it holds what the instance books, and evicting
+	// it frees the instance's slices (docs/placement-semantics.md section 9.1).
+	MigInstanceStart *uint32 `protobuf:"varint,5,opt,name=mig_instance_start,json=migInstanceStart,proto3,oneof" json:"mig_instance_start,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Booking) Reset() {
@@ -1588,6 +1592,13 @@ func (x *Booking) GetMemMib() uint64 {
 func (x *Booking) GetCores() uint32 {
 	if x != nil {
 		return x.Cores
+	}
+	return 0
+}
+
+func (x *Booking) GetMigInstanceStart() uint32 {
+	if x != nil && x.MigInstanceStart != nil {
+		return *x.MigInstanceStart
 	}
 	return 0
 }
@@ -2162,12 +2173,14 @@ const file_gpusched_v1_placement_proto_rawDesc = "" +
 	"\bpriority\x18\x02 \x01(\x05R\bpriority\x12'\n" +
 	"\x0fviolates_budget\x18\x03 \x01(\bR\x0eviolatesBudget\x12\"\n" +
 	"\rstart_time_ms\x18\x04 \x01(\x03R\vstartTimeMs\x120\n" +
-	"\bbookings\x18\x05 \x03(\v2\x14.gpusched.v1.BookingR\bbookings\"g\n" +
+	"\bbookings\x18\x05 \x03(\v2\x14.gpusched.v1.BookingR\bbookings\"\xb1\x01\n" +
 	"\aBooking\x12\x17\n" +
 	"\acard_id\x18\x01 \x01(\tR\x06cardId\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\rR\x05slots\x12\x17\n" +
 	"\amem_mib\x18\x03 \x01(\x04R\x06memMib\x12\x14\n" +
-	"\x05cores\x18\x04 \x01(\rR\x05cores\"\xee\x01\n" +
+	"\x05cores\x18\x04 \x01(\rR\x05cores\x121\n" +
+	"\x12mig_instance_start\x18\x05 \x01(\rH\x00R\x10migInstanceStart\x88\x01\x01B\x15\n" +
+	"\x13_mig_instance_start\"\xee\x01\n" +
 	"\bReprieve\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bpriority\x18\x02 \x01(\x05R\bpriority\x12'\n" +
@@ -2372,6 +2385,7 @@ func file_gpusched_v1_placement_proto_init() {
 	}
 	file_gpusched_v1_types_proto_init()
 	file_gpusched_v1_placement_proto_msgTypes[11].OneofWrappers = []any{}
+	file_gpusched_v1_placement_proto_msgTypes[16].OneofWrappers = []any{}
 	file_gpusched_v1_placement_proto_msgTypes[19].OneofWrappers = []any{
 		(*NodePreemption_NotNeeded)(nil),
 		(*NodePreemption_Victims)(nil),

@@ -400,6 +400,7 @@ async fn preemption_is_counted() {
     let mut client = server.placement();
     let card_id = "n-gpu0";
     let booking = |mib| v1::Booking {
+        mig_instance_start: None,
         card_id: card_id.into(),
         slots: 1,
         mem_mib: mib,

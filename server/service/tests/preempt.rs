@@ -28,6 +28,7 @@ fn held_node(name: &str, held: &[(&str, i32, u64)]) -> (v1::Node, v1::NodePlaced
                 violates_budget: false,
                 start_time_ms: i64::try_from(k).unwrap() * 1000,
                 bookings: vec![v1::Booking {
+                    mig_instance_start: None,
                     card_id: card_id.clone(),
                     slots: 1,
                     mem_mib: *mib,

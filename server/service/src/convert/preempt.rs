@@ -74,12 +74,14 @@ pub fn placed_in(placed: Vec<v1::NodePlaced>, c: &Candidates) -> Placed {
                                 slots,
                                 mem_mib,
                                 cores,
+                                mig_instance_start,
                             } = b;
                             engine::Booking {
                                 card_id,
                                 slots,
                                 mem_mib,
                                 cores,
+                                mig_instance_start,
                             }
                         })
                         .collect(),

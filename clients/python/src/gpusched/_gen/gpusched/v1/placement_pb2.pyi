@@ -869,14 +869,20 @@ class Booking(_message.Message):
     SLOTS_FIELD_NUMBER: _builtins.int
     MEM_MIB_FIELD_NUMBER: _builtins.int
     CORES_FIELD_NUMBER: _builtins.int
+    MIG_INSTANCE_START_FIELD_NUMBER: _builtins.int
     card_id: _builtins.str
     """A card of the node."""
     slots: _builtins.int
-    """Containers of the workload on the card (at least 1)."""
+    """Containers of the workload on the card (at least 1; 0 on a MIG card)."""
     mem_mib: _builtins.int
-    """MiB."""
+    """MiB (0 on a MIG card)."""
     cores: _builtins.int
-    """Cores, percent."""
+    """Cores, percent (0 on a MIG card)."""
+    mig_instance_start: _builtins.int
+    """On a card with a MIG layout (required there, refused elsewhere): the first memory slice of
+    the instance in use that the workload holds; it holds what the instance books, and evicting
+    it frees the instance's slices (docs/placement-semantics.md section 9.1).
+    """
     def __init__(
         self,
         *,
@@ -884,12 +890,15 @@ class Booking(_message.Message):
         slots: _builtins.int = ...,
         mem_mib: _builtins.int = ...,
         cores: _builtins.int = ...,
+        mig_instance_start: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_mig_instance_start", b"_mig_instance_start", "mig_instance_start", b"mig_instance_start"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["card_id", b"card_id", "cores", b"cores", "mem_mib", b"mem_mib", "slots", b"slots"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_mig_instance_start", b"_mig_instance_start", "card_id", b"card_id", "cores", b"cores", "mem_mib", b"mem_mib", "mig_instance_start", b"mig_instance_start", "slots", b"slots"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__mig_instance_start: _TypeAlias = _typing.Literal["mig_instance_start"]  # noqa: Y015
+    _WhichOneofArgType__mig_instance_start: _TypeAlias = _typing.Literal["_mig_instance_start", b"_mig_instance_start"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__mig_instance_start) -> _WhichOneofReturnType__mig_instance_start | None: ...
 
 Global___Booking: _TypeAlias = Booking  # noqa: Y015
 
