@@ -71,6 +71,35 @@ pub struct Args {
     /// No progress bar (it is hidden anyway when stderr is not a terminal).
     #[arg(long)]
     pub no_progress: bool,
+    /// Also replay every set-up with priorities (openb `qos`, JSON Lines `priority`) and the
+    /// service's preemption off, on, or both (see `crate::preempt`); `none`: not at all.
+    #[arg(long, value_enum, default_value_t = PreemptionMode::None)]
+    pub preemption: PreemptionMode,
+}
+
+/// `--preemption`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PreemptionMode {
+    /// No replay with priorities.
+    None,
+    /// Priorities, no preemption (the baseline).
+    Off,
+    /// Priorities and preemption.
+    On,
+    /// Both, side by side.
+    Both,
+}
+
+impl PreemptionMode {
+    /// The modes to replay (preemption off, on).
+    pub fn modes(self) -> &'static [bool] {
+        match self {
+            PreemptionMode::None => &[],
+            PreemptionMode::Off => &[false],
+            PreemptionMode::On => &[true],
+            PreemptionMode::Both => &[false, true],
+        }
+    }
 }
 
 /// An in-process gpusched server on 127.0.0.1:0.
@@ -250,6 +279,19 @@ pub async fn run(args: &Args) -> anyhow::Result<Outcome> {
         pb.finish_and_clear();
         results.push(r);
     }
+    anyhow::ensure!(
+        args.preemption == PreemptionMode::None || !args.fill,
+        "--preemption replays arrivals and departures: not with --fill"
+    );
+    let mut priorities = Vec::new();
+    for s in &setups {
+        for &on in args.preemption.modes() {
+            priorities.push(
+                crate::preempt::replay_priorities(&client, &cluster.nodes, &trace.jobs, s, on)
+                    .await?,
+            );
+        }
+    }
     let timing = TimingReport {
         load_s,
         server: if server.is_some() {
@@ -276,6 +318,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Outcome> {
             read.slots,
         ),
         setups: results,
+        priorities,
     };
     let files = crate::report::write_all(&args.out, &report, &timing, !args.no_png)?;
     if let Some(s) = server {
