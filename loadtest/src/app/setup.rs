@@ -25,6 +25,10 @@ pub(super) fn build_pool(
     }
     if workload.rpc == Rpc::Preempt {
         anyhow::ensure!(
+            workload.placed_per_node > 0,
+            "--placed-per-node must be at least 1"
+        );
+        anyhow::ensure!(
             workload.by_reference == crate::byref::ByRefMode::Off,
             "--rpc preempt sends nodes inline (--by-reference off)"
         );
