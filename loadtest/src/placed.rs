@@ -115,7 +115,7 @@ mod tests {
                         cores += b.cores;
                     }
                 }
-                let u = c.usage.clone().unwrap_or_default();
+                let u = c.usage.unwrap_or_default();
                 assert_eq!(slots, u.used_slots, "every used slot is some workload's");
                 assert!(mem <= u.used_mem_mib && cores <= u.used_cores);
             }

@@ -166,8 +166,20 @@ async fn the_filter_answer_carries_each_nodes_preemption_verdict() {
         r.failed_and_unresolvable_nodes["n1"].contains("(InsufficientAfterEviction)"),
         "{r:?}"
     );
+    // Priority 1: nothing lower anywhere (the service is not asked).
+    let r = f
+        .shim
+        .filter(&args(pending("one", 1, 8000, json!({})), &["n1", "n2"]))
+        .await;
+    for n in ["n1", "n2"] {
+        assert!(
+            r.failed_nodes[n]
+                .ends_with("; preemption: no pod of lower priority here (NoLowerPriority)"),
+            "{r:?}"
+        );
+    }
     let text = gpusched_kube::metrics::encode(&f.shim.registry()).unwrap();
-    for (outcome, n) in [("error", 1), ("no_candidate", 1), ("evicting", 0)] {
+    for (outcome, n) in [("error", 1), ("no_candidate", 2), ("evicting", 0)] {
         let line = format!("\ngpusched_kube_preemptions_total{{outcome=\"{outcome}\"}} {n}\n");
         assert!(text.contains(&line), "{line} in {text}");
     }

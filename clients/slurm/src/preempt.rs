@@ -310,7 +310,7 @@ mod tests {
             },
         ];
         let tiers = Tiers::new(&[part("low", 1, true), part("high", 10, false)]);
-        let p = placed(&[n.clone()], &jobs, &booked, &tiers, 5_000);
+        let p = placed(std::slice::from_ref(&n), &jobs, &booked, &tiers, 5_000);
         assert_eq!(p.len(), 1);
         let w: Vec<(&str, i32, i64, usize)> = p[0]
             .workloads

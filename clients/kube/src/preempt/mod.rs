@@ -246,6 +246,19 @@ impl Preemptor {
             .iter()
             .map(|p| placed::node_placed(p, priority, &budgets, now))
             .collect();
+        // Nothing of lower priority anywhere (every pod of a cluster without PriorityClasses is
+        // 0): kube-scheduler's eligibility says no already; spare the service the call.
+        if !placed
+            .iter()
+            .flat_map(|n| &n.workloads)
+            .any(|w| w.priority < priority)
+        {
+            cx.metrics.preemption(PreemptionOutcome::NoCandidate, 0);
+            for p in &parts {
+                append(out, &p.node.name, plan::NO_LOWER_PRIORITY);
+            }
+            return;
+        }
         let req = v1::PreemptRequest {
             nodes: parts.iter().map(|p| p.node.clone()).collect(),
             workload: Some(translate::workload(pod, cx.view.names())),

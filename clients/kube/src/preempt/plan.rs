@@ -175,6 +175,9 @@ pub fn mark_budgets(plan: &mut Plan, placed: &[v1::NodePlaced]) {
     }
 }
 
+/// The sentence of a node where nothing has a lower priority than the pod.
+pub const NO_LOWER_PRIORITY: &str = "preemption: no pod of lower priority here (NoLowerPriority)";
+
 /// Each candidate node's preemption verdict as a sentence for its failure text (nodes with
 /// nothing to say are left out; the chosen node's sentence is written by whoever evicts).
 pub fn node_notes(resp: &v1::PreemptResponse) -> BTreeMap<String, String> {
@@ -184,9 +187,7 @@ pub fn node_notes(resp: &v1::PreemptResponse) -> BTreeMap<String, String> {
         let note = match &n.verdict {
             Some(v1::node_preemption::Verdict::NotCandidate(nc)) => {
                 match v1::NotCandidateReason::try_from(nc.reason) {
-                    Ok(v1::NotCandidateReason::NoLowerPriority) => {
-                        "preemption: no pod of lower priority here (NoLowerPriority)".to_owned()
-                    }
+                    Ok(v1::NotCandidateReason::NoLowerPriority) => NO_LOWER_PRIORITY.to_owned(),
                     Ok(v1::NotCandidateReason::InsufficientAfterEviction) => format!(
                         "preemption: does not fit even without the {} pod(s) of lower priority \
                          (InsufficientAfterEviction)",
