@@ -6,36 +6,20 @@
 //! Evictions need the Kubernetes API: the e2e (`tests/e2e/scenarios/preempt.rs`) covers them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
 
-use gpusched_client::ClientBuilder;
-use gpusched_kube::config::Names;
+use std::sync::Arc;
+
+use common::gpu_node;
 use gpusched_kube::extender_v1::{ExtenderArgs, ExtenderPreemptionArgs};
 use gpusched_kube::leader::Leadership;
 use gpusched_kube::metrics::Metrics;
 use gpusched_kube::preempt::Preemptor;
 use gpusched_kube::shim::Shim;
-use gpusched_kube::view::ClusterView;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector;
 use kube::runtime::watcher::Event;
 use serde_json::json;
-
-fn names() -> Names {
-    Names {
-        scheduler_name: "gpusched-scheduler".into(),
-        ..Names::default()
-    }
-}
-
-fn gpu_node(name: &str, cards: u32) -> Node {
-    let cards = gpusched_client::node(name, cards, 16384, "NVIDIA-A100").cards;
-    serde_json::from_value(json!({"metadata": {"name": name, "annotations": {
-        "hami.io/node-nvidia-register": gpusched_hami::encode_register(&cards)
-    }}}))
-    .unwrap()
-}
 
 /// A pending pod of this priority asking for one card with `mib`.
 fn pending(name: &str, priority: i32, mib: u64, extra: serde_json::Value) -> Pod {
@@ -73,27 +57,10 @@ struct Fixture {
 }
 
 async fn fixture(server: &[(&str, &str)], nodes: Vec<Node>, pods: Vec<Pod>) -> Fixture {
-    let mut overrides = vec![("metrics.enabled", "false")];
-    overrides.extend_from_slice(server);
-    let server = gpusched_service::testing::start_server(&overrides).await;
-    let service = ClientBuilder::new(server.grpc_addr.to_string())
-        .timeout(Some(Duration::from_secs(5)))
-        .connect()
-        .await
-        .unwrap();
-    let (nr, mut nw) = reflector::store::<Node>();
-    let (pr, mut pw) = reflector::store::<Pod>();
-    for n in nodes {
-        nw.apply_watcher_event(&Event::Apply(n));
-    }
-    for p in pods {
-        pw.apply_watcher_event(&Event::Apply(p));
-    }
-    let view = Arc::new(ClusterView::new(nr, pr, names(), Duration::from_secs(60)));
-    view.mark_synced();
+    let l = common::live(server, nodes, pods).await;
     let shim = Arc::new(Shim {
-        view,
-        service,
+        view: l.view,
+        service: l.service,
         kube: None,
         leader: Arc::new(Leadership::always("t")),
         recorder: None,
@@ -103,9 +70,9 @@ async fn fixture(server: &[(&str, &str)], nodes: Vec<Node>, pods: Vec<Pod>) -> F
         preemptor: Some(Preemptor::without_budgets()),
     });
     Fixture {
-        _server: server,
+        _server: l.server,
         shim,
-        pods: pw,
+        pods: l.pods,
     }
 }
 

@@ -23,6 +23,7 @@ pub mod byref;
 mod client;
 mod error;
 mod pod;
+mod preempt;
 mod retry;
 
 pub use builder::{ClientBuilder, TlsOptions};
@@ -33,4 +34,5 @@ pub use error::{
 };
 pub use gpusched_api::v1;
 pub use pod::{PodBuilder, node, node_from_cards};
+pub use preempt::chosen_victims;
 pub use retry::RetryPolicy;

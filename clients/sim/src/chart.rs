@@ -40,7 +40,8 @@ impl XAxis {
     }
 }
 
-const COLORS: [RGBColor; 8] = [
+/// The series colours (shared with the priorities chart).
+pub const COLORS: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -62,7 +63,8 @@ const PANELS: [Metric; 6] = [
     ("workloads unplaced (cumulative)", |s| s.unplaced as f64),
 ];
 
-fn err<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> anyhow::Error {
+/// A chart error naming the part being drawn.
+pub fn err<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> anyhow::Error {
     move |e| anyhow!("chart {what}: {e}")
 }
 

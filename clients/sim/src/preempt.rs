@@ -202,12 +202,7 @@ pub async fn replay_priorities(
             }
             _ => continue,
         }
-        let Some(v1::node_preemption::Verdict::Victims(v)) = answer
-            .nodes
-            .iter()
-            .find(|n| n.node_name == answer.node_name)
-            .and_then(|n| n.verdict.clone())
-        else {
+        let Some(v) = gpusched_client::chosen_victims(&answer) else {
             anyhow::bail!(
                 "Preempt ({}): the chosen node {} has no victims",
                 setup.name,

@@ -9,27 +9,12 @@ use anyhow::anyhow;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::chart::Pixels;
+use crate::chart::{COLORS, Pixels, err};
 use crate::preempt::PriorityResult;
 use crate::priority::class_name;
 
 /// Chart size in pixels.
 const SIZE: (u32, u32) = (1400, 600);
-
-const COLORS: [RGBColor; 8] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-];
-
-fn err<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> anyhow::Error {
-    move |e| anyhow!("priorities chart {what}: {e}")
-}
 
 fn series_name(r: &PriorityResult) -> String {
     format!(

@@ -149,17 +149,8 @@ pub fn plan(resp: &v1::PreemptResponse) -> Result<Plan, String> {
             );
         }
     }
-    let Some(v1::node_preemption::Verdict::Victims(v)) = resp
-        .nodes
-        .iter()
-        .find(|n| n.node_name == resp.node_name)
-        .and_then(|n| n.verdict.clone())
-    else {
-        return Err(format!(
-            "the service chose {} without victims",
-            resp.node_name
-        ));
-    };
+    let v = gpusched_client::chosen_victims(resp)
+        .ok_or_else(|| format!("the service chose {} without victims", resp.node_name))?;
     let victims = v
         .ids
         .iter()
@@ -172,7 +163,7 @@ pub fn plan(resp: &v1::PreemptResponse) -> Result<Plan, String> {
         placed: true,
         requests_gpu: true,
         node_name: resp.node_name.clone(),
-        containers: v.containers,
+        containers: v.containers.clone(),
         ..v1::AllocationResult::default()
     })
     .ok_or_else(|| "the service's placement is empty".to_owned())?;

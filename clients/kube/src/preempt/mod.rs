@@ -259,20 +259,10 @@ impl Preemptor {
             }
             return;
         }
-        let req = v1::PreemptRequest {
-            nodes: parts.iter().map(|p| p.node.clone()).collect(),
-            workload: Some(translate::workload(pod, cx.view.names())),
-            options: None,
-            priority,
-            placed: placed.clone(),
-            node_refs: Vec::new(),
-            node_set: None,
-        };
-        let resp = match cx.service.preempt_request(req).await {
+        let resp = match ask(cx, pod, &parts, priority, placed.clone()).await {
             Ok(r) => r,
-            Err(e) => {
-                cx.metrics.preemption(PreemptionOutcome::Error, 0);
-                let note = format!("preemption: {}", (cx.error_text)(&e));
+            Err(text) => {
+                let note = format!("preemption: {text}");
                 for n in candidates {
                     append(out, n, &note);
                 }
@@ -463,24 +453,9 @@ impl Preemptor {
             .iter()
             .map(|p| placed::node_placed(p, priority, &budgets, now))
             .collect();
+        let resp = ask(cx, pod, &parts, priority, placed).await?;
         let nodes: Vec<v1::Node> = parts.iter().map(|p| p.node.clone()).collect();
         let workload = translate::workload(pod, names);
-        let req = v1::PreemptRequest {
-            nodes: nodes.clone(),
-            workload: Some(workload.clone()),
-            options: None,
-            priority,
-            placed,
-            node_refs: Vec::new(),
-            node_set: None,
-        };
-        let resp = match cx.service.preempt_request(req).await {
-            Ok(r) => r,
-            Err(e) => {
-                cx.metrics.preemption(PreemptionOutcome::Error, 0);
-                return Err((cx.error_text)(&e));
-            }
-        };
         let accepted = verb::accept(&theirs, &resp);
         // Names for the Events and texts, kube-scheduler's victims included.
         let names_by_uid: std::collections::HashMap<String, String> = cx
@@ -557,6 +532,30 @@ impl Preemptor {
         );
         Ok(verb::result(&accepted))
     }
+}
+
+/// Asks the service who must leave which of `parts` so that `pod` (of `priority`) fits; a
+/// failed call is counted and given back as the text for the failures.
+async fn ask(
+    cx: &Ctx<'_>,
+    pod: &Pod,
+    parts: &[NodeParts],
+    priority: i32,
+    placed: Vec<v1::NodePlaced>,
+) -> Result<v1::PreemptResponse, String> {
+    let req = v1::PreemptRequest {
+        nodes: parts.iter().map(|p| p.node.clone()).collect(),
+        workload: Some(translate::workload(pod, cx.view.names())),
+        options: None,
+        priority,
+        placed,
+        node_refs: Vec::new(),
+        node_set: None,
+    };
+    cx.service.preempt_request(req).await.map_err(|e| {
+        cx.metrics.preemption(PreemptionOutcome::Error, 0);
+        (cx.error_text)(&e)
+    })
 }
 
 /// kube-scheduler's victims as it sent them (the answer when the shim has no opinion: a pod

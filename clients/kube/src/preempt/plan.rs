@@ -121,16 +121,8 @@ pub fn verdict(resp: &v1::PreemptResponse, parts: &[NodeParts]) -> Result<Verdic
         v1::PreemptChoiceKind::Evict => {}
     }
     let node = &resp.node_name;
-    let answer = resp
-        .nodes
-        .iter()
-        .find(|n| &n.node_name == node)
-        .ok_or_else(|| format!("the chosen node {node} is not in the answer"))?;
-    let Some(v1::node_preemption::Verdict::Victims(v)) = &answer.verdict else {
-        return Err(format!(
-            "the chosen node {node} has no victims in the answer"
-        ));
-    };
+    let v = gpusched_client::chosen_victims(resp)
+        .ok_or_else(|| format!("the chosen node {node} has no victims in the answer"))?;
     let part = parts
         .iter()
         .find(|p| &p.node.name == node)
