@@ -133,6 +133,18 @@ where
     Ok(())
 }
 
+/// Fills `root` white and writes the chart's title; the area below it.
+pub fn titled<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+) -> anyhow::Result<DrawingArea<DB, Shift>>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(err("background"))?;
+    root.titled(title, ("sans-serif", 20)).map_err(err("title"))
+}
+
 /// Draws the six panels (two rows of three) on `root`.
 pub fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
@@ -143,10 +155,7 @@ pub fn draw<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE).map_err(err("background"))?;
-    let root = root
-        .titled(title, ("sans-serif", 20))
-        .map_err(err("title"))?;
+    let root = titled(root, title)?;
     for (i, (area, metric)) in root
         .split_evenly((2, 3))
         .iter()

@@ -9,7 +9,7 @@ use anyhow::anyhow;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::chart::{COLORS, Pixels, err};
+use crate::chart::{COLORS, Pixels, err, titled};
 use crate::preempt::PriorityResult;
 use crate::priority::class_name;
 
@@ -114,11 +114,7 @@ fn draw<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE).map_err(err("background"))?;
-    let root = root
-        .titled(title, ("sans-serif", 20))
-        .map_err(err("title"))?;
-    let areas = root.split_evenly((1, 2));
+    let areas = titled(root, title)?.split_evenly((1, 2));
     let placed: Value = |r, c| r.classes.get(&c).map_or(0.0, |x| x.placed_pct);
     let lost: Value = |r, c| r.classes.get(&c).map_or(0.0, |x| x.evicted_gpu_hours);
     if let [left, right] = areas.as_slice() {

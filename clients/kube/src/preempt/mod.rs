@@ -240,12 +240,7 @@ impl Preemptor {
         if parts.is_empty() {
             return;
         }
-        let priority = placed::priority(pod);
-        let now = now_ms();
-        let placed: Vec<v1::NodePlaced> = parts
-            .iter()
-            .map(|p| placed::node_placed(p, priority, &budgets, now))
-            .collect();
+        let (priority, placed) = placed_all(pod, &parts, &budgets);
         // Nothing of lower priority anywhere (every pod of a cluster without PriorityClasses is
         // 0): kube-scheduler's eligibility says no already; spare the service the call.
         if !placed
@@ -447,12 +442,7 @@ impl Preemptor {
         let node_names: Vec<String> = theirs.keys().cloned().collect();
         let gone: HashSet<String> = theirs.values().flat_map(|(v, _)| v.clone()).collect();
         let parts = cx.view.preemption_parts(&node_names, &uid, &gone);
-        let priority = placed::priority(pod);
-        let now = now_ms();
-        let placed: Vec<v1::NodePlaced> = parts
-            .iter()
-            .map(|p| placed::node_placed(p, priority, &budgets, now))
-            .collect();
+        let (priority, placed) = placed_all(pod, &parts, &budgets);
         let resp = ask(cx, pod, &parts, priority, placed).await?;
         let nodes: Vec<v1::Node> = parts.iter().map(|p| p.node.clone()).collect();
         let workload = translate::workload(pod, names);
@@ -532,6 +522,17 @@ impl Preemptor {
         );
         Ok(verb::result(&accepted))
     }
+}
+
+/// The pod's priority and the placed workloads of every node of `parts` for it.
+fn placed_all(pod: &Pod, parts: &[NodeParts], budgets: &[Budget]) -> (i32, Vec<v1::NodePlaced>) {
+    let priority = placed::priority(pod);
+    let now = now_ms();
+    let placed = parts
+        .iter()
+        .map(|p| placed::node_placed(p, priority, budgets, now))
+        .collect();
+    (priority, placed)
 }
 
 /// Asks the service who must leave which of `parts` so that `pod` (of `priority`) fits; a
