@@ -185,7 +185,9 @@ impl Preemptor {
                 .count();
             let placement = plan::bookings_text(&h.bookings);
             let text = waiting_text(&h.victim_names.join(", "), left, &placement);
-            set_waiting(out, &h.node, text);
+            if candidates.contains(&h.node) {
+                set_waiting(out, &h.node, text);
+            }
             return;
         }
         // As kube-scheduler's PodEligibleToPreemptOthers: a pod nominated to a node where a pod
@@ -209,12 +211,15 @@ impl Preemptor {
                 })
                 .collect();
             if !leaving.is_empty() {
-                let text = format!(
-                    "gpusched-kube: preempting for this pod: waiting for {} pod(s) to leave ({})",
-                    leaving.len(),
-                    leaving.join(", ")
-                );
-                set_waiting(out, n, text);
+                if candidates.contains(n) {
+                    let text = format!(
+                        "gpusched-kube: preempting for this pod: waiting for {} pod(s) to leave \
+                         ({})",
+                        leaving.len(),
+                        leaving.join(", ")
+                    );
+                    set_waiting(out, n, text);
+                }
                 return;
             }
         }
