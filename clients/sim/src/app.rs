@@ -279,16 +279,19 @@ pub async fn run(args: &Args) -> anyhow::Result<Outcome> {
         pb.finish_and_clear();
         results.push(r);
     }
-    anyhow::ensure!(
-        args.preemption == PreemptionMode::None || !args.fill,
-        "--preemption replays arrivals and departures: not with --fill"
-    );
     let mut priorities = Vec::new();
     for s in &setups {
         for &on in args.preemption.modes() {
             priorities.push(
-                crate::preempt::replay_priorities(&client, &cluster.nodes, &trace.jobs, s, on)
-                    .await?,
+                crate::preempt::replay_priorities(
+                    &client,
+                    &cluster.nodes,
+                    &trace.jobs,
+                    s,
+                    on,
+                    args.fill,
+                )
+                .await?,
             );
         }
     }

@@ -1,5 +1,6 @@
 //! The replay with priorities and preemption (`--preemption off|on|both`): arrivals and
-//! departures in time order as in [`crate::replay`], one `Allocate` per arrival over every node.
+//! departures in time order as in [`crate::replay`] (arrivals only with `--fill`), one
+//! `Allocate` per arrival over every node.
 //! With preemption on, a workload that fits nowhere asks the service's `Preempt`
 //! (docs/placement-semantics.md section 9) with every running workload as a placed workload
 //! (its priority, its start, its bookings per card); when the service names a node, the victims
@@ -117,20 +118,22 @@ enum Kind {
     LateLeave = 2,
 }
 
-/// Replays `jobs` on `nodes` under `setup` with priorities, preemption on or off.
+/// Replays `jobs` on `nodes` under `setup` with priorities, preemption on or off; `fill`:
+/// arrivals only (nothing leaves), the cluster fills up.
 pub async fn replay_priorities(
     client: &Client,
     nodes: &[v1::Node],
     jobs: &[Job],
     setup: &Setup,
     preemption: bool,
+    fill: bool,
 ) -> anyhow::Result<PriorityResult> {
     let mut cluster = Cluster::new(nodes.to_vec())?;
     let options = setup.options().map_err(|e| anyhow::anyhow!(e))?;
     let mut events: Vec<(f64, Kind, usize)> = Vec::with_capacity(jobs.len() * 2);
     for (i, j) in jobs.iter().enumerate() {
         events.push((j.arrive, Kind::Arrive, i));
-        match j.leave {
+        match j.leave.filter(|_| !fill) {
             Some(l) if l > j.arrive => events.push((l, Kind::Leave, i)),
             Some(_) => events.push((j.arrive, Kind::LateLeave, i)),
             None => {}
