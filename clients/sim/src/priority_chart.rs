@@ -14,7 +14,7 @@ use crate::preempt::PriorityResult;
 use crate::priority::class_name;
 
 /// Chart size in pixels.
-const SIZE: (u32, u32) = (1400, 600);
+const SIZE: (u32, u32) = (1500, 600);
 
 fn series_name(r: &PriorityResult) -> String {
     format!(
@@ -55,7 +55,8 @@ where
         .flat_map(|r| cls.iter().map(move |&c| value(r, c)))
         .fold(0.0f64, f64::max)
         .max(1.0)
-        * 1.1;
+        // Room above the bars for the legend.
+        * if legend { 1.4 } else { 1.1 };
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 14))
         .margin(10)

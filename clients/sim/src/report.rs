@@ -234,7 +234,7 @@ pub fn write_all(
     if !r.priorities.is_empty() {
         out.extend(crate::priority_chart::write(
             dir,
-            &title("placed by priority, preemption off and on"),
+            &title("by priority class"),
             &r.priorities,
             openb,
             png,
