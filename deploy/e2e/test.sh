@@ -6,7 +6,8 @@
 # gpusched-kube runs with a ServiceAccount token bound only by that RBAC, then
 # clients/kube/tests/e2e/ runs
 # the scenarios (admission, forged decisions, fail closed, seed stories, weights, mutex, bad nodes, traces,
-# preemption, bursts, restart, two replicas).
+# preemption, MIG nodes registered by gpusched-agent on the fake NVML library, bursts, GPU
+# quotas per namespace, restart, two replicas).
 # Jaeger (built by build-jaeger.sh, cached) receives both binaries' traces over OTLP.
 #
 #   deploy/e2e/test.sh                 # called by scripts/test.sh (stage e2e)
@@ -67,6 +68,26 @@ if [[ "${E2E_RELEASE:-0}" == 1 ]]; then PROFILE=release; PROFILE_FLAG=(--release
 log "building gpusched-server, gpusched-kube ($PROFILE) and the e2e test"
 if [[ -z "${GPUSCHED_SERVER_BIN:-}" || -z "${GPUSCHED_KUBE_BIN:-}" ]]; then
   nice cargo build -q "${PROFILE_FLAG[@]}" -p gpusched-service -p gpusched-kube
+fi
+# The MIG scenario registers its nodes with gpusched-agent on the fake NVML library (debug build:
+# the agent's speed is not measured); skipped when E2E_FILTER leaves the scenario out.
+AGENT_BIN=""
+FAKE_NVML=""
+wants_mig() { # as the test's filter: a scenario runs when its name contains one of the items
+  [[ -z "${E2E_FILTER:-}" ]] && return 0
+  local f
+  IFS=, read -ra items <<<"$E2E_FILTER"
+  for f in "${items[@]}"; do f="${f// /}"; [[ -n "$f" && mig == *"$f"* ]] && return 0; done
+  return 1
+}
+if wants_mig; then
+  log "building gpusched-agent and the fake NVML library (MIG scenario)"
+  nice cargo build -q -p gpusched-agent
+  AGENT_BIN="$TARGET_DIR/debug/gpusched-agent"
+  mkdir -p "$WORK/nvml"
+  "${CC:-cc}" -Wall -Wextra -Werror -shared -fPIC -o "$WORK/nvml/libnvidia-ml.so.1" \
+    "$REPO/clients/agent/tests/fake-nvml/fake_nvml.c" -lpthread -ldl
+  FAKE_NVML="$WORK/nvml/libnvidia-ml.so.1"
 fi
 nice cargo test -q -p gpusched-kube --test e2e --no-run 2>/dev/null
 SERVER_BIN="${GPUSCHED_SERVER_BIN:-$TARGET_DIR/$PROFILE/gpusched-server}"
@@ -181,6 +202,8 @@ chmod 600 "$WORK/shim.kubeconfig"
 SA=(--kubeconfig "$WORK/shim.kubeconfig")
 [[ "$(kubectl "${SA[@]}" auth can-i create pods --subresource=binding -A)" == yes ]] || die "SA cannot bind pods"
 [[ "$(kubectl "${SA[@]}" auth can-i watch nodes 2>/dev/null)" == yes ]] || die "SA cannot watch nodes"
+[[ "$(kubectl "${SA[@]}" auth can-i watch resourcequotas -A 2>/dev/null)" == yes ]] || die "SA cannot watch resourcequotas"
+[[ "$(kubectl "${SA[@]}" auth can-i update resourcequotas -A 2>/dev/null || true)" == no ]] || die "SA may change resourcequotas"
 [[ "$(kubectl "${SA[@]}" auth can-i update leases/gpusched-kube -n gpusched-system)" == yes ]] || die "SA cannot update its lease"
 [[ "$(kubectl "${SA[@]}" auth can-i patch pods -A 2>/dev/null || true)" == no ]] || die "SA may patch pods (more than needed)"
 # Preemption: evict (Eviction API), pod status (nomination, victims' condition), read budgets.
@@ -227,6 +250,8 @@ export E2E_WEBHOOK_KEY="$PKI/tls.key"
 export E2E_WEBHOOKS_FILE="$WORK/webhooks.yaml"
 export E2E_SCHEDULER_KUBECONFIG="$CLUSTER/scheduler.kubeconfig"
 export E2E_RESULTS="$WORK/results.md"
+export E2E_AGENT_BIN="$AGENT_BIN"
+export E2E_FAKE_NVML="$FAKE_NVML"
 rm -f "$E2E_RESULTS"
 log "running clients/kube/tests/e2e/ (test target e2e)"
 nice cargo test -q -p gpusched-kube --test e2e -- --ignored --nocapture --test-threads=1

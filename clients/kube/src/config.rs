@@ -43,6 +43,8 @@ pub struct FileConfig {
     pub leader_election: LeaderConfig,
     /// Assume cache.
     pub assume: AssumeConfig,
+    /// GPU quotas per namespace.
+    pub quota: QuotaConfig,
     /// Resource and annotation names.
     pub names: NamesConfig,
     /// Preemption (`src/preempt/`).
@@ -162,6 +164,14 @@ pub struct PreemptionConfig {
     pub victims_timeout: Duration,
 }
 
+/// `[quota]`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaConfig {
+    /// Watch ResourceQuota objects and send each pod its namespace's GPU budget.
+    pub enabled: bool,
+}
+
 /// `[names]`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -200,6 +210,10 @@ pub struct AnnotationsConfig {
     pub bind_phase: String,
     /// Pod: bind phase time.
     pub bind_time: String,
+    /// Pod: MIG reservations (HAMi's dynamic MIG).
+    pub mig_allocations: String,
+    /// Node: each MIG card's whole layout (gpusched's node agent).
+    pub node_mig_layouts: String,
 }
 
 /// Resource names (what a pod asks for).
@@ -250,6 +264,8 @@ impl Default for AnnotationsConfig {
             vgpu_time: gpusched_hami::VGPU_TIME.into(),
             bind_phase: gpusched_hami::BIND_PHASE.into(),
             bind_time: gpusched_hami::BIND_TIME.into(),
+            mig_allocations: gpusched_hami::MIG_ALLOCATIONS.into(),
+            node_mig_layouts: gpusched_hami::NODE_MIG_LAYOUTS.into(),
         }
     }
 }
@@ -340,6 +356,8 @@ pub struct Settings {
     pub reservation_ttl: Duration,
     /// Preemption, when enabled.
     pub preemption: Option<PreemptionSettings>,
+    /// GPU quotas per namespace (ResourceQuota objects watched).
+    pub quotas: bool,
     /// Logs and traces.
     pub telemetry: Telemetry,
 }
@@ -481,6 +499,7 @@ impl FileConfig {
                 self.assume.reservation_ttl,
             )?,
             preemption,
+            quotas: self.quota.enabled,
             telemetry: self.telemetry.validate(env)?,
         })
     }
@@ -511,6 +530,8 @@ impl NamesConfig {
                 vgpu_time: n("vgpu_time", &a.vgpu_time)?,
                 bind_phase: n("bind_phase", &a.bind_phase)?,
                 bind_time: n("bind_time", &a.bind_time)?,
+                mig_allocations: n("mig_allocations", &a.mig_allocations)?,
+                node_mig_layouts: n("node_mig_layouts", &a.node_mig_layouts)?,
             },
         })
     }
@@ -546,7 +567,18 @@ mod tests {
             s.names.annotations.devices_allocated,
             gpusched_hami::DEVICES_ALLOCATED
         );
+        assert_eq!(
+            (
+                s.names.annotations.mig_allocations.as_str(),
+                s.names.annotations.node_mig_layouts.as_str()
+            ),
+            (
+                "hami.io/vgpu-mig-allocations",
+                "gpusched.io/node-mig-layouts"
+            )
+        );
         assert!(s.service.tls.is_none());
+        assert!(s.quotas, "quotas are read by default");
         assert_eq!(s.telemetry.service_name, "gpusched-kube");
     }
 
@@ -614,6 +646,14 @@ mod tests {
         );
         check(&[("GPUSCHED_KUBE_ASSUME__TTL", "soon")], "assume.ttl");
         check(&[("GPUSCHED_KUBE_ASSUME__TTL", "0s")], "assume.ttl");
+        check(
+            &[("GPUSCHED_KUBE_NAMES__ANNOTATIONS__MIG_ALLOCATIONS", "")],
+            "names.annotations.mig_allocations",
+        );
+        check(
+            &[("GPUSCHED_KUBE_QUOTA__ENABLED", "sometimes")],
+            "quota.enabled",
+        );
         check(
             &[("GPUSCHED_KUBE_PREEMPTION__HOLD", "0s")],
             "preemption.hold",

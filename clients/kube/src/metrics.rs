@@ -115,6 +115,43 @@ impl AdmissionResult {
     }
 }
 
+/// Where a pod was refused by its namespace's GPU quota.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum QuotaStage {
+    /// At creation: it can never fit the hard limit (denied).
+    Admission,
+    /// At `/filter`: no node can take it within the budget left (it waits).
+    Filter,
+    /// At `/bind`: the budget was gone by the time of the bind.
+    Bind,
+}
+
+impl QuotaStage {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuotaStage::Admission => "admission",
+            QuotaStage::Filter => "filter",
+            QuotaStage::Bind => "bind",
+        }
+    }
+}
+
+/// At most this many namespaces get their own `namespace` label on the quota refusals; the
+/// others are counted under [`OTHER_NAMESPACES`] (the label's cardinality stays bounded whatever
+/// the number of namespaces).
+pub const MAX_QUOTA_NAMESPACES: usize = 100;
+
+/// The `namespace` label of refusals beyond [`MAX_QUOTA_NAMESPACES`] (not a valid namespace
+/// name, so it never collides with one).
+pub const OTHER_NAMESPACES: &str = "_other";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QuotaLabels {
+    namespace: String,
+    stage: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
     call: &'static str,
@@ -205,6 +242,9 @@ pub struct Metrics {
     admission_latency: Histograms<ReviewLabels>,
     preemptions: Family<PreemptionLabels, Counter>,
     victims: Histogram,
+    quota_refusals: Family<QuotaLabels, Counter>,
+    /// The namespaces that have their own label on `quota_refusals`.
+    quota_namespaces: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Default for Metrics {
@@ -225,6 +265,8 @@ impl Metrics {
             preemptions: Family::default(),
             // 1, 2, 4, ... 128 victims.
             victims: Histogram::new(exponential_buckets(1.0, 2.0, 8)),
+            quota_refusals: Family::default(),
+            quota_namespaces: Arc::default(),
         };
         for outcome in PREEMPTION_OUTCOMES {
             drop(m.preemptions.get_or_create(&PreemptionLabels {
@@ -286,6 +328,24 @@ impl Metrics {
         }
     }
 
+    /// A pod of `namespace` refused by its GPU quota at `stage`.
+    pub fn quota_refusal(&self, namespace: &str, stage: QuotaStage) {
+        let namespace = match self.quota_namespaces.lock() {
+            Ok(seen) if seen.contains(namespace) => namespace.to_owned(),
+            Ok(mut seen) if seen.len() < MAX_QUOTA_NAMESPACES => {
+                seen.insert(namespace.to_owned());
+                namespace.to_owned()
+            }
+            _ => OTHER_NAMESPACES.to_owned(),
+        };
+        self.quota_refusals
+            .get_or_create(&QuotaLabels {
+                namespace,
+                stage: stage.as_str(),
+            })
+            .inc();
+    }
+
     /// Registers the families (names without the prefix; counters get `_total`, units their
     /// suffix, from prometheus-client).
     fn register(&self, r: &mut Registry) {
@@ -321,6 +381,14 @@ impl Metrics {
             "Pods evicted per preemption",
             self.victims.clone(),
         );
+        r.register(
+            "quota_refusals",
+            "Refusals by a namespace's GPU quota, by namespace (the first 100 seen; the others \
+             as _other) and stage (admission: a pod that can never fit, denied; filter: an answer \
+             with no node within the budget left, one per attempt of a waiting pod; bind: the \
+             budget was gone by the bind)",
+            self.quota_refusals.clone(),
+        );
     }
 }
 
@@ -353,6 +421,11 @@ impl Collector for StateCollector {
                 "preemption_holds",
                 "Preemptors whose cards are held for them (victims terminating or just gone).",
                 i64::try_from(self.view.holds_len()).unwrap_or(i64::MAX),
+            ),
+            (
+                "quotas_invalid",
+                "ResourceQuota objects with a GPU key whose value cannot be read (each blocks its namespace's GPU pods for that resource until it is fixed).",
+                i64::try_from(self.view.invalid_quotas()).unwrap_or(i64::MAX),
             ),
         ];
         for (name, help, value) in gauges {
@@ -482,6 +555,7 @@ mod tests {
         );
         let preempt_ok = r#"gpusched_kube_extender_requests_total{call="preempt",outcome="ok"}"#;
         assert_eq!(value(&text, preempt_ok), Some(0.0), "{text}");
+        assert_eq!(value(&text, "gpusched_kube_quotas_invalid"), Some(0.0));
         // HELP and TYPE on every family; the unit on the histograms.
         for family in [
             "gpusched_kube_extender_requests",
@@ -494,6 +568,7 @@ mod tests {
             "gpusched_kube_preemptions",
             "gpusched_kube_preemption_victims",
             "gpusched_kube_preemption_holds",
+            "gpusched_kube_quotas_invalid",
         ] {
             assert!(
                 text.contains(&format!("# HELP {family} ")),
@@ -506,6 +581,50 @@ mod tests {
         }
         assert!(text.contains("# UNIT gpusched_kube_extender_request_duration_seconds seconds"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    /// Each namespace counts under its own label up to the bound, the rest under `_other`.
+    #[test]
+    fn quota_refusals_by_namespace_stay_bounded() {
+        let m = Metrics::new();
+        let r = registry(&m, view(), Arc::new(Leadership::always("t")));
+        let series = |ns: &str, stage: &str| {
+            format!(r#"gpusched_kube_quota_refusals_total{{namespace="{ns}",stage="{stage}"}}"#)
+        };
+        m.quota_refusal("team-a", QuotaStage::Filter);
+        m.quota_refusal("team-a", QuotaStage::Filter);
+        m.quota_refusal("team-a", QuotaStage::Admission);
+        for i in 1..MAX_QUOTA_NAMESPACES {
+            m.quota_refusal(&format!("ns-{i}"), QuotaStage::Bind);
+        }
+        m.quota_refusal("one-too-many", QuotaStage::Filter);
+        m.quota_refusal("another", QuotaStage::Filter);
+        m.quota_refusal("team-a", QuotaStage::Bind);
+        let text = encode(&r).unwrap();
+        assert!(
+            text.contains("# HELP gpusched_kube_quota_refusals "),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE gpusched_kube_quota_refusals counter"),
+            "{text}"
+        );
+        for (ns, stage, want) in [
+            ("team-a", "filter", Some(2.0)),
+            ("team-a", "admission", Some(1.0)),
+            ("team-a", "bind", Some(1.0)),
+            ("ns-99", "bind", Some(1.0)),
+            ("one-too-many", "filter", None),
+            (OTHER_NAMESPACES, "filter", Some(2.0)),
+        ] {
+            assert_eq!(value(&text, &series(ns, stage)), want, "{ns} {stage}");
+        }
+        let namespaces: std::collections::HashSet<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("gpusched_kube_quota_refusals_total{namespace=\""))
+            .filter_map(|l| l.split('"').next())
+            .collect();
+        assert_eq!(namespaces.len(), MAX_QUOTA_NAMESPACES + 1, "{namespaces:?}");
     }
 
     /// Both formats the endpoint negotiates are clean under promtool's rules and carry the

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use futures::StreamExt;
 use gpusched_client::{ClientBuilder, TlsOptions};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -19,6 +19,7 @@ use crate::config::Settings;
 use crate::leader::{self, Leadership};
 use crate::metrics::Metrics;
 use crate::preempt::Preemptor;
+use crate::quota::QuotaReporter;
 use crate::shim::Shim;
 use crate::traces::PodTraces;
 use crate::view::{ClusterView, HoldTimes};
@@ -113,6 +114,25 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
             victims_timeout: p.victims_timeout,
         });
     }
+    // ResourceQuotas (all namespaces): the GPU limits; status (rewritten at every pod change by
+    // the quota controller) is not read.
+    let quotas = if settings.quotas {
+        let (store, writer) = reflector::store::<ResourceQuota>();
+        view = view.with_quotas(store);
+        let stream = watcher(
+            Api::<ResourceQuota>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .modify(|q: &mut ResourceQuota| {
+            q.managed_fields_mut().clear();
+            q.status = None;
+        })
+        .reflect(writer);
+        Some(stream)
+    } else {
+        None
+    };
     let view = Arc::new(view);
     // PodDisruptionBudgets, for preemption only (kube-scheduler's count of violations).
     let preemptor = settings
@@ -189,6 +209,26 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
             instance: Some(identity),
         },
     );
+    if let Some(stream) = quotas {
+        let mut reporter = QuotaReporter::new(
+            crate::quota::Keys::of(&names),
+            Some(recorder.clone()),
+            leadership.clone(),
+        );
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(e) = stream.next().await {
+                match e {
+                    Ok(watcher::Event::Apply(q) | watcher::Event::InitApply(q)) => {
+                        reporter.observe(&q)
+                    }
+                    Ok(watcher::Event::Delete(q)) => reporter.forget(&q),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "resourcequota watch error"),
+                }
+            }
+        });
+    }
     let shim = Arc::new(Shim {
         view,
         service,

@@ -261,6 +261,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Outcome> {
         batch_max: args.batch.max(1),
         narrow: !args.all_nodes,
         samples: args.samples.max(1),
+        quotas: trace.quotas.clone(),
     };
     let events = if args.fill {
         trace.jobs.len()

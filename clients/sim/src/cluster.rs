@@ -13,8 +13,11 @@ use crate::trace::Need;
 pub struct Booking {
     /// Node index.
     pub node: usize,
-    /// (card index within the node, MiB, cores percent), one entry per card assignment.
+    /// (card index within the node, MiB, cores percent), one entry per card assignment on a
+    /// card without a MIG layout.
     pub cards: Vec<(usize, u64, u32)>,
+    /// The MIG instances held, one per card assignment on a MIG card ([`crate::mig`]).
+    pub mig: Vec<crate::mig::MigHeld>,
 }
 
 /// Nodes and their usage.
@@ -149,7 +152,7 @@ impl Cluster {
         let n = &mut self.nodes[node];
         let mut b = Booking {
             node,
-            cards: Vec::new(),
+            ..Booking::default()
         };
         for ca in r.containers.iter().flat_map(|c| &c.cards) {
             let ci = n
@@ -163,6 +166,11 @@ impl Cluster {
                         r.node_name
                     )
                 })?;
+            if let Some(m) = &ca.mig {
+                let who = format!("sim/{}", r.node_name);
+                b.mig.push(crate::mig::book(&mut n.cards[ci], ci, m, &who)?);
+                continue;
+            }
             let u = n.cards[ci].usage.get_or_insert_with(v1::CardUsage::default);
             u.used_slots += 1;
             u.used_mem_mib += ca.mem_mib;
@@ -193,6 +201,9 @@ impl Cluster {
             if *u == v1::CardUsage::default() {
                 n.cards[ci].usage = None;
             }
+        }
+        for h in &b.mig {
+            crate::mig::release(&mut n.cards[h.card], h)?;
         }
         self.rekey(b.node);
         Ok(())

@@ -8,6 +8,7 @@ use gpusched_client::Client;
 use serde::Serialize;
 
 use crate::cluster::{Booking, CardStates, Cluster};
+use crate::quota::{Hard, Ledger, NamespaceReport};
 use crate::setup::Setup;
 use crate::trace::{Job, Need};
 
@@ -25,6 +26,8 @@ pub struct ReplayOptions {
     pub narrow: bool,
     /// Points in the time series (about).
     pub samples: usize,
+    /// Hard GPU limits per namespace (the trace's `quota` lines).
+    pub quotas: BTreeMap<String, Hard>,
 }
 
 impl Default for ReplayOptions {
@@ -35,6 +38,7 @@ impl Default for ReplayOptions {
             batch_max: 500,
             narrow: true,
             samples: 200,
+            quotas: BTreeMap::new(),
         }
     }
 }
@@ -60,6 +64,9 @@ pub struct Sample {
     pub unplaced: usize,
     /// Workloads on the cluster now.
     pub running: usize,
+    /// MIG cards: slices used and stranded (absent without MIG cards).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig: Option<crate::mig::MigSample>,
 }
 
 /// A workload the service could not place.
@@ -132,7 +139,11 @@ pub struct SetupResult {
     pub samples: Vec<Sample>,
     /// Every unplaced workload.
     pub unplaced_workloads: Vec<Unplaced>,
-    /// Where each job went: `node/card,card` or None (not in the JSON report).
+    /// Per namespace with a quota: what it cost (absent without quotas).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<BTreeMap<String, NamespaceReport>>,
+    /// Where each job went: `node/card,card` (a MIG instance as `card[profile@start]`) or None
+    /// (not in the JSON report).
     #[serde(skip)]
     pub placements: Vec<Option<String>>,
     /// Timing (not in the deterministic report).
@@ -165,11 +176,14 @@ pub fn request_classes(jobs: &[Job]) -> Vec<(Need, f64)> {
 }
 
 fn describe(r: &v1::AllocationResult) -> String {
-    let cards: Vec<&str> = r
+    let cards: Vec<String> = r
         .containers
         .iter()
         .flat_map(|c| &c.cards)
-        .map(|c| c.card_id.as_str())
+        .map(|c| match &c.mig {
+            Some(m) => format!("{}[{}@{}]", c.card_id, m.profile, m.start),
+            None => c.card_id.clone(),
+        })
         .collect();
     format!("{}/{}", r.node_name, cards.join(","))
 }
@@ -220,10 +234,26 @@ struct Run<'a> {
     setup: &'a Setup,
     cluster: Cluster,
     workloads: Vec<v1::Workload>,
+    quotas: Ledger,
     timing: Timing,
 }
 
 impl Run<'_> {
+    /// Workload `j` as sent now: with the budget its namespace has left, when it has a quota.
+    fn workload(&self, j: usize) -> v1::Workload {
+        let mut w = self.workloads[j].clone();
+        if let Some(b) = self.quotas.budget(&w.namespace) {
+            w.quota = Some(b);
+        }
+        w
+    }
+
+    /// Books placement `r` of workload `j` on the cluster and against its namespace.
+    fn book(&mut self, j: usize, r: &v1::AllocationResult) -> anyhow::Result<Option<Booking>> {
+        self.quotas.book(j, &self.workloads[j].namespace, r);
+        self.cluster.book(r)
+    }
+
     async fn call(
         &mut self,
         nodes: Vec<v1::Node>,
@@ -238,7 +268,7 @@ impl Run<'_> {
                 .allocate_request(v1::AllocateRequest {
                     node_set: None,
                     nodes,
-                    workload: Some(self.workloads[jobs[0]].clone()),
+                    workload: Some(self.workload(jobs[0])),
                     options: Some(self.options.clone()),
                     restrict_to_node_names: vec![],
                     node_refs: vec![],
@@ -252,7 +282,7 @@ impl Run<'_> {
                 .allocate_batch(v1::AllocateBatchRequest {
                     node_set: None,
                     nodes,
-                    workloads: jobs.iter().map(|&j| self.workloads[j].clone()).collect(),
+                    workloads: jobs.iter().map(|&j| self.workload(j)).collect(),
                     options: Some(self.options.clone()),
                     all_or_nothing: false,
                     return_updated_nodes: false,
@@ -296,6 +326,7 @@ pub async fn replay(
         setup,
         cluster,
         workloads,
+        quotas: Ledger::new(&opts.quotas),
         timing: Timing::default(),
     };
     run.timing.build_s += t.elapsed().as_secs_f64();
@@ -329,6 +360,7 @@ pub async fn replay(
         unplaced_by_reason: BTreeMap::new(),
         samples: Vec::new(),
         unplaced_workloads: Vec::new(),
+        quota: None,
         placements: Vec::new(),
         timing: Timing::default(),
     };
@@ -367,6 +399,7 @@ pub async fn replay(
             let t = Instant::now();
             if let Some(b) = bookings[j].take() {
                 run.cluster.release(&b)?;
+                run.quotas.release(j);
                 res.departures += 1;
             }
             i += 1;
@@ -428,7 +461,7 @@ pub async fn replay(
                         // The narrowing missed a node: take the service's answer on every
                         // node and replay the rest of the batch from here.
                         run.timing.narrow_misses += 1;
-                        bookings[jj] = run.cluster.book(r)?;
+                        bookings[jj] = run.book(jj, r)?;
                         placements[jj] = Some(describe(r));
                         res.placed += 1;
                         unplaced_in_row = 0;
@@ -438,6 +471,7 @@ pub async fn replay(
                         pending.clear();
                         break 'apply;
                     }
+                    run.quotas.unplaced(&run.workloads[jj].namespace, r);
                     let (node_reasons, unresolvable_nodes, top) = reasons(r);
                     *res.unplaced_by_reason.entry(top.clone()).or_default() += 1;
                     res.unplaced += 1;
@@ -472,7 +506,7 @@ pub async fn replay(
                 let jj = batch[k];
                 res.arrivals += 1;
                 arrived += jobs[jj].demand;
-                bookings[jj] = run.cluster.book(&results[k])?;
+                bookings[jj] = run.book(jj, &results[k])?;
                 placements[jj] = Some(describe(&results[k]));
                 res.placed += 1;
                 unplaced_in_row = 0;
@@ -513,6 +547,7 @@ pub async fn replay(
         3,
     );
     res.placements = placements;
+    res.quota = std::mem::take(&mut run.quotas).report();
     run.timing.total_s = started.elapsed().as_secs_f64();
     res.timing = run.timing;
     Ok(res)
@@ -542,6 +577,7 @@ fn sample(
         placed: res.placed,
         unplaced: res.unplaced,
         running: res.placed.saturating_sub(res.departures),
+        mig: crate::mig::measure(&c.nodes),
     }
 }
 

@@ -92,6 +92,40 @@ impl Input {
     }
 }
 
+/// What the namespaces' quotas cost, per set-up and namespace (nothing without quotas).
+fn quota_table(s: &mut String, r: &Report) {
+    let rows: Vec<(&str, &String, &crate::quota::NamespaceReport)> = r
+        .setups
+        .iter()
+        .flat_map(|x| {
+            x.quota
+                .iter()
+                .flatten()
+                .map(move |(ns, q)| (x.setup.name.as_str(), ns, q))
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let limit = |l: Option<u64>| l.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    s.push_str(
+        "\n| set-up | namespace | MiB limit | cores limit | placed | refused by quota | peak MiB | peak cores |\n",
+    );
+    s.push_str("|---|---|---:|---:|---:|---:|---:|---:|\n");
+    for (setup, ns, q) in rows {
+        let _ = writeln!(
+            s,
+            "| {setup} | {ns} | {} | {} | {} | {} | {} | {} |",
+            limit(q.hard.mem_mib),
+            limit(q.hard.cores),
+            q.placed,
+            q.refused_by_quota,
+            q.peak_mem_mib,
+            q.peak_cores
+        );
+    }
+}
+
 /// The Markdown summary: one row per set-up.
 pub fn markdown(r: &Report) -> String {
     let mut s = String::new();
@@ -141,6 +175,7 @@ pub fn markdown(r: &Report) -> String {
             top
         );
     }
+    quota_table(&mut s, r);
     s.push_str(
         "\nalloc: booked compute (cores) / all compute; frag: share of the free compute on cards \
          where a request drawn from the trace's per-card request mix could not fit; means over \
@@ -148,6 +183,17 @@ pub fn markdown(r: &Report) -> String {
          could take the workload were they emptier (count = workloads). Charts: `by-demand.svg`, \
          `by-time.svg` (and .png).\n",
     );
+    let mig: Vec<(&str, Vec<crate::mig::MigSample>)> = r
+        .setups
+        .iter()
+        .map(|x| {
+            (
+                x.setup.name.as_str(),
+                x.samples.iter().filter_map(|p| p.mig).collect(),
+            )
+        })
+        .collect();
+    s.push_str(&crate::mig::summary(&mig));
     s
 }
 

@@ -116,6 +116,8 @@ pub struct Trace {
     pub jobs: Vec<Job>,
     /// Counts.
     pub stats: LoadStats,
+    /// Hard GPU limits per namespace (JSON Lines `quota` lines; see [`crate::quota`]).
+    pub quotas: BTreeMap<String, crate::quota::Hard>,
 }
 
 /// A cluster and what reading found.
@@ -281,7 +283,11 @@ pub fn parse_openb_pods(path: &str, text: &str, opts: &ReadOptions) -> anyhow::R
     }
     let mut stats = rows.stats;
     stats.gpu_jobs = jobs.len();
-    Ok(Trace { jobs, stats })
+    Ok(Trace {
+        jobs,
+        stats,
+        ..Trace::default()
+    })
 }
 
 fn openb_row(
@@ -482,13 +488,27 @@ pub fn parse_jsonl_jobs(path: &str, text: &str, opts: &ReadOptions) -> anyhow::R
         stats: LoadStats::default(),
     };
     let mut jobs = Vec::new();
+    let mut quotas = BTreeMap::new();
     for (i, l) in text.lines().enumerate() {
         let l = l.trim();
         if l.is_empty() || l.starts_with('#') {
             continue;
         }
-        rows.stats.rows += 1;
         let line = i as u64 + 1;
+        match crate::quota::line(l) {
+            Some(Ok((namespace, hard))) => {
+                if quotas.insert(namespace.clone(), hard).is_some() {
+                    rows.bad(line, format!("a second quota for namespace `{namespace}`"))?;
+                }
+                continue;
+            }
+            Some(Err(m)) => {
+                rows.bad(line, m)?;
+                continue;
+            }
+            None => {}
+        }
+        rows.stats.rows += 1;
         match jsonl_job(l, line) {
             Ok(Some(j)) => jobs.push(j),
             Ok(None) => rows.stats.skipped_no_gpu += 1,
@@ -497,7 +517,11 @@ pub fn parse_jsonl_jobs(path: &str, text: &str, opts: &ReadOptions) -> anyhow::R
     }
     let mut stats = rows.stats;
     stats.gpu_jobs = jobs.len();
-    Ok(Trace { jobs, stats })
+    Ok(Trace {
+        jobs,
+        stats,
+        quotas,
+    })
 }
 
 fn jsonl_time(v: &serde_json::Value, key: &str) -> Result<Option<f64>, String> {

@@ -127,6 +127,10 @@ pub struct SubmitArgs {
     pub request: GpuRequest,
     /// Partitions named with `-p/--partition` (candidate nodes are limited to them).
     pub partitions: Vec<String>,
+    /// `-A/--account` (whose GPU limits apply; default: the user's default account).
+    pub account: Option<String>,
+    /// `-q/--qos` (default: the association's default QOS).
+    pub qos: Option<String>,
     /// Arguments for sbatch, in order, without the gpu gres and the wrapper's options.
     pub sbatch_args: Vec<String>,
     /// `--gres` entries other than gpu, to pass on with gpusched's own.
@@ -205,6 +209,8 @@ pub fn parse(args: &[String], env: &Env) -> Result<SubmitArgs, ArgsError> {
     let mut out = SubmitArgs {
         request: GpuRequest::default(),
         partitions: vec![],
+        account: None,
+        qos: None,
         sbatch_args: vec![],
         other_gres: vec![],
         user_hold: false,
@@ -342,6 +348,14 @@ pub fn parse(args: &[String], env: &Env) -> Result<SubmitArgs, ArgsError> {
             }
             "-N" | "--nodes" if val != "1" && val != "1-1" => {
                 return Err(refused(&name, "a gpusched job runs on exactly one node"));
+            }
+            "-A" | "--account" => {
+                out.account = Some(val.clone());
+                passthrough(&mut out);
+            }
+            "-q" | "--qos" => {
+                out.qos = Some(val.clone());
+                passthrough(&mut out);
             }
             "-p" | "--partition" => {
                 out.partitions

@@ -94,6 +94,20 @@ pub struct Job {
     pub partition: String,
     /// When it started, seconds since the epoch (0: not started).
     pub start_time: i64,
+    /// Its account, QOS and user (whose GPU limits its booking counts against).
+    pub owner: Owner,
+}
+
+/// Whose limits a job's booking counts against (`squeue --json`'s `account`, `qos`,
+/// `user_name`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Owner {
+    /// Account.
+    pub account: String,
+    /// QOS.
+    pub qos: String,
+    /// User name.
+    pub user: String,
 }
 
 /// States in which a job holds nothing any more.
@@ -164,12 +178,23 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, SlurmError> {
                 None => None,
             }
             .unwrap_or(0);
+            let text = |k: &str| {
+                j.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned()
+            };
             Ok(Job {
                 id,
                 state,
                 comment,
                 partition,
                 start_time,
+                owner: Owner {
+                    account: text("account"),
+                    qos: text("qos"),
+                    user: text("user_name"),
+                },
             })
         })
         .collect()
@@ -320,7 +345,8 @@ mod tests {
     #[test]
     fn squeue_json_of_slurm_22_05() {
         let text = r#"{"meta":{},"errors":[],"jobs":[
-          {"job_id":7,"job_state":"RUNNING","comment":"gpusched/v1 node=n1 gpus=0 devices=x"},
+          {"job_id":7,"job_state":"RUNNING","comment":"gpusched/v1 node=n1 gpus=0 devices=x",
+           "account":"team-q","qos":"normal","user_name":"alice"},
           {"job_id":8,"job_state":"COMPLETED","comment":""},
           {"job_id":9,"job_state":["PENDING"]}]}"#;
         let jobs = parse_jobs(text).unwrap();
@@ -329,6 +355,15 @@ mod tests {
         assert!(!jobs[1].holds_booking());
         assert_eq!(jobs[2].state, "PENDING");
         assert_eq!(jobs[2].comment, "");
+        assert_eq!(
+            jobs[0].owner,
+            Owner {
+                account: "team-q".into(),
+                qos: "normal".into(),
+                user: "alice".into()
+            }
+        );
+        assert_eq!(jobs[1].owner, Owner::default());
         assert!(parse_jobs("{}").is_err());
         assert!(parse_jobs(r#"{"jobs":[{"job_state":"RUNNING"}]}"#).is_err());
     }

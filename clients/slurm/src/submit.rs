@@ -21,6 +21,7 @@ use crate::cluster::{UsageError, candidate_nodes, decisions};
 use crate::decision::Decision;
 use crate::inventory::{InventoryError, NodeInventory, read_dir};
 use crate::preempt::{self, Plan, Tiers};
+use crate::quota;
 use crate::request::{GpuRequest, USE_GPUTYPE, option_of_field};
 use crate::slurm::{self, SlurmError};
 
@@ -72,6 +73,9 @@ pub enum SubmitError {
     /// No node can take the job now.
     #[error("no node can take the job now: {0}")]
     NoFit(String),
+    /// Who submits is not known (no `USER`, `LOGNAME` nor `id -un`).
+    #[error("cannot tell who submits (USER, LOGNAME, id -un): {0}")]
+    User(String),
     /// The decision kept losing races with concurrent submissions.
     #[error(
         "gave up after {MAX_ATTEMPTS} attempts: concurrent submissions kept taking the chosen cards"
@@ -229,7 +233,7 @@ pub fn check_gpu_types(
     })
 }
 
-fn no_fit(nodes: &[v1::Node], r: &v1::AllocationResult) -> SubmitError {
+fn no_fit(nodes: &[v1::Node], r: &v1::AllocationResult, quota_note: &str) -> SubmitError {
     if nodes.is_empty() {
         return SubmitError::NoFit(
             "no usable Slurm node has a gpusched inventory (check sinfo and the inventory \
@@ -242,7 +246,30 @@ fn no_fit(nodes: &[v1::Node], r: &v1::AllocationResult) -> SubmitError {
         .iter()
         .map(|f| format!("{}: {}", f.node_name, f.message))
         .collect();
-    SubmitError::NoFit(reasons.join("; "))
+    let by_quota = r.failed_nodes.iter().any(|f| {
+        f.reasons.iter().any(|c| {
+            c.reason == v1::Reason::QuotaMemoryExceeded as i32
+                || c.reason == v1::Reason::QuotaCoresExceeded as i32
+        })
+    });
+    let mut text = reasons.join("; ");
+    if by_quota && !quota_note.is_empty() {
+        text = format!("{text} ({quota_note})");
+    }
+    SubmitError::NoFit(text)
+}
+
+/// Who submits: `USER`, else `LOGNAME`, else `id -un`.
+async fn submitting_user(t: Duration) -> Result<String, SubmitError> {
+    for k in ["USER", "LOGNAME"] {
+        if let Some(u) = std::env::var(k).ok().filter(|u| !u.is_empty()) {
+            return Ok(u);
+        }
+    }
+    let u = slurm::run("id", ["-un"], t).await?;
+    Some(u.trim().to_owned())
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| SubmitError::User("id -un printed nothing".to_owned()))
 }
 
 fn same_cards(a: &Decision, b: &Decision) -> bool {
@@ -328,11 +355,16 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
         }
     };
 
+    let user = submitting_user(t).await?;
+    let limits = quota::limits(&user, args.account.as_deref(), args.qos.as_deref(), t).await?;
     let _guard = lock(s.lock_file.as_deref()).await?;
     for attempt in 1..=MAX_ATTEMPTS {
         let t0 = Instant::now();
         let (slurm_nodes, jobs) = tokio::try_join!(slurm::nodes(t), slurm::jobs(t))?;
         let booked = decisions(&jobs)?;
+        let (budget, quota_note) = quota::budget(&limits, &jobs, &booked, None);
+        let mut workload = workload.clone();
+        workload.quota = (!limits.is_empty()).then_some(budget);
         let nodes = candidate_nodes(
             &inventories,
             &slurm_nodes,
@@ -355,8 +387,8 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
         let (decision, victims) = match Decision::from_result(&result) {
             Some(d) => (d, Vec::new()),
             None => {
-                let SubmitError::NoFit(why) = no_fit(&nodes, &result) else {
-                    return Err(no_fit(&nodes, &result));
+                let SubmitError::NoFit(why) = no_fit(&nodes, &result, &quota_note) else {
+                    return Err(no_fit(&nodes, &result, &quota_note));
                 };
                 if nodes.is_empty() {
                     return Err(SubmitError::NoFit(why));
@@ -424,7 +456,7 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
                 why: e.to_string(),
             });
         }
-        let fits = match recheck(args, &inventories, &decision, job_id, &call).await {
+        let fits = match recheck(args, &inventories, &limits, &decision, job_id, &call).await {
             Ok(fits) => fits,
             Err(e) => {
                 cancel(job_id, t).await;
@@ -463,10 +495,12 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
     Err(SubmitError::Conflict)
 }
 
-/// Whether `decision` still fits with the bookings of every job submitted before `job_id`.
+/// Whether `decision` still fits with the bookings of every job submitted before `job_id`
+/// (on its cards, and within the GPU limits that apply to it).
 async fn recheck<F, Fut>(
     args: &SubmitArgs,
     inventories: &BTreeMap<String, NodeInventory>,
+    limits: &[quota::Limit],
     decision: &Decision,
     job_id: u64,
     call: &F,
@@ -481,10 +515,13 @@ where
     let earlier = booked.range(..job_id).map(|(_, d)| d);
     let nodes = candidate_nodes(inventories, &slurm_nodes, &args.partitions, earlier);
     let pinned = args.request.pinned_to(&decision.uuids());
+    let mut workload = pinned.workload(&args.job_name);
+    workload.quota =
+        (!limits.is_empty()).then(|| quota::budget(limits, &jobs, &booked, Some(job_id)).0);
     let result = call(v1::AllocateRequest {
         node_set: None,
         nodes,
-        workload: Some(pinned.workload(&args.job_name)),
+        workload: Some(workload),
         // Only the placement is compared.
         options: Some(v1::PlacementOptions {
             failed_nodes: v1::FailedNodes::None as i32,

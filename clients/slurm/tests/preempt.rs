@@ -56,6 +56,7 @@ async fn the_service_names_the_later_started_low_job_and_low_jobs_evict_nobody()
         comment: d.encode(),
         partition: partition.into(),
         start_time: start,
+        ..Job::default()
     };
     let jobs = vec![
         job(1, &booking(0, 12000, 60), "low", 1_000),

@@ -157,6 +157,7 @@ impl Preemptor {
         &self,
         cx: &Ctx<'_>,
         pod: &Pod,
+        workload: &v1::Workload,
         candidates: &[String],
         out: &mut ExtenderFilterResult,
     ) {
@@ -259,7 +260,7 @@ impl Preemptor {
             }
             return;
         }
-        let resp = match ask(cx, pod, &parts, priority, placed.clone()).await {
+        let resp = match ask(cx, workload, &parts, priority, placed.clone()).await {
             Ok(r) => r,
             Err(text) => {
                 let note = format!("preemption: {text}");
@@ -418,6 +419,7 @@ impl Preemptor {
         &self,
         cx: &Ctx<'_>,
         args: &ExtenderPreemptionArgs,
+        workload: &v1::Workload,
     ) -> Result<ExtenderPreemptionResult, String> {
         let pod = args
             .pod
@@ -448,9 +450,8 @@ impl Preemptor {
         let gone: HashSet<String> = theirs.values().flat_map(|(v, _)| v.clone()).collect();
         let parts = cx.view.preemption_parts(&node_names, &uid, &gone);
         let (priority, placed) = placed_all(pod, &parts, &budgets);
-        let resp = ask(cx, pod, &parts, priority, placed).await?;
+        let resp = ask(cx, workload, &parts, priority, placed).await?;
         let nodes: Vec<v1::Node> = parts.iter().map(|p| p.node.clone()).collect();
-        let workload = translate::workload(pod, names);
         let accepted = verb::accept(&theirs, &resp);
         // Names for the Events and texts, kube-scheduler's victims included.
         let names_by_uid: std::collections::HashMap<String, String> = cx
@@ -540,18 +541,18 @@ fn placed_all(pod: &Pod, parts: &[NodeParts], budgets: &[Budget]) -> (i32, Vec<v
     (priority, placed)
 }
 
-/// Asks the service who must leave which of `parts` so that `pod` (of `priority`) fits; a
+/// Asks the service who must leave which of `parts` so that `workload` (of `priority`) fits; a
 /// failed call is counted and given back as the text for the failures.
 async fn ask(
     cx: &Ctx<'_>,
-    pod: &Pod,
+    workload: &v1::Workload,
     parts: &[NodeParts],
     priority: i32,
     placed: Vec<v1::NodePlaced>,
 ) -> Result<v1::PreemptResponse, String> {
     let req = v1::PreemptRequest {
         nodes: parts.iter().map(|p| p.node.clone()).collect(),
-        workload: Some(translate::workload(pod, cx.view.names())),
+        workload: Some(workload.clone()),
         options: None,
         priority,
         placed,

@@ -157,6 +157,7 @@ mod tests {
                 })
                 .collect(),
             annotation: String::new(),
+            ..Default::default()
         })
     }
 

@@ -231,6 +231,7 @@ mod tests {
                     cores: 0,
                 }]],
                 annotation: String::new(),
+                ..Default::default()
             })
         };
         vec![NodeParts {

@@ -141,8 +141,13 @@ impl Holds {
     pub(super) fn insert(&self, h: Hold) {
         let usage = Arc::new(PodUsage {
             node: h.node.clone(),
+            namespace: h.namespace.clone(),
             bookings: h.bookings.clone(),
+            init: 0,
+            mig: Vec::new(),
+            owner: format!("{}/{}", h.namespace, h.name),
             annotation: String::new(),
+            problem: None,
         });
         if let Ok(mut m) = self.entries.lock() {
             if !h.offer {

@@ -19,10 +19,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use gpusched_client::{PreparedNode, v1};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::config::Names;
+use crate::quota;
 use crate::translate::{self, PodUsage};
 
 mod assume;
@@ -30,6 +31,8 @@ mod decoded;
 mod holds;
 mod locks;
 mod prepared;
+#[cfg(test)]
+mod quota_tests;
 #[cfg(test)]
 mod tests;
 
@@ -69,10 +72,13 @@ pub struct NodeParts {
 pub struct ClusterView {
     nodes: Store<Node>,
     pods: Store<Pod>,
+    /// ResourceQuota objects (None: quotas are off).
+    quotas: Option<Store<ResourceQuota>>,
     names: Names,
     synced: AtomicBool,
     assumed: AssumeCache,
     locks: BindLocks,
+    namespace_locks: BindLocks,
     decoded: Decoded,
     prepared: PreparedForms,
     holds: Holds,
@@ -83,16 +89,21 @@ type UsageByNode = HashMap<String, Vec<Arc<PodUsage>>>;
 /// A usage that counts, with the store's pod when it comes from the store.
 type Counted = (Arc<PodUsage>, Option<Arc<Pod>>);
 
+/// What [`ClusterView::each_counted_with`] calls: pod uid, usage, the store's pod.
+type CountedFn<'a> = dyn FnMut(&str, &Arc<PodUsage>, Option<&Arc<Pod>>) + 'a;
+
 impl ClusterView {
     /// A view over these reflector stores.
     pub fn new(nodes: Store<Node>, pods: Store<Pod>, names: Names, ttl: Duration) -> Self {
         ClusterView {
             nodes,
             pods,
+            quotas: None,
             names,
             synced: AtomicBool::new(false),
             assumed: AssumeCache::new(ttl),
             locks: BindLocks::default(),
+            namespace_locks: BindLocks::default(),
             decoded: Decoded::default(),
             prepared: PreparedForms::default(),
             holds: Holds::default(),
@@ -111,15 +122,24 @@ impl ClusterView {
         self
     }
 
+    /// Reads GPU quotas from this ResourceQuota store (see [`crate::quota`]).
+    pub fn with_quotas(mut self, quotas: Store<ResourceQuota>) -> Self {
+        self.quotas = Some(quotas);
+        self
+    }
+
     /// Names.
     pub fn names(&self) -> &Names {
         &self.names
     }
 
-    /// Waits until both informers have listed everything once.
+    /// Waits until the informers (nodes, pods, quotas) have listed everything once.
     pub async fn wait_synced(&self) -> anyhow::Result<()> {
         self.nodes.wait_until_ready().await?;
         self.pods.wait_until_ready().await?;
+        if let Some(q) = &self.quotas {
+            q.wait_until_ready().await?;
+        }
         self.synced.store(true, Ordering::SeqCst);
         Ok(())
     }
@@ -176,11 +196,29 @@ impl ClusterView {
         4 * self.nodes.len().max(16)
     }
 
-    /// Every usage that counts, from one consistent copy of the store: the store's decisions
-    /// (with the pod), the assume cache's (an assumed decision replaces whatever older decision
-    /// the store shows for the pod) and the preemption holds; each with its pod's uid, and with
-    /// the store's pod object when `with_pods` (only preemption reads them).
-    fn counted(&self, with_pods: bool) -> Vec<(String, Arc<PodUsage>, Option<Arc<Pod>>)> {
+    /// Usage per node (only for `wanted` nodes), from the store, the assume cache and the
+    /// preemption holds, leaving out the pod `exclude_uid` (the pod being placed: a retried pod's
+    /// own earlier decision, or its own hold, must not count against it).
+    fn usage(&self, wanted: &dyn Fn(&str) -> bool, exclude_uid: &str) -> UsageByNode {
+        let mut by_node: UsageByNode = HashMap::new();
+        self.each_counted_with(true, false, &mut |uid, u, _| {
+            if uid != exclude_uid && wanted(&u.node) {
+                by_node.entry(u.node.clone()).or_default().push(u.clone());
+            }
+        });
+        by_node
+    }
+
+    /// Calls `f` with every decision that counts now, by pod uid: the store's, and the assume
+    /// cache's in place of whatever older decision the store shows for the same pod.
+    fn each_counted(&self, f: &mut dyn FnMut(&str, &Arc<PodUsage>)) {
+        self.each_counted_with(false, false, &mut |uid, u, _| f(uid, u));
+    }
+
+    /// [`ClusterView::each_counted`], and the preemption holds when `holds` (usage of nodes,
+    /// not of namespaces: a hold is charged to its pod's quota when it binds); with the store's
+    /// pod object when `with_pods` (only preemption reads them).
+    fn each_counted_with(&self, holds: bool, with_pods: bool, f: &mut CountedFn<'_>) {
         // One consistent copy of the store: the assumed entries are judged against the very
         // objects counted here (the informer may update the store meanwhile). Decoded usages are
         // kept while a pod's resourceVersion is unchanged: a call allocates only for pods that
@@ -191,25 +229,6 @@ impl ClusterView {
             None => Observed::Absent,
             Some(u) => Observed::Present(u.map(|u| (**u).clone())),
         });
-        let held = if self.holds.is_empty() {
-            Vec::new()
-        } else {
-            let nominated = |uid: &str| {
-                pods.iter()
-                    .find(|p| p.metadata.uid.as_deref() == Some(uid))
-                    .and_then(|p| p.status.as_ref()?.nominated_node_name.clone())
-                    .filter(|n| !n.is_empty())
-            };
-            self.holds.counted(
-                |uid| match current.get(uid) {
-                    _ if assumed_usage.contains_key(uid) => Preemptor::Decided,
-                    None => Preemptor::Absent,
-                    Some(None) => Preemptor::Pending(nominated(uid)),
-                    Some(Some(_)) => Preemptor::Decided,
-                },
-                |uid| current.get(uid).is_some(),
-            )
-        };
         let by_uid: HashMap<&str, &Arc<Pod>> = if with_pods {
             pods.iter()
                 .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
@@ -217,36 +236,42 @@ impl ClusterView {
         } else {
             HashMap::new()
         };
-        let mut out = Vec::new();
         for (uid, u) in current.iter() {
             if let Some(u) = u
                 && !assumed_usage.contains_key(uid)
             {
-                let pod = by_uid.get(uid.as_str()).map(|p| (*p).clone());
-                out.push((uid.clone(), u.clone(), pod));
+                f(uid, u, by_uid.get(uid.as_str()).copied());
             }
         }
-        out.extend(assumed_usage.into_iter().map(|(uid, u)| (uid, u, None)));
-        out.extend(held.into_iter().map(|(uid, u)| (uid, u, None)));
-        out
-    }
-
-    /// Usage per node (only for `wanted` nodes), from the store, the assume cache and the holds,
-    /// leaving out the pod `exclude_uid` (the pod being placed: a retried pod's own earlier
-    /// decision, or its own hold, must not count against it).
-    fn usage(&self, wanted: &dyn Fn(&str) -> bool, exclude_uid: &str) -> UsageByNode {
-        let mut by_node: UsageByNode = HashMap::new();
-        for (uid, u, _) in self.counted(false) {
-            if uid != exclude_uid && wanted(&u.node) {
-                by_node.entry(u.node.clone()).or_default().push(u);
+        for (uid, u) in &assumed_usage {
+            f(uid, u, None);
+        }
+        if holds && !self.holds.is_empty() {
+            let nominated = |uid: &str| {
+                pods.iter()
+                    .find(|p| p.metadata.uid.as_deref() == Some(uid))
+                    .and_then(|p| p.status.as_ref()?.nominated_node_name.clone())
+                    .filter(|n| !n.is_empty())
+            };
+            let held = self.holds.counted(
+                |uid| match current.get(uid) {
+                    _ if assumed_usage.contains_key(uid) => Preemptor::Decided,
+                    None => Preemptor::Absent,
+                    Some(None) => Preemptor::Pending(nominated(uid)),
+                    Some(Some(_)) => Preemptor::Decided,
+                },
+                |uid| current.get(uid).is_some(),
+            );
+            for (uid, u) in &held {
+                f(uid, u, None);
             }
         }
-        by_node
     }
 
-    /// The candidate nodes as preemption sees them (nodes the informer has not shown, or
-    /// without a readable inventory, are left out), leaving out the pod `exclude_uid` and the
-    /// usage of the pods in `gone` (kube-scheduler's victims, see `src/preempt/`).
+    /// The candidate nodes as preemption sees them (nodes the informer has not shown, without a
+    /// readable inventory, or whose pods' decisions contradict it are left out), leaving out the
+    /// pod `exclude_uid` and the usage of the pods in `gone` (kube-scheduler's victims, see
+    /// `src/preempt/`).
     pub fn preemption_parts(
         &self,
         node_names: &[String],
@@ -255,11 +280,14 @@ impl ClusterView {
     ) -> Vec<NodeParts> {
         let set: std::collections::HashSet<&str> = node_names.iter().map(String::as_str).collect();
         let mut usage: HashMap<String, Vec<Counted>> = HashMap::new();
-        for (uid, u, pod) in self.counted(true) {
-            if uid != exclude_uid && !gone.contains(&uid) && set.contains(u.node.as_str()) {
-                usage.entry(u.node.clone()).or_default().push((u, pod));
+        self.each_counted_with(true, true, &mut |uid, u, pod| {
+            if uid != exclude_uid && !gone.contains(uid) && set.contains(u.node.as_str()) {
+                usage
+                    .entry(u.node.clone())
+                    .or_default()
+                    .push((u.clone(), pod.cloned()));
             }
-        }
+        });
         let mut out = Vec::new();
         for name in node_names {
             let Some(node) = self.nodes.get(&ObjectRef::new(name)) else {
@@ -272,13 +300,12 @@ impl ClusterView {
                 continue;
             }
             let here = usage.remove(name).unwrap_or_default();
+            let usages: Vec<Arc<PodUsage>> = here.iter().map(|(u, _)| u.clone()).collect();
+            let Ok(node) = translate::node_with_pods(name, &inv, &usages, &self.names) else {
+                continue;
+            };
             out.push(NodeParts {
-                node: translate::node_with_usage(
-                    name,
-                    &inv,
-                    here.iter().map(|(u, _)| u.bookings.as_slice()),
-                    &self.names,
-                ),
+                node,
                 pods: here
                     .into_iter()
                     .filter_map(|(u, pod)| Some((pod?, u)))
@@ -306,6 +333,71 @@ impl ClusterView {
     /// Number of holds.
     pub fn holds_len(&self) -> usize {
         self.holds.len()
+    }
+
+    /// What the namespace's pods hold against its quota (contract 10.2), the pod `exclude_uid`
+    /// left out: the decisions counted as node usage (bound by our decision, assumed, reserved).
+    pub fn namespace_use(&self, namespace: &str, exclude_uid: &str) -> quota::Use {
+        let mut total = quota::Use::default();
+        self.each_counted(&mut |uid, u| {
+            if uid != exclude_uid && u.namespace == namespace {
+                total = total.plus(quota::consumed(&u.bookings, u.init));
+                // MIG instances consume their devices' bookings, held for the pod's life (no
+                // init peak: contract 10.2, 11.4).
+                for r in &u.mig {
+                    total = total.plus(quota::Use {
+                        mem_mib: r.mem_mib,
+                        cores: u64::from(r.cores),
+                    });
+                }
+            }
+        });
+        total
+    }
+
+    /// The namespace's GPU limits (None: quotas are off, or none of its quotas sets a GPU key).
+    pub fn quota_limits(&self, namespace: &str) -> Option<quota::Limits> {
+        let store = self.quotas.as_ref()?;
+        let quotas = store.state();
+        let keys = quota::Keys::of(&self.names);
+        let l = quota::limits(
+            quotas
+                .iter()
+                .filter(|q| q.metadata.namespace.as_deref() == Some(namespace))
+                .map(|q| &**q),
+            &keys,
+        );
+        l.any().then_some(l)
+    }
+
+    /// The namespace's quota now: its limits and what it holds without the pod `exclude_uid`
+    /// (None: no GPU limit applies).
+    pub fn quota(&self, namespace: &str, exclude_uid: &str) -> Option<quota::NamespaceQuota> {
+        let limits = self.quota_limits(namespace)?;
+        Some(quota::NamespaceQuota {
+            namespace: namespace.to_owned(),
+            limits,
+            used: self.namespace_use(namespace, exclude_uid),
+        })
+    }
+
+    /// How many ResourceQuota objects have a GPU key whose value cannot be read (each blocks
+    /// its namespace's GPU pods for that resource).
+    pub fn invalid_quotas(&self) -> usize {
+        let Some(store) = &self.quotas else { return 0 };
+        let keys = quota::Keys::of(&self.names);
+        store
+            .state()
+            .iter()
+            .filter(|q| quota::read(q, &keys).1.iter().any(|f| f.blocking))
+            .count()
+    }
+
+    /// The namespace's bind lock: with a quota, the budget, `Allocate` and the assume-cache
+    /// insert of binds in one namespace run one at a time (taken after the node's lock), so
+    /// the same budget is never given twice.
+    pub async fn lock_namespace(&self, namespace: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        self.namespace_locks.lock(namespace).await
     }
 
     /// The candidate nodes with their cards and current usage.
@@ -348,19 +440,22 @@ impl ClusterView {
             }
             let mut pods: Vec<Arc<PodUsage>> = usage.get(name).cloned().unwrap_or_default();
             pods.sort_by_key(|u| Arc::as_ptr(u) as usize);
-            if let Some(e) = entry
-                && e.built_from(&inv, &pods)
-            {
-                let (node, p) = e.forms();
-                snap.nodes.push(node);
-                snap.prepared.push(p);
-                continue;
+            let forms = match entry {
+                Some(e) if e.built_from(&inv, &pods) => e.forms(),
+                _ => {
+                    let e = PreparedEntry::build(name, cached, inv, pods, &self.names);
+                    let forms = e.forms();
+                    prepared.insert(name.clone(), e);
+                    forms
+                }
+            };
+            match forms {
+                Ok((node, p)) => {
+                    snap.nodes.push(node);
+                    snap.prepared.push(p);
+                }
+                Err(problem) => snap.unusable.push((name.clone(), problem, true)),
             }
-            let e = PreparedEntry::build(name, cached, inv, pods, &self.names);
-            let (node, p) = e.forms();
-            snap.nodes.push(node);
-            snap.prepared.push(p);
-            prepared.insert(name.clone(), e);
         }
         snap
     }

@@ -11,9 +11,9 @@
 //! and drops connections to a replica that stops being ready.
 //!
 //! Layout: `harness/` (environment, control-plane client and builders, waiting helpers,
-//! bursts, gpusched-kube processes, the Service stand-in) and `scenarios/` (one module per
+//! bursts, gpusched-kube and gpusched-agent processes, the Service stand-in) and `scenarios/` (one module per
 //! story). `E2E_FILTER` picks scenarios by name: admission, forgery, failclosed, seed, weights,
-//! mutex, badnodes, traces, preempt, burst, baseline, restart, replicas.
+//! mutex, badnodes, traces, preempt, mig, burst, baseline, quota, restart, replicas.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod harness;
@@ -68,6 +68,9 @@ async fn e2e_on_a_real_control_plane() {
     if h.env.wants("preempt") {
         scenarios::preempt::run(&h, &shim).await;
     }
+    if h.env.wants("mig") {
+        scenarios::mig::run(&h).await;
+    }
     let mut ours = None;
     if h.env.wants("burst") {
         ours = Some(scenarios::burst::with_extender(&h, shim.pid()).await);
@@ -82,6 +85,9 @@ async fn e2e_on_a_real_control_plane() {
                 o.rate / base.rate
             ));
         }
+    }
+    if h.env.wants("quota") {
+        scenarios::quota::run(&h, &mut shim).await;
     }
     if h.env.wants("restart") {
         scenarios::restart::run(&h, &mut shim, "replica-a2").await;

@@ -18,6 +18,9 @@ pub struct Env {
     pub scheduler_kubeconfig: PathBuf,
     pub results: PathBuf,
     pub filter: Vec<String>,
+    /// gpusched-agent and the fake NVML library (built only when the MIG scenario runs).
+    pub agent_bin: Option<PathBuf>,
+    pub fake_nvml: Option<PathBuf>,
 }
 
 fn var(name: &str) -> String {
@@ -52,6 +55,14 @@ impl Env {
                 .map(|s| s.trim().to_owned())
                 .filter(|s| !s.is_empty())
                 .collect(),
+            agent_bin: std::env::var("E2E_AGENT_BIN")
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            fake_nvml: std::env::var("E2E_FAKE_NVML")
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
         })
     }
 
