@@ -170,10 +170,13 @@ AccountingStorageType=accounting_storage/none
 GresTypes=gpuslot,gpumem,gpucore
 TaskProlog=$W/task-prolog
 JobSubmitPlugins=lua
+JobRequeue=1
 NodeName=node1 NodeHostname=$H NodeAddr=127.0.0.1 Port=$D1_PORT CPUs=64 RealMemory=1000 Gres=$GRES1 State=UNKNOWN
 NodeName=node2 NodeHostname=$H NodeAddr=127.0.0.1 Port=$D2_PORT CPUs=64 RealMemory=1000 Gres=$GRES2 State=UNKNOWN
 PartitionName=gpu Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:64
 PartitionName=one Nodes=node1 MaxTime=INFINITE State=UP OverSubscribe=FORCE:64
+PartitionName=lowone Nodes=node1 MaxTime=INFINITE State=UP OverSubscribe=FORCE:64 PriorityTier=1
+PartitionName=highone Nodes=node1 MaxTime=INFINITE State=UP OverSubscribe=FORCE:64 PriorityTier=10
 EOF
 cp "$W/gres.conf" "$W/gres.conf.generated"
 cp clients/slurm/job_submit.lua "$W/job_submit.lua"
@@ -253,6 +256,11 @@ use = collections.defaultdict(lambda: [0, 0, 0])
 gres = collections.defaultdict(lambda: [0, 0, 0])
 for j in jobs:
     if j["job_state"] in done or not j.get("comment", "").startswith("gpusched/v1"):
+        continue
+    if j["comment"].split()[1:2] == ["preempted"]:
+        # requeued by a preemption: holds nothing (and Slurm allocates nothing to it)
+        if j["job_state"] == "RUNNING":
+            print("preempted job", j["job_id"], "is running"); sys.exit(1)
         continue
     w = dict(x.split("=", 1) for x in j["comment"].split()[1:])
     for card in filter(None, w["devices"].rstrip(";").split(":")):
@@ -510,6 +518,50 @@ check "no lock: every job placed or gave up after retries (placed $placed, gave 
   [ "$((placed + gaveup))" = 12 -a "$placed" -ge 1 ]
 check "no lock: no card over capacity; Slurm's GRES equal gpusched's bookings" capacity_ok
 check "no lock: cancelled race losers left nothing queued (live jobs = placed)" no_new_job "$placed"
+clear_jobs
+
+echo "e2e: preemption: partition highone (PriorityTier 10) over lowone (1), node1; 4 low jobs (50000 MiB, 60% cores) fill the 4 cards (80 GiB each)"
+state_of() { squeue -h -j "$1" -o %T 2>/dev/null; }
+for i in 0 1 2 3; do
+  u=$(eval echo "\$U$i")
+  sub "low$i" -p lowone --gres=gpu:1 --gpusched gpumem=50000 --gpusched gpucores=60 --gpusched "use-gpuuuid=$u"
+  eval "L$i=$JID"
+  seen "$JID" >/dev/null || true
+  sleep 1.1 # distinct start seconds: of equal priority, the later started is the less important
+done
+# A high job asking 20000 MiB and 50% cores: no card has the cores free; of the four equal victims the
+# service names the one started last (the others are put back first): L3 on GPU 3.
+sub hi0 -p highone --gres=gpu:1 --gpusched gpumem=20000 --gpusched gpucores=50
+refused_naming_victim() {
+  [ "$RC" = 1 ] && grep -q "requeueing job(s) $L3 on node1 (GPU 3) would make room" "$W/out/hi0.err"
+}
+four_running() { [ "$(squeue -h -t RUNNING -o %i | wc -l)" = 4 ] && [ "$(live_jobs)" = 4 ]; }
+check "preemption: without --gpusched-preempt, refused naming the job to requeue and its card ($(grep -o 'preemption: .*' "$W/out/hi0.err" | head -1))" \
+  refused_naming_victim
+check "preemption: nothing requeued, nothing queued" four_running
+# Why the adapter cannot act for any user: Slurm lets only root and operators requeue others' jobs.
+URC=0
+(cd /tmp && runuser -u "$TEST_USER" -- env SLURM_CONF="$SLURM_CONF" GPUSCHED_ADDRESS="$ADDR" \
+  GPUSCHED_INVENTORY_DIR="$W/inventory" "$BIN/gpusched-sbatch" --parsable --gpusched-lock none --gpusched-preempt \
+  -p highone --gres=gpu:1 --gpusched gpumem=20000 --gpusched gpucores=50 -o /dev/null --chdir=/tmp --wrap 'sleep 600') \
+  >/dev/null 2>"$W/out/user-preempt.err" || URC=$?
+user_refused() {
+  [ "$URC" = 1 ] && grep -q "preemption: requeueing job $L3" "$W/out/user-preempt.err" && four_running &&
+    [ "$(state_of "$L3")" = RUNNING ]
+}
+check "preemption: a plain user's --gpusched-preempt is refused by Slurm, own job cancelled, victims untouched ($(grep -o 'preemption: requeueing.*' "$W/out/user-preempt.err" | head -1))" \
+  user_refused
+sub hi -p highone --gres=gpu:1 --gpusched gpumem=20000 --gpusched gpucores=50 --gpusched-preempt; H=$JID
+expect "$H" node1 3 "preemption: the high job on the card its victim freed"
+victim_requeued() {
+  [ "$(state_of "$L3")" = PENDING ] && [[ "$(comment "$L3")" == "gpusched/v1 preempted by=$H "* ]]
+}
+check "preemption: exactly $L3 requeued and held, its comment '$(comment "$L3")'" victim_requeued
+others_run() { [ "$(state_of "$L0") $(state_of "$L1") $(state_of "$L2")" = "RUNNING RUNNING RUNNING" ]; }
+check "preemption: the other low jobs still run ($L0 $L1 $L2)" others_run
+check "preemption: gpusched-sbatch reported it ($(grep -o 'preempted job.*' "$W/out/hi.err" | head -1))" \
+  grep -q "preempted job(s) $L3: requeued and held" "$W/out/hi.err"
+check "preemption: no card over capacity; Slurm's GRES equal gpusched's bookings" capacity_ok
 clear_jobs
 
 echo "e2e: GPU limits of accounts and QOS (slurmdbd on MariaDB; slurmctld restarted with accounting)"

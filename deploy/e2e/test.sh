@@ -6,8 +6,9 @@
 # gpusched-kube runs with a ServiceAccount token bound only by that RBAC, then
 # clients/kube/tests/e2e/ runs
 # the scenarios (admission, forged decisions, fail closed, seed stories, weights, mutex, bad nodes, traces,
-# MIG nodes registered by gpusched-agent on the fake NVML library, bursts, GPU quotas per
-# namespace, restart, two replicas, the operator view in a headless Chromium and kubectl-gpusched).
+# preemption, MIG nodes registered by gpusched-agent on the fake NVML library, bursts, GPU
+# quotas per namespace, restart, two replicas, the operator view in a headless Chromium and
+# kubectl-gpusched).
 # Jaeger (built by build-jaeger.sh, cached) receives both binaries' traces over OTLP.
 #
 #   deploy/e2e/test.sh                 # called by scripts/test.sh (stage e2e)
@@ -241,6 +242,11 @@ SA=(--kubeconfig "$WORK/shim.kubeconfig")
 [[ "$(kubectl "${SA[@]}" auth can-i update resourcequotas -A 2>/dev/null || true)" == no ]] || die "SA may change resourcequotas"
 [[ "$(kubectl "${SA[@]}" auth can-i update leases/gpusched-kube -n gpusched-system)" == yes ]] || die "SA cannot update its lease"
 [[ "$(kubectl "${SA[@]}" auth can-i patch pods -A 2>/dev/null || true)" == no ]] || die "SA may patch pods (more than needed)"
+# Preemption: evict (Eviction API), pod status (nomination, victims' condition), read budgets.
+[[ "$(kubectl "${SA[@]}" auth can-i create pods --subresource=eviction -A)" == yes ]] || die "SA cannot evict pods"
+[[ "$(kubectl "${SA[@]}" auth can-i patch pods --subresource=status -A)" == yes ]] || die "SA cannot patch pod status"
+[[ "$(kubectl "${SA[@]}" auth can-i watch poddisruptionbudgets.policy -A)" == yes ]] || die "SA cannot watch PodDisruptionBudgets"
+[[ "$(kubectl "${SA[@]}" auth can-i delete pods -A 2>/dev/null || true)" == no ]] || die "SA may delete pods (evictions only)"
 [[ "$(kubectl "${SA[@]}" auth can-i update leases/kube-scheduler -n kube-system 2>/dev/null || true)" == no ]] || die "SA may touch other leases"
 
 CA_B64="$(base64 -w0 <"$PKI/ca.crt")"

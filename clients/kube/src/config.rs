@@ -50,6 +50,8 @@ pub struct FileConfig {
     /// The operator's view (web page and JSON API).
     #[serde(default)]
     pub web: WebConfig,
+    /// Preemption (`src/preempt/`).
+    pub preemption: PreemptionConfig,
     /// Logs and traces.
     pub telemetry: TelemetryConfig,
 }
@@ -176,6 +178,20 @@ pub struct AssumeConfig {
     /// Lifetime of a reservation whose bind never comes.
     #[serde(with = "humantime_serde")]
     pub reservation_ttl: Duration,
+}
+
+/// `[preemption]`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PreemptionConfig {
+    /// Evict pods of lower priority to make room for a pending GPU pod.
+    pub enabled: bool,
+    /// How long a preemptor's cards stay held for it once its victims are gone.
+    #[serde(with = "humantime_serde")]
+    pub hold: Duration,
+    /// How long the victims may take to leave before the hold is dropped.
+    #[serde(with = "humantime_serde")]
+    pub victims_timeout: Duration,
 }
 
 /// `[quota]`.
@@ -362,6 +378,15 @@ pub struct LeaderSettings {
     pub retry_period: Duration,
 }
 
+/// Preemption settings (when enabled).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PreemptionSettings {
+    /// How long a preemptor's cards stay held for it once its victims are gone.
+    pub hold: Duration,
+    /// How long the victims may take to leave before the hold is dropped.
+    pub victims_timeout: Duration,
+}
+
 /// Validated runtime settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
@@ -385,6 +410,8 @@ pub struct Settings {
     pub reserve: bool,
     /// Reservation TTL.
     pub reservation_ttl: Duration,
+    /// Preemption, when enabled.
+    pub preemption: Option<PreemptionSettings>,
     /// GPU quotas per namespace (ResourceQuota objects watched).
     pub quotas: bool,
     /// Logs and traces.
@@ -502,6 +529,18 @@ impl FileConfig {
         } else {
             None
         };
+        let p = &self.preemption;
+        let preemption = if p.enabled {
+            let hold = nonzero_duration("preemption.hold", p.hold)?;
+            let victims_timeout =
+                nonzero_duration("preemption.victims_timeout", p.victims_timeout)?;
+            Some(PreemptionSettings {
+                hold,
+                victims_timeout,
+            })
+        } else {
+            None
+        };
         Ok(Settings {
             web: self.web.validate()?,
             names: self.names.validate(&self.scheduler_name)?,
@@ -516,6 +555,7 @@ impl FileConfig {
                 "assume.reservation_ttl",
                 self.assume.reservation_ttl,
             )?,
+            preemption,
             quotas: self.quota.enabled,
             telemetry: self.telemetry.validate(env)?,
         })
@@ -764,6 +804,44 @@ mod tests {
         check(
             &[("GPUSCHED_KUBE_QUOTA__ENABLED", "sometimes")],
             "quota.enabled",
+        );
+        check(
+            &[("GPUSCHED_KUBE_PREEMPTION__HOLD", "0s")],
+            "preemption.hold",
+        );
+        check(
+            &[("GPUSCHED_KUBE_PREEMPTION__VICTIMS_TIMEOUT", "later")],
+            "preemption.victims_timeout",
+        );
+        check(
+            &[("GPUSCHED_KUBE_PREEMPTION__ENABLED", "maybe")],
+            "preemption.enabled",
+        );
+    }
+
+    #[test]
+    fn preemption_is_on_by_default_and_can_be_turned_off() {
+        let load = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("webhook.enabled", "false")];
+            all.extend_from_slice(pairs);
+            SPEC.load_pairs::<FileConfig>(None, &[], &all)
+                .unwrap()
+                .validate(&env(&[]))
+                .unwrap()
+                .preemption
+        };
+        assert_eq!(
+            load(&[]),
+            Some(PreemptionSettings {
+                hold: Duration::from_secs(30),
+                victims_timeout: Duration::from_secs(600),
+            })
+        );
+        assert_eq!(load(&[("preemption.enabled", "false")]), None);
+        // Off: its durations are not judged.
+        assert_eq!(
+            load(&[("preemption.enabled", "false"), ("preemption.hold", "0s")]),
+            None
         );
     }
 }

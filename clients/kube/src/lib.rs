@@ -8,7 +8,7 @@
 //!
 //! Layers (each imports only those above it): wire types ([`extender_v1`]; admission reviews
 //! are kube's) ← answers and logic ([`answer`], [`admission`], [`shim`], over [`view`],
-//! [`translate`] with [`mig`], [`quota`], [`leader`], [`metrics`], [`traces`]) ← HTTP handlers ([`extender`], [`webhook`]) ←
+//! [`translate`] with [`mig`], [`quota`], [`leader`], [`metrics`], [`traces`], [`preempt`]) ← HTTP handlers ([`extender`], [`webhook`]) ←
 //! start-up ([`run`]).
 
 pub mod admission;
@@ -22,6 +22,7 @@ pub mod inventory_check;
 pub mod leader;
 pub mod metrics;
 pub mod mig;
+pub mod preempt;
 pub mod quota;
 pub mod run;
 pub mod shim;

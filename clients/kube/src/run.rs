@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use futures::StreamExt;
 use gpusched_client::{ClientBuilder, TlsOptions};
 use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, ResourceExt};
@@ -17,14 +18,15 @@ use crate::admission::WebhookOptions;
 use crate::config::Settings;
 use crate::leader::{self, Leadership};
 use crate::metrics::Metrics;
+use crate::preempt::Preemptor;
 use crate::quota::QuotaReporter;
 use crate::shim::Shim;
 use crate::traces::PodTraces;
-use crate::view::ClusterView;
+use crate::view::{ClusterView, HoldTimes};
 use crate::web::{Auth, WebState};
 use crate::webhook::{self, TlsListener, WebhookState};
 
-async fn kube_client(settings: &Settings) -> anyhow::Result<kube::Client> {
+async fn kube_config(settings: &Settings) -> anyhow::Result<kube::Config> {
     let config = match &settings.kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
@@ -37,7 +39,7 @@ async fn kube_client(settings: &Settings) -> anyhow::Result<kube::Client> {
             .await
             .context("no Kubernetes configuration (in-cluster, KUBECONFIG or ~/.kube/config)")?,
     };
-    kube::Client::try_from(config).context("Kubernetes client")
+    Ok(config)
 }
 
 fn service_client(settings: &Settings) -> anyhow::Result<gpusched_client::Client> {
@@ -66,7 +68,8 @@ pub fn main(settings: Settings) -> anyhow::Result<()> {
 
 async fn serve(settings: Settings) -> anyhow::Result<()> {
     let telemetry = gpusched_runtime::logging::init(&settings.telemetry, "gpusched_kube")?;
-    let client = kube_client(&settings).await?;
+    let kube_config = kube_config(&settings).await?;
+    let client = kube::Client::try_from(kube_config.clone()).context("Kubernetes client")?;
     let service = service_client(&settings)?;
     let names = settings.names.clone();
 
@@ -106,6 +109,12 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     });
     let mut view = ClusterView::new(node_store, pod_store, names.clone(), settings.assume_ttl)
         .with_reservation_ttl(settings.reservation_ttl);
+    if let Some(p) = &settings.preemption {
+        view = view.with_hold_times(HoldTimes {
+            hold: p.hold,
+            victims_timeout: p.victims_timeout,
+        });
+    }
     // ResourceQuotas (all namespaces): the GPU limits; status (rewritten at every pod change by
     // the quota controller) is not read.
     let quotas = if settings.quotas {
@@ -126,6 +135,48 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         None
     };
     let view = Arc::new(view);
+    // PodDisruptionBudgets, for preemption only (kube-scheduler's count of violations).
+    let preemptor = settings
+        .preemption
+        .map(|_| {
+            let (store, writer) = reflector::store::<PodDisruptionBudget>();
+            let budgets = watcher(
+                Api::<PodDisruptionBudget>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .modify(|b: &mut PodDisruptionBudget| b.managed_fields_mut().clear())
+            .reflect(writer);
+            tokio::spawn(async move {
+                budgets
+                    .for_each(|e| async move {
+                        if let Err(e) = e {
+                            tracing::warn!(error = %e, "PodDisruptionBudget watch error");
+                        }
+                    })
+                    .await;
+            });
+            let listed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            {
+                let (store, listed) = (store.clone(), listed.clone());
+                tokio::spawn(async move {
+                    if store.wait_until_ready().await.is_ok() {
+                        listed.store(true, std::sync::atomic::Ordering::SeqCst);
+                        tracing::info!("PodDisruptionBudgets listed: preemption on");
+                    }
+                });
+            }
+            // Evictions answer 429 when a PodDisruptionBudget refuses: an answer to act on at once,
+            // not a transient error to retry for minutes (kube-rs retries 429 by default).
+            let mut no_retry = kube_config.clone();
+            no_retry.default_retry = false;
+            let evictions = kube::Client::try_from(no_retry);
+            match evictions {
+                Ok(c) => Ok(Preemptor::new(store, listed, c)),
+                Err(e) => Err(anyhow::anyhow!("Kubernetes client for evictions: {e}")),
+            }
+        })
+        .transpose()?;
     {
         let view = view.clone();
         tokio::spawn(async move {
@@ -188,6 +239,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         reserve: settings.reserve,
         metrics: Metrics::default(),
         traces: PodTraces::new(telemetry.tracer()),
+        preemptor,
     });
 
     let ext_listener = tokio::net::TcpListener::bind(settings.extender_listen)

@@ -15,8 +15,10 @@ use opentelemetry::context::FutureExt as _;
 use crate::answer::{filter_error, filter_result, invalid_pod, pass_all, priorities};
 use crate::events::{self, Warning};
 use crate::extender_v1::{ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority};
+use crate::extender_v1::{ExtenderPreemptionArgs, ExtenderPreemptionResult};
 use crate::leader::Leadership;
 use crate::metrics::{ExtenderCall, ExtenderOutcome, Metrics, QuotaStage};
+use crate::preempt::{Ctx, Preemptor};
 use crate::quota::NamespaceQuota;
 use crate::traces::{PodRef, PodTraces};
 use crate::translate;
@@ -54,6 +56,8 @@ pub struct Shim {
     pub metrics: Metrics,
     /// The extender calls' spans, one trace per pod (see [`crate::traces`]).
     pub traces: PodTraces,
+    /// Preemption (None: off; see [`crate::preempt`]).
+    pub preemptor: Option<Preemptor>,
 }
 
 impl std::fmt::Debug for Shim {
@@ -118,6 +122,18 @@ impl Shim {
             ));
         }
         None
+    }
+
+    /// What preemption works with.
+    fn preempt_ctx(&self) -> Ctx<'_> {
+        Ctx {
+            view: &self.view,
+            service: &self.service,
+            kube: self.kube.as_ref(),
+            recorder: self.recorder.as_ref(),
+            metrics: &self.metrics,
+            error_text: service_error_text,
+        }
     }
 
     /// The snapshot of these candidates; nodes the informer has not shown yet (kube-scheduler
@@ -229,7 +245,7 @@ impl Shim {
         let req = v1::FilterRequest {
             node_set: None,
             nodes: Vec::new(),
-            workload: Some(workload),
+            workload: Some(workload.clone()),
             options: None,
             node_refs: Vec::new(),
         };
@@ -249,10 +265,18 @@ impl Shim {
                 {
                     self.metrics.quota_refusal(&q.namespace, QuotaStage::Filter);
                 }
-                let out = filter_result(args, &resp, &snap.unusable);
+                let mut out = filter_result(args, &resp, &snap.unusable);
                 // kube-scheduler does not call prioritize when one node is left: reserve here.
                 if let Some([only]) = out.node_names.as_deref() {
                     self.reserve(pod, &uid, only, None).await;
+                }
+                // No candidate fits: who must leave which node (path 1 of crate::preempt).
+                if resp.feasible_node_names.is_empty()
+                    && let Some(p) = &self.preemptor
+                {
+                    let candidates = args.candidates();
+                    p.at_filter(&self.preempt_ctx(), pod, &workload, &candidates, &mut out)
+                        .await;
                 }
                 out
             }
@@ -387,6 +411,38 @@ impl Shim {
             Ok(_) => {}
             Err(e) => tracing::debug!(error = %e, node, "reservation not made"),
         }
+    }
+
+    /// `/preempt` (kube-scheduler's preemptVerb, path 2 of [`crate::preempt`]): its victims
+    /// per node, card-exact; without preemption, its victims unchanged.
+    pub async fn preempt(
+        &self,
+        args: &ExtenderPreemptionArgs,
+    ) -> Result<ExtenderPreemptionResult, String> {
+        let start = Instant::now();
+        let r = match (self.not_ready_reason(), &self.preemptor) {
+            (Some(r), _) => Err(format!("gpusched-kube: {r}; retry")),
+            (None, Some(p)) => match &args.pod {
+                Some(pod) => {
+                    let uid = pod.metadata.uid.clone().unwrap_or_default();
+                    let (workload, _) = self.workload(pod, &uid);
+                    p.at_verb(&self.preempt_ctx(), args, &workload).await
+                }
+                None => Err("ExtenderPreemptionArgs without Pod".to_owned()),
+            },
+            (None, None) => Ok(crate::preempt::unchanged(args)),
+        };
+        let outcome = if r.is_ok() {
+            ExtenderOutcome::Ok
+        } else {
+            ExtenderOutcome::Error
+        };
+        self.metrics.extender(
+            ExtenderCall::Preempt,
+            outcome,
+            start.elapsed().as_secs_f64(),
+        );
+        r
     }
 
     /// `/bind`: Allocate on the chosen node against the current view, then one Binding that

@@ -155,7 +155,7 @@ pub fn inventory(node: &Node, names: &Names) -> Inventory {
 }
 
 /// What one pod holds on one node.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodUsage {
     /// The node.
     pub node: String,

@@ -210,6 +210,7 @@ async fn cluster(nodes: Vec<Node>) -> Cluster {
         reserve: false,
         metrics: Metrics::default(),
         traces: gpusched_kube::traces::PodTraces::off(),
+        preemptor: None,
     });
     Cluster {
         _server: server,

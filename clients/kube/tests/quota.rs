@@ -97,6 +97,7 @@ async fn cluster(nodes: Vec<Node>, pods: Vec<Pod>, quotas: Vec<ResourceQuota>) -
         reserve: true,
         metrics: Metrics::default(),
         traces: gpusched_kube::traces::PodTraces::off(),
+        preemptor: None,
     });
     Cluster {
         _server: server,

@@ -24,6 +24,7 @@ mod client;
 mod error;
 pub mod measure;
 mod pod;
+mod preempt;
 mod retry;
 
 pub use builder::{ClientBuilder, TlsOptions};
@@ -34,4 +35,5 @@ pub use error::{
 };
 pub use gpusched_api::v1;
 pub use pod::{PodBuilder, node, node_from_cards};
+pub use preempt::chosen_victims;
 pub use retry::RetryPolicy;

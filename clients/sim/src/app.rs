@@ -71,6 +71,35 @@ pub struct Args {
     /// No progress bar (it is hidden anyway when stderr is not a terminal).
     #[arg(long)]
     pub no_progress: bool,
+    /// Also replay every set-up with priorities (openb `qos`, JSON Lines `priority`) and the
+    /// service's preemption off, on, or both (see `crate::preempt`); `none`: not at all.
+    #[arg(long, value_enum, default_value_t = PreemptionMode::None)]
+    pub preemption: PreemptionMode,
+}
+
+/// `--preemption`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PreemptionMode {
+    /// No replay with priorities.
+    None,
+    /// Priorities, no preemption (the baseline).
+    Off,
+    /// Priorities and preemption.
+    On,
+    /// Both, side by side.
+    Both,
+}
+
+impl PreemptionMode {
+    /// The modes to replay (preemption off, on).
+    pub fn modes(self) -> &'static [bool] {
+        match self {
+            PreemptionMode::None => &[],
+            PreemptionMode::Off => &[false],
+            PreemptionMode::On => &[true],
+            PreemptionMode::Both => &[false, true],
+        }
+    }
 }
 
 /// An in-process gpusched server on 127.0.0.1:0.
@@ -251,6 +280,22 @@ pub async fn run(args: &Args) -> anyhow::Result<Outcome> {
         pb.finish_and_clear();
         results.push(r);
     }
+    let mut priorities = Vec::new();
+    for s in &setups {
+        for &on in args.preemption.modes() {
+            priorities.push(
+                crate::preempt::replay_priorities(
+                    &client,
+                    &cluster.nodes,
+                    &trace.jobs,
+                    s,
+                    on,
+                    args.fill,
+                )
+                .await?,
+            );
+        }
+    }
     let timing = TimingReport {
         load_s,
         server: if server.is_some() {
@@ -277,6 +322,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Outcome> {
             read.slots,
         ),
         setups: results,
+        priorities,
     };
     let files = crate::report::write_all(&args.out, &report, &timing, !args.no_png)?;
     if let Some(s) = server {

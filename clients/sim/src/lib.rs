@@ -6,12 +6,16 @@
 //! service's answers and released exactly on departure, under one or more policy set-ups.
 //! Reports allocation, card states, fragmentation and unplaced workloads with the service's
 //! reasons, as JSON, Markdown and SVG/PNG charts; MIG cards' slices used and stranded slices
-//! ([`mig`]). See the crate README.
+//! ([`mig`]); with `--preemption`, the same trace replayed with priorities and the service's
+//! preemption ([`preempt`]). See the crate README.
 
 pub mod app;
 pub mod chart;
 pub mod cluster;
 pub mod mig;
+pub mod preempt;
+pub mod priority;
+pub mod priority_chart;
 pub mod quota;
 pub mod replay;
 pub mod report;

@@ -41,6 +41,9 @@ pub struct Report {
     pub input: Input,
     /// One result per set-up, in the order given.
     pub setups: Vec<SetupResult>,
+    /// With `--preemption`: each set-up replayed with priorities, preemption off and/or on.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub priorities: Vec<crate::preempt::PriorityResult>,
 }
 
 /// Timing of a run (not deterministic; kept apart from the report).
@@ -252,9 +255,14 @@ pub fn write_all(
         std::fs::write(&p, text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
         Ok(name.to_owned())
     };
+    let openb = r.input.trace.ends_with(".csv");
+    let mut summary = markdown(r);
+    if !r.priorities.is_empty() {
+        summary.push_str(&crate::priority_chart::markdown(&r.priorities, openb));
+    }
     let mut out = vec![
         w("report.json", &(serde_json::to_string_pretty(r)? + "\n"))?,
-        w("summary.md", &markdown(r))?,
+        w("summary.md", &summary)?,
         w("timing.json", &(serde_json::to_string_pretty(t)? + "\n"))?,
     ];
     let title = |x: &str| format!("gpusched-sim {} of {}: {}", r.input.mode, r.input.trace, x);
@@ -268,6 +276,15 @@ pub fn write_all(
             chart::write_png(&dir.join(format!("{stem}.png")), &title(what), &r.setups, x)?;
             out.push(format!("{stem}.png"));
         }
+    }
+    if !r.priorities.is_empty() {
+        out.extend(crate::priority_chart::write(
+            dir,
+            &title("by priority class"),
+            &r.priorities,
+            openb,
+            png,
+        )?);
     }
     Ok(out)
 }

@@ -40,6 +40,9 @@ pub struct Job {
     pub demand: f64,
     /// Per-container needs, when known (typed workloads).
     pub needs: Option<Vec<Need>>,
+    /// Priority (higher is more important; see [`crate::priority`]): openb `qos`, a JSON Lines
+    /// `priority`; 0 when the trace has none.
+    pub priority: i32,
 }
 
 /// What reading a trace found.
@@ -237,6 +240,11 @@ pub fn parse_openb_pods(path: &str, text: &str, opts: &ReadOptions) -> anyhow::R
         "deletion_time",
     ];
     let col = columns(path, &mut rdr, &names)?;
+    // Optional: older lists have no `qos`.
+    let qos = rdr
+        .headers()
+        .ok()
+        .and_then(|h| h.iter().position(|c| c == "qos"));
     let mut rows = Rows {
         path,
         opts,
@@ -257,7 +265,7 @@ pub fn parse_openb_pods(path: &str, text: &str, opts: &ReadOptions) -> anyhow::R
             }
         };
         rows.stats.rows += 1;
-        match openb_row(&rec, &col) {
+        match openb_row(&rec, &col, qos) {
             Ok(Some(job)) => jobs.push(job),
             Ok(None) => rows.stats.skipped_no_gpu += 1,
             Err(m) => rows.bad(line, m)?,
@@ -272,7 +280,11 @@ pub fn parse_openb_pods(path: &str, text: &str, opts: &ReadOptions) -> anyhow::R
     })
 }
 
-fn openb_row(rec: &csv::StringRecord, col: &[usize]) -> Result<Option<Job>, String> {
+fn openb_row(
+    rec: &csv::StringRecord,
+    col: &[usize],
+    qos: Option<usize>,
+) -> Result<Option<Job>, String> {
     let name = field(rec, col[0], "name")?.to_owned();
     if name.is_empty() {
         return Err("column `name` is empty".into());
@@ -283,6 +295,11 @@ fn openb_row(rec: &csv::StringRecord, col: &[usize]) -> Result<Option<Job>, Stri
     let arrive = time(rec, col[4], "creation_time")?
         .ok_or_else(|| "column `creation_time` is empty".to_owned())?;
     let leave = time(rec, col[5], "deletion_time")?;
+    let priority = match qos {
+        Some(i) => crate::priority::of_qos(field(rec, i, "qos")?)
+            .map_err(|e| format!("column `qos`: {e}"))?,
+        None => 0,
+    };
     if num_gpu == 0 {
         return Ok(None);
     }
@@ -313,6 +330,7 @@ fn openb_row(rec: &csv::StringRecord, col: &[usize]) -> Result<Option<Job>, Stri
             mem_mib: 0,
             mem_percent: pct,
         }]),
+        priority,
     }))
 }
 
@@ -513,6 +531,7 @@ fn jsonl_job(l: &str, line: u64) -> Result<Option<Job>, String> {
     }
     let arrive = jsonl_time(&v, "arrive")?.ok_or_else(|| "`arrive` is missing".to_owned())?;
     let leave = jsonl_time(&v, "leave")?;
+    let priority = crate::priority::of_json(v.get("priority"))?;
     let w = v
         .get("workload")
         .ok_or_else(|| "`workload` is missing".to_owned())?;
@@ -538,6 +557,7 @@ fn jsonl_job(l: &str, line: u64) -> Result<Option<Job>, String> {
         workload,
         demand,
         needs,
+        priority,
     }))
 }
 

@@ -132,6 +132,7 @@ async fn mig_nodes_are_replayed_and_measured() {
             slots: None,
             no_png: true,
             no_progress: true,
+            preemption: gpusched_sim::app::PreemptionMode::None,
         })
         .await
         .unwrap();

@@ -382,6 +382,7 @@ fn args(files: &Files, trace: &Path, nodes: &Path, out: &str) -> Args {
         slots: None,
         no_png: false,
         no_progress: true,
+        preemption: gpusched_sim::app::PreemptionMode::None,
     }
 }
 

@@ -115,6 +115,9 @@ pub struct Settings {
     pub lock_file: Option<PathBuf>,
     /// Print the decision and the sbatch command; submit nothing.
     pub dry_run: bool,
+    /// When nothing fits, requeue the jobs the service names (`--gpusched-preempt`; needs root
+    /// or a Slurm operator: other users' jobs).
+    pub preempt: bool,
 }
 
 /// A parsed command line.
@@ -230,6 +233,7 @@ pub fn parse(args: &[String], env: &Env) -> Result<SubmitArgs, ArgsError> {
                     .unwrap_or_else(|| DEFAULT_LOCK.to_owned()),
             )),
             dry_run: false,
+            preempt: false,
         },
     };
     let mut i = 0;
@@ -255,7 +259,9 @@ pub fn parse(args: &[String], env: &Env) -> Result<SubmitArgs, ArgsError> {
         let takes_value = match name.strip_prefix("--") {
             Some(long) => {
                 LONG_WITH_VALUE.contains(&long)
-                    || long.starts_with("gpusched") && long != "gpusched-dry-run"
+                    || long.starts_with("gpusched")
+                        && long != "gpusched-dry-run"
+                        && long != "gpusched-preempt"
             }
             None => name
                 .chars()
@@ -303,12 +309,13 @@ pub fn parse(args: &[String], env: &Env) -> Result<SubmitArgs, ArgsError> {
                 out.settings.timeout = Duration::from_secs_f64(secs);
             }
             "--gpusched-dry-run" => out.settings.dry_run = true,
+            "--gpusched-preempt" => out.settings.preempt = true,
             n if n.starts_with("--gpusched") => {
                 return Err(refused(
                     n,
                     "unknown gpusched-sbatch option; known: --gpusched KEY=VALUE, \
                      --gpusched-address, --gpusched-inventory, --gpusched-timeout, \
-                     --gpusched-lock, --gpusched-dry-run",
+                     --gpusched-lock, --gpusched-dry-run, --gpusched-preempt",
                 ));
             }
             "--gres" => out.other_gres.extend(request.add_gres(&val)?),

@@ -117,19 +117,19 @@ mod tests {
                 id: 1,
                 state: "RUNNING".into(),
                 comment: d.encode(),
-                owner: Default::default(),
+                ..Job::default()
             },
             Job {
                 id: 2,
                 state: "COMPLETED".into(),
                 comment: d.encode(),
-                owner: Default::default(),
+                ..Job::default()
             },
             Job {
                 id: 3,
                 state: "PENDING".into(),
                 comment: "not ours".into(),
-                owner: Default::default(),
+                ..Job::default()
             },
         ];
         let ds = decisions(&jobs).unwrap();
@@ -149,7 +149,7 @@ mod tests {
             id: 42,
             state: "RUNNING".into(),
             comment: "gpusched/v1 node=n1".into(),
-            owner: Default::default(),
+            ..Job::default()
         }];
         let e = decisions(&jobs).unwrap_err().to_string();
         assert!(e.contains("job 42"), "{e}");

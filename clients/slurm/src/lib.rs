@@ -11,6 +11,8 @@
 //!   re-checks the decision against every earlier job and releases it.
 //!   An account's, a user's or a QOS's `GrpTRES` on `gres/gpumem` / `gres/gpucore` is sent
 //!   as the job's quota budget ([`quota`]).
+//! - preemption ([`preempt`]): when nothing fits, the service's `Preempt` over the booked jobs
+//!   (their partitions' `PriorityTier`); with `--gpusched-preempt` the named jobs are requeued.
 //! - `gpusched-slurm task-prolog` ([`prolog`]): the TaskProlog that exports
 //!   `CUDA_VISIBLE_DEVICES` and HAMi-core's limits from the recorded decision.
 //! - `gpusched-slurm conf` ([`conf`]): `gres.conf` / `slurm.conf` lines from the inventories.
@@ -21,6 +23,7 @@ pub mod cluster;
 pub mod conf;
 pub mod decision;
 pub mod inventory;
+pub mod preempt;
 pub mod prolog;
 pub mod quota;
 pub mod request;

@@ -274,6 +274,7 @@ mod tests {
                 qos: qos.into(),
                 user: user.into(),
             },
+            ..Job::default()
         }
     }
 

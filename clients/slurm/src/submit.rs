@@ -20,6 +20,7 @@ use crate::args::SubmitArgs;
 use crate::cluster::{UsageError, candidate_nodes, decisions};
 use crate::decision::Decision;
 use crate::inventory::{InventoryError, NodeInventory, read_dir};
+use crate::preempt::{self, Plan, Tiers};
 use crate::quota;
 use crate::request::{GpuRequest, USE_GPUTYPE, option_of_field};
 use crate::slurm::{self, SlurmError};
@@ -83,6 +84,17 @@ pub enum SubmitError {
     /// The lock file is held too long.
     #[error("lock {0}: held by another gpusched-sbatch for over {LOCK_WAIT:?}")]
     Lock(PathBuf),
+    /// Slurm refused to requeue a victim of the preemption (the job was cancelled again).
+    #[error(
+        "preemption: requeueing job {job}: {why} (only root and Slurm operators may requeue \
+         other users' jobs)"
+    )]
+    Preempt {
+        /// The victim.
+        job: u64,
+        /// Slurm's answer.
+        why: String,
+    },
 }
 
 /// The outcome of a submission.
@@ -102,6 +114,10 @@ pub struct Submitted {
     pub check: Duration,
     /// Attempts used.
     pub attempts: u32,
+    /// The jobs requeued to make room (`--gpusched-preempt`), most important first.
+    pub preempted: Vec<u64>,
+    /// Victims still running when the job was released (they did not stop in time).
+    pub still_running: Vec<u64>,
 }
 
 /// Holds the local lock (released on drop, when the file is closed).
@@ -269,6 +285,45 @@ fn same_cards(a: &Decision, b: &Decision) -> bool {
     a.node == b.node && key(a) == key(b)
 }
 
+/// The preemption that would make room for the job when nothing fits (section "Preemption"
+/// of the README): Ok(plan) or why there is none.
+async fn preemption(
+    args: &SubmitArgs,
+    client: &gpusched_client::Client,
+    workload: &v1::Workload,
+    nodes: &[v1::Node],
+    jobs: &[slurm::Job],
+    booked: &BTreeMap<u64, Decision>,
+) -> Result<Result<Plan, String>, SubmitError> {
+    let s = &args.settings;
+    let tiers = Tiers::new(&slurm::partitions(s.timeout).await?);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let req = v1::PreemptRequest {
+        nodes: nodes.to_vec(),
+        workload: Some(workload.clone()),
+        options: None,
+        priority: tiers.priority(&args.partitions.join(",")),
+        placed: preempt::placed(nodes, jobs, booked, &tiers, now_ms),
+        node_refs: vec![],
+        node_set: None,
+    };
+    let resp = match tokio::time::timeout(s.timeout * 3, client.preempt_request(req)).await {
+        Ok(r) => r.map_err(|e| service_error(&s.address, e, &args.request))?,
+        Err(_) => {
+            return Err(SubmitError::Service {
+                address: s.address.clone(),
+                why: format!(
+                    "no answer within {:?}; nothing was submitted",
+                    s.timeout * 3
+                ),
+            });
+        }
+    };
+    Ok(preempt::plan(&resp))
+}
+
 /// Places and submits one job.
 pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
     let s = &args.settings;
@@ -319,7 +374,7 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
         let result = call(v1::AllocateRequest {
             node_set: None,
             nodes: nodes.clone(),
-            workload: Some(workload),
+            workload: Some(workload.clone()),
             // The reasons are read only when nothing fits.
             options: Some(v1::PlacementOptions {
                 failed_nodes: v1::FailedNodes::WhenUnplaced as i32,
@@ -329,8 +384,29 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
             node_refs: vec![],
         })
         .await?;
-        let Some(decision) = Decision::from_result(&result) else {
-            return Err(no_fit(&nodes, &result, &quota_note));
+        let (decision, victims) = match Decision::from_result(&result) {
+            Some(d) => (d, Vec::new()),
+            None => {
+                let SubmitError::NoFit(why) = no_fit(&nodes, &result, &quota_note) else {
+                    return Err(no_fit(&nodes, &result, &quota_note));
+                };
+                if nodes.is_empty() {
+                    return Err(SubmitError::NoFit(why));
+                }
+                match preemption(args, &client, &workload, &nodes, &jobs, &booked).await? {
+                    Ok(plan) if s.preempt => (plan.decision, plan.victims),
+                    Ok(plan) => {
+                        return Err(SubmitError::NoFit(format!(
+                            "{why}; preemption: requeueing {} would make room \
+                             (gpusched-sbatch --gpusched-preempt, as root or a Slurm operator)",
+                            plan.describe(&booked)
+                        )));
+                    }
+                    Err(reason) => {
+                        return Err(SubmitError::NoFit(format!("{why}; {reason}")));
+                    }
+                }
+            }
         };
         let decide = t0.elapsed();
 
@@ -353,6 +429,8 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
                 sbatch: Duration::ZERO,
                 check: Duration::ZERO,
                 attempts: attempt,
+                preempted: victims,
+                still_running: vec![],
             });
         }
         let t1 = Instant::now();
@@ -369,6 +447,15 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
         let sbatch = t1.elapsed();
 
         let t2 = Instant::now();
+        // The victims are requeued held and hold nothing from now on; the re-check below then
+        // finds their cards free.
+        if let Err((job, e)) = preempt::requeue(&victims, &booked, job_id, t).await {
+            cancel(job_id, t).await;
+            return Err(SubmitError::Preempt {
+                job,
+                why: e.to_string(),
+            });
+        }
         let fits = match recheck(args, &inventories, &limits, &decision, job_id, &call).await {
             Ok(fits) => fits,
             Err(e) => {
@@ -380,6 +467,13 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
             cancel(job_id, t).await;
             continue;
         }
+        // Released once the victims have stopped (their resources back in Slurm's sums), so
+        // that Slurm never has to make room for it by its own means.
+        let still_running = if victims.is_empty() {
+            Vec::new()
+        } else {
+            preempt::wait_stopped(&victims, t, t * 12).await
+        };
         if !args.user_hold
             && let Err(e) = slurm::run("scontrol", ["release", &job_id.to_string()], t).await
         {
@@ -394,6 +488,8 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
             sbatch,
             check: t2.elapsed(),
             attempts: attempt,
+            preempted: victims,
+            still_running,
         });
     }
     Err(SubmitError::Conflict)

@@ -6,7 +6,8 @@
 //! - `locks.rs`: per-node bind locks;
 //! - `decoded.rs`: inventories and pod usages decoded once per resourceVersion;
 //! - `prepared.rs`: each node's whole and prepared forms, rebuilt only when its inventory or
-//!   usage changes.
+//!   usage changes;
+//! - `holds.rs`: the cards a preemption made room for, kept for its pod.
 //!
 //! [`ClusterView`] here composes them: what the usage on a node is (the store's pods and the
 //! assume cache) and what the service is sent ([`Snapshot`]). The files below import none of
@@ -23,10 +24,11 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::config::Names;
 use crate::quota;
-use crate::translate::PodUsage;
+use crate::translate::{self, PodUsage};
 
 mod assume;
 mod decoded;
+mod holds;
 mod locks;
 mod prepared;
 #[cfg(test)]
@@ -35,9 +37,11 @@ mod quota_tests;
 mod tests;
 
 pub use assume::{Assumed, Observed, assumed_fate};
+pub use holds::{Fate, Hold, HoldTimes, Preemptor, hold_fate};
 
 use assume::AssumeCache;
 use decoded::Decoded;
+use holds::Holds;
 use locks::BindLocks;
 use prepared::{PreparedEntry, PreparedForms};
 
@@ -66,6 +70,16 @@ pub struct Holder {
     pub usage: Arc<PodUsage>,
 }
 
+/// One node as preemption sees it: its cards with every usage that counts (as a snapshot sends
+/// them), and the pods of the store whose decision is part of that usage.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeParts {
+    /// The node with its cards and usage.
+    pub node: v1::Node,
+    /// The store's pods whose decision counts on the node, with what they hold (by uid).
+    pub pods: Vec<(Arc<Pod>, Arc<PodUsage>)>,
+}
+
 /// The shared cluster view.
 #[derive(Debug)]
 pub struct ClusterView {
@@ -80,9 +94,16 @@ pub struct ClusterView {
     namespace_locks: BindLocks,
     decoded: Decoded,
     prepared: PreparedForms,
+    holds: Holds,
 }
 
 type UsageByNode = HashMap<String, Vec<Arc<PodUsage>>>;
+
+/// A usage that counts, with the store's pod when it comes from the store.
+type Counted = (Arc<PodUsage>, Option<Arc<Pod>>);
+
+/// What [`ClusterView::each_counted_with`] calls: pod uid, usage, the store's pod.
+type CountedFn<'a> = dyn FnMut(&str, &Arc<PodUsage>, Option<&Arc<Pod>>) + 'a;
 
 impl ClusterView {
     /// A view over these reflector stores.
@@ -98,6 +119,7 @@ impl ClusterView {
             namespace_locks: BindLocks::default(),
             decoded: Decoded::default(),
             prepared: PreparedForms::default(),
+            holds: Holds::default(),
         }
     }
 
@@ -123,6 +145,12 @@ impl ClusterView {
             writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(q));
         }
         self.with_quotas(store)
+    }
+
+    /// Sets how long preemption holds last (see [`hold_fate`]).
+    pub fn with_hold_times(mut self, times: HoldTimes) -> Self {
+        self.holds.set_times(times);
+        self
     }
 
     /// Sets how long a reservation (see [`Assumed::tentative`]) lives without its bind.
@@ -205,12 +233,12 @@ impl ClusterView {
         4 * self.nodes.len().max(16)
     }
 
-    /// Usage per node (only for `wanted` nodes), from the store and the assume cache, leaving
-    /// out the pod `exclude_uid` (the pod being placed: a retried pod's own earlier decision must
-    /// not count against it).
+    /// Usage per node (only for `wanted` nodes), from the store, the assume cache and the
+    /// preemption holds, leaving out the pod `exclude_uid` (the pod being placed: a retried pod's
+    /// own earlier decision, or its own hold, must not count against it).
     fn usage(&self, wanted: &dyn Fn(&str) -> bool, exclude_uid: &str) -> UsageByNode {
         let mut by_node: UsageByNode = HashMap::new();
-        self.each_counted(&mut |uid, u| {
+        self.each_counted_with(true, false, &mut |uid, u, _| {
             if uid != exclude_uid && wanted(&u.node) {
                 by_node.entry(u.node.clone()).or_default().push(u.clone());
             }
@@ -221,6 +249,13 @@ impl ClusterView {
     /// Calls `f` with every decision that counts now, by pod uid: the store's, and the assume
     /// cache's in place of whatever older decision the store shows for the same pod.
     fn each_counted(&self, f: &mut dyn FnMut(&str, &Arc<PodUsage>)) {
+        self.each_counted_with(false, false, &mut |uid, u, _| f(uid, u));
+    }
+
+    /// [`ClusterView::each_counted`], and the preemption holds when `holds` (usage of nodes,
+    /// not of namespaces: a hold is charged to its pod's quota when it binds); with the store's
+    /// pod object when `with_pods` (only preemption reads them).
+    fn each_counted_with(&self, holds: bool, with_pods: bool, f: &mut CountedFn<'_>) {
         // One consistent copy of the store: the assumed entries are judged against the very
         // objects counted here (the informer may update the store meanwhile). Decoded usages are
         // kept while a pod's resourceVersion is unchanged: a call allocates only for pods that
@@ -231,15 +266,110 @@ impl ClusterView {
             None => Observed::Absent,
             Some(u) => Observed::Present(u.map(|u| (**u).clone())),
         });
-        let store_usages = current.iter().filter_map(|(uid, u)| {
-            if assumed_usage.contains_key(uid) {
-                return None;
+        let by_uid: HashMap<&str, &Arc<Pod>> = if with_pods {
+            pods.iter()
+                .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
+                .collect()
+        } else {
+            HashMap::new()
+        };
+        for (uid, u) in current.iter() {
+            if let Some(u) = u
+                && !assumed_usage.contains_key(uid)
+            {
+                f(uid, u, by_uid.get(uid.as_str()).copied());
             }
-            Some((uid, u?))
-        });
-        for (uid, u) in store_usages.chain(assumed_usage.iter()) {
-            f(uid, u);
         }
+        for (uid, u) in &assumed_usage {
+            f(uid, u, None);
+        }
+        if holds && !self.holds.is_empty() {
+            let nominated = |uid: &str| {
+                pods.iter()
+                    .find(|p| p.metadata.uid.as_deref() == Some(uid))
+                    .and_then(|p| p.status.as_ref()?.nominated_node_name.clone())
+                    .filter(|n| !n.is_empty())
+            };
+            let held = self.holds.counted(
+                |uid| match current.get(uid) {
+                    _ if assumed_usage.contains_key(uid) => Preemptor::Decided,
+                    None => Preemptor::Absent,
+                    Some(None) => Preemptor::Pending(nominated(uid)),
+                    Some(Some(_)) => Preemptor::Decided,
+                },
+                |uid| current.get(uid).is_some(),
+            );
+            for (uid, u) in &held {
+                f(uid, u, None);
+            }
+        }
+    }
+
+    /// The candidate nodes as preemption sees them (nodes the informer has not shown, without a
+    /// readable inventory, or whose pods' decisions contradict it are left out), leaving out the
+    /// pod `exclude_uid` and the usage of the pods in `gone` (kube-scheduler's victims, see
+    /// `src/preempt/`).
+    pub fn preemption_parts(
+        &self,
+        node_names: &[String],
+        exclude_uid: &str,
+        gone: &std::collections::HashSet<String>,
+    ) -> Vec<NodeParts> {
+        let set: std::collections::HashSet<&str> = node_names.iter().map(String::as_str).collect();
+        let mut usage: HashMap<String, Vec<Counted>> = HashMap::new();
+        self.each_counted_with(true, true, &mut |uid, u, pod| {
+            if uid != exclude_uid && !gone.contains(uid) && set.contains(u.node.as_str()) {
+                usage
+                    .entry(u.node.clone())
+                    .or_default()
+                    .push((u.clone(), pod.cloned()));
+            }
+        });
+        let mut out = Vec::new();
+        for name in node_names {
+            let Some(node) = self.nodes.get(&ObjectRef::new(name)) else {
+                continue;
+            };
+            let inv = self
+                .decoded
+                .inventory(&node, &self.names, self.cache_bound());
+            if inv.problem.is_some() {
+                continue;
+            }
+            let here = usage.remove(name).unwrap_or_default();
+            let usages: Vec<Arc<PodUsage>> = here.iter().map(|(u, _)| u.clone()).collect();
+            let Ok(node) = translate::node_with_pods(name, &inv, &usages, &self.names) else {
+                continue;
+            };
+            out.push(NodeParts {
+                node,
+                pods: here
+                    .into_iter()
+                    .filter_map(|(u, pod)| Some((pod?, u)))
+                    .collect(),
+            });
+        }
+        out
+    }
+
+    /// Keeps `h`'s placement for its pod, or offers it (see [`Hold`]).
+    pub fn hold(&self, h: Hold) {
+        self.holds.insert(h);
+    }
+
+    /// The pod's holds and offers, as the last snapshot judged them.
+    pub fn holds_of(&self, uid: &str) -> Vec<Hold> {
+        self.holds.of(uid)
+    }
+
+    /// Drops the pod's holds and offers (its preemption failed).
+    pub fn release_hold(&self, uid: &str) {
+        self.holds.remove(uid);
+    }
+
+    /// Number of holds.
+    pub fn holds_len(&self) -> usize {
+        self.holds.len()
     }
 
     /// Every pod whose decision counts as GPU usage (the same decisions the snapshots count: the

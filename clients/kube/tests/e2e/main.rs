@@ -13,7 +13,7 @@
 //! Layout: `harness/` (environment, control-plane client and builders, waiting helpers,
 //! bursts, gpusched-kube and gpusched-agent processes, the Service stand-in) and `scenarios/` (one module per
 //! story). `E2E_FILTER` picks scenarios by name: admission, forgery, failclosed, seed, weights,
-//! mutex, badnodes, traces, mig, burst, baseline, quota, restart, replicas, opview.
+//! mutex, badnodes, traces, preempt, mig, burst, baseline, quota, restart, replicas, opview.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod harness;
@@ -69,6 +69,9 @@ async fn e2e_on_a_real_control_plane() {
     }
     if h.env.wants("traces") {
         scenarios::traces::run(&h).await;
+    }
+    if h.env.wants("preempt") {
+        scenarios::preempt::run(&h, &shim).await;
     }
     if h.env.wants("mig") {
         scenarios::mig::run(&h).await;

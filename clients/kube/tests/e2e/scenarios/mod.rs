@@ -8,6 +8,7 @@ pub mod forgery;
 pub mod mig;
 pub mod mutex;
 pub mod opview;
+pub mod preempt;
 pub mod quota;
 pub mod replicas;
 pub mod restart;
