@@ -68,7 +68,8 @@ for b in gpusched-server gpusched-agent gpusched-sbatch gpusched-slurm; do
 done
 BIN=$W/bin
 SERVER_PID=""
-TEST_USER=gpusched-e2e
+# Per run: a run that ends deletes the user it created, never one a concurrent run still uses.
+TEST_USER=gpusched-e2e-$$
 cleanup() {
   set +e
   for f in "$W"/slurmd-*.pid "$W/slurmctld.pid" "$W/slurmdbd.pid" "$W/mysql/pid" "$W/mysql.pid"; do
