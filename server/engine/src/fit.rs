@@ -3,9 +3,10 @@
 use std::cmp::Ordering;
 
 use crate::explain::CardExplanation;
+use crate::frag::{FragScratch, PreparedMix};
 use crate::mig::choose::{MigChoice, MigExplanation, MigTaken, choose};
 use crate::model::{Card, CardMode, CardUsage, Node};
-use crate::policy::{SortKey, VisitPlan};
+use crate::policy::{NodePolicy, SortKey, VisitPlan};
 use crate::quota_tally::QuotaTally;
 use crate::reason::{Reason, ReasonCounts};
 use crate::score::{booking_key, booking_score, device_key, device_score};
@@ -33,10 +34,15 @@ pub(crate) struct Prepared<'w> {
     /// The quota check of that lone container, when the workload has a budget (nothing placed
     /// before it: the budget alone).
     pub(crate) lone_quota: Option<QuotaTally>,
+    /// The workload's mix, ready for the fragmentation measure, when a policy reads it.
+    pub(crate) mix: Option<PreparedMix<'w>>,
+    /// The node policy is `fgd`: every feasible node is measured before and after.
+    pub(crate) node_fgd: bool,
 }
 
 impl<'w> Prepared<'w> {
     pub(crate) fn new(workload: &'w Workload) -> Self {
+        let node_fgd = workload.node_policy == NodePolicy::Fgd;
         Prepared {
             workload,
             plan: workload.gpu_policy.visit_plan(workload.numa_bind),
@@ -45,9 +51,17 @@ impl<'w> Prepared<'w> {
             type_filter: workload.filters.has_type_filter(),
             uuid_filter: workload.filters.has_uuid_filter(),
             admits_mig: workload.filters.admits_mig(),
-            // A MIG choice depends on the card's instances: no shortcut.
-            lone: lone_container(workload).filter(|_| !workload.filters.admits_mig()),
+            // A MIG choice depends on the card's instances, and the fragmentation after a
+            // placement on the cards chosen: no shortcut.
+            lone: lone_container(workload)
+                .filter(|_| !workload.filters.admits_mig() && !node_fgd),
             lone_quota: QuotaTally::alone(workload),
+            mix: workload
+                .mix
+                .as_deref()
+                .filter(|_| workload.uses_fragmentation())
+                .map(PreparedMix::new),
+            node_fgd,
         }
     }
 }
@@ -176,6 +190,10 @@ pub(crate) struct FitScratch {
     idle: bool,
     /// The workload's running total against its quota budget on the node being evaluated.
     pub(crate) quota: QuotaTally,
+    /// The fragmentation measure's buffers and, per card, the change of the node's measure
+    /// when one card of the current container is booked there (GPU policy `fgd`).
+    frag: FragScratch,
+    frag_delta: Vec<i128>,
 }
 
 impl FitScratch {
@@ -222,6 +240,7 @@ fn mig_post_checks(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn card_keys(
     plan: &VisitPlan,
     card: &Card,
@@ -229,6 +248,7 @@ fn card_keys(
     req: &ContainerRequest,
     norm: [f64; 3],
     mig: Option<&MigChoice>,
+    frag: i128,
 ) -> [i64; 4] {
     let score = match (plan.uses_score(), mig) {
         (false, _) => 0,
@@ -243,6 +263,12 @@ fn card_keys(
             SortKey::NumaDesc => -i64::from(card.numa),
             SortKey::NumaAsc => i64::from(card.numa),
             SortKey::IdleFirst => i64::from(usage.used > 0),
+            // Saturates only on nodes far beyond any real one (section 12.3).
+            SortKey::FragAsc => i64::try_from(frag).unwrap_or(if frag < 0 {
+                i64::MIN
+            } else {
+                i64::MAX
+            }),
         };
     }
     keys
@@ -366,6 +392,7 @@ pub(crate) fn place_container(
     }
     scratch.quota.start_container();
     let plan = &prep.plan;
+    frag_deltas(node, usage, req, prep, scratch);
     if need == 1 && !plan.numa_bind && !plan.topology && explain.is_none() {
         // Fast path: the first card in visiting order that passes is the best passing card.
         let mut best: Option<OrderEntry> = None;
@@ -401,8 +428,9 @@ pub(crate) fn place_container(
                     None
                 }
             };
+            let frag = scratch.frag_delta.get(pos).copied().unwrap_or(0);
             let entry = OrderEntry {
-                keys: card_keys(plan, card, u, req, prep.norm, mig.as_ref()),
+                keys: card_keys(plan, card, u, req, prep.norm, mig.as_ref(), frag),
                 index: card.index,
                 pos,
             };
@@ -462,6 +490,36 @@ pub(crate) fn place_container(
         });
     }
     Ok(())
+}
+
+/// Under GPU policy `fgd` (a `FragAsc` key): per card, how the node's fragmentation changes
+/// when one card of `req` is booked there against `usage` (section 12.3); else nothing (the
+/// key reads 0). A card on which the request would book more than it has gets a value too:
+/// the checks refuse it anyway.
+fn frag_deltas(
+    node: &Node,
+    usage: &[CardUsage],
+    req: &ContainerRequest,
+    prep: &Prepared<'_>,
+    scratch: &mut FitScratch,
+) {
+    scratch.frag_delta.clear();
+    let (true, Some(mix)) = (prep.plan.uses_fragmentation(), prep.mix.as_ref()) else {
+        return;
+    };
+    mix.measure(node, usage, node.host, &mut scratch.frag);
+    let booking = |card: &Card| CardUsage {
+        used: 1,
+        used_mem_mib: req.booked_mem(card),
+        used_cores: req.cores,
+    };
+    mix.card_deltas(
+        node,
+        usage,
+        booking,
+        &mut scratch.frag,
+        &mut scratch.frag_delta,
+    );
 }
 
 /// Per-dimension saturating sum.
@@ -546,8 +604,9 @@ fn visit_in_order(
             *slot = Some(choice);
         }
         let mig = mig.and_then(Result::ok);
+        let frag = scratch.frag_delta.get(pos).copied().unwrap_or(0);
         scratch.order.push(OrderEntry {
-            keys: card_keys(plan, card, u, req, prep.norm, mig.as_ref()),
+            keys: card_keys(plan, card, u, req, prep.norm, mig.as_ref(), frag),
             index: card.index,
             pos,
         });
