@@ -6,10 +6,10 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 
 use crate::evaluate::{NodeOutcome, Scratch, evaluate_node};
-use crate::frag::host_after;
 use crate::explain::NodeExplanation;
-use crate::host::HostRequest;
 use crate::fit::Prepared;
+use crate::frag::host_after;
+use crate::host::HostRequest;
 use crate::mig::book::{self, MigAssignment, Way};
 use crate::model::{CardUsage, Node, NodeId, Snapshot};
 use crate::policy::NodePolicy;
@@ -807,16 +807,22 @@ fn book(
     }
     let host = match (node.host, direction) {
         (None, _) => None,
-        (Some(h), Direction::Apply) => Some(h.minus(placement.host).ok_or_else(|| {
-            BookingError::HostOverflow {
-                name: node.name.clone(),
-            }
-        })?),
-        (Some(h), Direction::Release) => Some(h.plus(placement.host).ok_or_else(|| {
-            BookingError::HostOverflow {
-                name: node.name.clone(),
-            }
-        })?),
+        (Some(h), Direction::Apply) => {
+            Some(
+                h.minus(placement.host)
+                    .ok_or_else(|| BookingError::HostOverflow {
+                        name: node.name.clone(),
+                    })?,
+            )
+        }
+        (Some(h), Direction::Release) => {
+            Some(
+                h.plus(placement.host)
+                    .ok_or_else(|| BookingError::HostOverflow {
+                        name: node.name.clone(),
+                    })?,
+            )
+        }
     };
     let way = match direction {
         Direction::Apply => Way::Apply,

@@ -53,8 +53,7 @@ impl<'w> Prepared<'w> {
             admits_mig: workload.filters.admits_mig(),
             // A MIG choice depends on the card's instances, and the fragmentation after a
             // placement on the cards chosen: no shortcut.
-            lone: lone_container(workload)
-                .filter(|_| !workload.filters.admits_mig() && !node_fgd),
+            lone: lone_container(workload).filter(|_| !workload.filters.admits_mig() && !node_fgd),
             lone_quota: QuotaTally::alone(workload),
             mix: workload
                 .mix
@@ -264,11 +263,9 @@ fn card_keys(
             SortKey::NumaAsc => i64::from(card.numa),
             SortKey::IdleFirst => i64::from(usage.used > 0),
             // Saturates only on nodes far beyond any real one (section 12.3).
-            SortKey::FragAsc => i64::try_from(frag).unwrap_or(if frag < 0 {
-                i64::MIN
-            } else {
-                i64::MAX
-            }),
+            SortKey::FragAsc => {
+                i64::try_from(frag).unwrap_or(if frag < 0 { i64::MIN } else { i64::MAX })
+            }
         };
     }
     keys

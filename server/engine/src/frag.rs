@@ -329,7 +329,6 @@ impl<'m> PreparedMix<'m> {
         scratch.free.clear();
         let mut free_total = 0u64;
         let mut once = 0u64;
-        let mut twice = 0u64;
         let mut last_type: Option<(&str, u64)> = None;
         for (pos, (card, &u)) in node.cards.iter().zip(usage).enumerate() {
             if !counted(card, node.is_cordoned(pos)) {
@@ -347,7 +346,6 @@ impl<'m> PreparedMix<'m> {
             };
             let mask = self.card_mask(card, u, types);
             let free = free_cores(card, u);
-            twice |= once & mask;
             once |= mask;
             free_total += free;
             scratch.masks.push(mask);
@@ -368,10 +366,7 @@ impl<'m> PreparedMix<'m> {
             }
         }
         scratch.hostable = hostable;
-        scratch.twice = twice;
         scratch.free_total = free_total;
-        scratch.usable = usable;
-        scratch.types = last_type.map_or(0, |(_, m)| m);
         u128::from(self.total_weight) * u128::from(free_total) - usable
     }
 
@@ -415,8 +410,11 @@ impl<'m> PreparedMix<'m> {
             let free = scratch.free.get(pos).copied().unwrap_or(0);
             let new_free = free_cores(card, after);
             let gone = mask & !new_mask & h;
-            // Shapes this card alone could host, or whose multi-card count drops below need.
-            let mut lost = gone & self.single & !scratch.twice;
+            // Shapes of several cards whose count of fitting cards drops below their need: the
+            // other cards' free compute becomes fragmented for them. (A one-card shape the card
+            // stops fitting loses hostability only when no other card fits it, and then no
+            // other card's term changes.)
+            let mut lost = 0u64;
             for &(bit, gpus) in &self.multi {
                 if gone >> bit & 1 == 1 {
                     let count = scratch.masks.iter().filter(|&&m| m >> bit & 1 == 1).count();
@@ -484,10 +482,7 @@ pub(crate) struct FragScratch {
     masks: Vec<u64>,
     free: Vec<u64>,
     hostable: u64,
-    twice: u64,
     free_total: u64,
-    usable: u128,
-    types: u64,
 }
 
 fn need(mem_mib: u64, mem_percent: u32) -> MemNeed {

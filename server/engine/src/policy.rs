@@ -362,7 +362,14 @@ mod tests {
             );
         }
         assert_eq!(str::parse::<NodePolicy>(" fgd "), Ok(NodePolicy::Fgd));
-        for bad in ["", "Binpack", "mutex", "binpack,spread", "FGD", "fgd,binpack"] {
+        for bad in [
+            "",
+            "Binpack",
+            "mutex",
+            "binpack,spread",
+            "FGD",
+            "fgd,binpack",
+        ] {
             assert!(
                 str::parse::<NodePolicy>(bad).is_err(),
                 "{bad:?} must be rejected"

@@ -131,8 +131,7 @@ impl NodeScore {
 
     /// `after - before` of the fragmentation, exact; 0 without one.
     fn frag_delta(&self) -> i128 {
-        self.fragmentation
-            .map_or(0, |f| f.weighted_delta())
+        self.fragmentation.map_or(0, |f| f.weighted_delta())
     }
 }
 
@@ -144,10 +143,7 @@ pub(crate) fn prefer(policy: NodePolicy, a: &NodeScore, b: &NodeScore) -> Orderi
     match policy {
         NodePolicy::Binpack => b.key.cmp(&a.key),
         NodePolicy::Spread => a.key.cmp(&b.key),
-        NodePolicy::Fgd => a
-            .frag_delta()
-            .cmp(&b.frag_delta())
-            .then(b.key.cmp(&a.key)),
+        NodePolicy::Fgd => a.frag_delta().cmp(&b.frag_delta()).then(b.key.cmp(&a.key)),
     }
 }
 

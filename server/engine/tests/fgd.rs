@@ -29,7 +29,11 @@ fn mix(shapes: Vec<MixShape>) -> Arc<WorkloadMix> {
 }
 
 fn m1() -> Arc<WorkloadMix> {
-    mix(vec![shape(1, 50, 500), shape(1, 100, 300), shape(2, 100, 200)])
+    mix(vec![
+        shape(1, 50, 500),
+        shape(1, 100, 300),
+        shape(2, 100, 200),
+    ])
 }
 
 fn m2() -> Arc<WorkloadMix> {
@@ -146,12 +150,22 @@ fn example_2_node_and_cards() {
     // The card's Δ: taking GPU-1 of n1 would leave it at 50 (Δ +5), worse than GPU-0 (-25).
     let only_n1 = snapshot(vec![example_1_nodes().remove(0)]);
     let a = allocate(&only_n1, &w, DecideOptions::default());
-    let f = a.placement.expect("placed").score.fragmentation.expect("fgd");
+    let f = a
+        .placement
+        .expect("placed")
+        .score
+        .fragmentation
+        .expect("fgd");
     assert!(close(f.delta(), -25.0));
     // Spread cards on n1 take GPU-1: 45 -> 50.
     let spread_cards = workload(50, "fgd", "spread", &m1());
     let a = allocate(&only_n1, &spread_cards, DecideOptions::default());
-    let f = a.placement.expect("placed").score.fragmentation.expect("fgd");
+    let f = a
+        .placement
+        .expect("placed")
+        .score
+        .fragmentation
+        .expect("fgd");
     assert!(close(f.after(), 50.0), "{}", f.after());
 }
 
@@ -209,11 +223,20 @@ fn example_5_cards_inside_a_node() {
     let explained = allocate(&s, &w, DecideOptions::explained());
     let ex = &explained.explanations[0].containers[0].cards;
     let order: Vec<usize> = ex.iter().map(|c| c.card).collect();
-    assert_eq!(order, vec![1, 0], "GPU-1 (Δ 0) is visited before GPU-0 (Δ +30)");
+    assert_eq!(
+        order,
+        vec![1, 0],
+        "GPU-1 (Δ 0) is visited before GPU-0 (Δ +30)"
+    );
     // Under node fgd too, the node's Δ is the chosen card's.
     let w = fgd(10, &m2());
     let a = allocate(&s, &w, DecideOptions::default());
-    let f = a.placement.expect("placed").score.fragmentation.expect("fgd");
+    let f = a
+        .placement
+        .expect("placed")
+        .score
+        .fragmentation
+        .expect("fgd");
     assert!(close(f.delta(), 0.0));
 }
 
@@ -274,7 +297,11 @@ fn example_7_a_shape_that_names_another_type_sees_all_free_compute() {
         ..shape(1, 50, 1000)
     }]);
     let fr = fragmentation(&s, &fgd(30, &lower));
-    assert_eq!(fr, vec![("t".into(), 0.0, 0.0)], "types match case-insensitively");
+    assert_eq!(
+        fr,
+        vec![("t".into(), 0.0, 0.0)],
+        "types match case-insensitively"
+    );
 }
 
 #[test]
@@ -303,7 +330,10 @@ fn example_8_invalid_mixes_name_the_field() {
             ..shape(1, 10, 1)
         }]),
         vec![
-            ("shapes[0].gpucores_percent".into(), ViolationKind::OutOfRange),
+            (
+                "shapes[0].gpucores_percent".into(),
+                ViolationKind::OutOfRange
+            ),
             ("shapes[0].gpumem_percent".into(), ViolationKind::OutOfRange),
             ("shapes[0].gpu_types[0]".into(), ViolationKind::MissingField),
         ]
@@ -389,7 +419,10 @@ fn batches_and_bookings_carry_the_host_request() {
     assert_eq!(p.host.cpu_milli, 2_000);
     apply(&mut booked, &p).expect("applies");
     assert_eq!(
-        booked.node_named("h1").and_then(|n| n.host()).map(|h| h.free_cpu_milli),
+        booked
+            .node_named("h1")
+            .and_then(|n| n.host())
+            .map(|h| h.free_cpu_milli),
         Some(14_000)
     );
     release(&mut booked, &p).expect("releases");

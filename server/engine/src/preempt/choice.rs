@@ -29,8 +29,7 @@ pub(crate) fn choose(nodes: &mut [NodePreemption], policy: NodePolicy) -> Preemp
         let PreemptVerdict::Victims(v) = &mut n.verdict else {
             continue;
         };
-        v.placement.normalized =
-            preference(preference_value(policy, &v.placement.score), min, max);
+        v.placement.normalized = preference(preference_value(policy, &v.placement.score), min, max);
         let v: &Victims = v;
         if best.is_none_or(|(id, b)| better(policy, (n.node, v), (id, b)) == Ordering::Less) {
             best = Some((n.node, v));
