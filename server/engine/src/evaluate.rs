@@ -2,7 +2,9 @@
 //! containers, the node score after placement (`docs/placement-semantics.md` sections 6 and 7).
 
 use crate::explain::{ContainerExplanation, FragmentationExplanation, NodeExplanation};
-use crate::fit::{FitScratch, LoneFit, Pick, Prepared, add_usage, lone_fit, place_container};
+use crate::fit::{
+    FitScratch, LoneFit, OrderEntry, Pick, Prepared, add_usage, lone_fit, place_container,
+};
 use crate::frag::{FragScratch, Fragmentation, host_after};
 use crate::model::{CardUsage, Node};
 use crate::reason::NodeFailure;
@@ -20,9 +22,13 @@ pub(crate) struct Scratch {
     /// Cards chosen in the last successful evaluation (when picks were asked for).
     pub(crate) picks: Vec<Pick>,
     discard: Vec<Pick>,
-    /// The fragmentation measure's buffers and the node's usage as it is (node policy `fgd`).
-    frag: FragScratch,
-    before: Vec<CardUsage>,
+    /// The fragmentation measure's buffers, the node's usage as it is, the cards' `Δ_card` and
+    /// their order (node policy `fgd`).
+    pub(crate) frag: FragScratch,
+    pub(crate) before: Vec<CardUsage>,
+    pub(crate) deltas: Vec<i128>,
+    pub(crate) order: Vec<OrderEntry>,
+    pub(crate) passing: Vec<bool>,
 }
 
 /// Outcome of one node.
@@ -76,7 +82,7 @@ pub(crate) fn evaluate_node(
         });
     }
     match outcome {
-        NodeOutcome::Fit(score) if prep.node_fgd => {
+        NodeOutcome::Fit(score) if prep.node_fgd && score.fragmentation.is_none() => {
             NodeOutcome::Fit(with_fragmentation(node, prep, scratch, score))
         }
         NodeOutcome::Fail(mut failure) => {
@@ -104,7 +110,17 @@ pub(crate) fn evaluate_once(
     mode: EvalMode,
     mut explain: Option<&mut NodeExplanation>,
 ) -> NodeOutcome {
-    if let (Some(position), false, None) = (prep.lone, mode.picks, explain.as_ref())
+    if let (Some(position), false, None, false) =
+        (prep.fgd_lone(), mode.picks, explain.as_ref(), mode.idle)
+        && let Some(req) = prep.workload.containers.get(position)
+        && let Some(outcome) = crate::fgd_lone::evaluate(node, position, req, prep, scratch)
+    {
+        return outcome;
+    }
+    // Under node policy fgd the node's measure after needs the cards chosen (the shortcut
+    // above, or the full path); an idle evaluation only classifies a failure.
+    let lone = prep.lone.filter(|_| !prep.node_fgd || mode.idle);
+    if let (Some(position), false, None) = (lone, mode.picks, explain.as_ref())
         && let Some(req) = prep.workload.containers.get(position)
     {
         let fit = if prep.lone_quota.is_some() {

@@ -40,6 +40,21 @@ pub(crate) struct Prepared<'w> {
     pub(crate) node_fgd: bool,
 }
 
+impl Prepared<'_> {
+    /// Whether the lone-container shortcut of section 12.3 applies: node and GPU policy plain
+    /// `fgd` with a mix, one app container, no quota budget (see `fgd_lone`).
+    pub(crate) fn fgd_lone(&self) -> Option<usize> {
+        let plain = self.plan.keys == [SortKey::FragAsc, SortKey::ScoreDesc, SortKey::NumaDesc];
+        self.lone.filter(|_| {
+            self.node_fgd
+                && plain
+                && !self.plan.mutex
+                && self.mix.is_some()
+                && self.lone_quota.is_none()
+        })
+    }
+}
+
 impl<'w> Prepared<'w> {
     pub(crate) fn new(workload: &'w Workload) -> Self {
         let node_fgd = workload.node_policy == NodePolicy::Fgd;
@@ -53,7 +68,7 @@ impl<'w> Prepared<'w> {
             admits_mig: workload.filters.admits_mig(),
             // A MIG choice depends on the card's instances, and the fragmentation after a
             // placement on the cards chosen: no shortcut.
-            lone: lone_container(workload).filter(|_| !workload.filters.admits_mig() && !node_fgd),
+            lone: lone_container(workload).filter(|_| !workload.filters.admits_mig()),
             lone_quota: QuotaTally::alone(workload),
             mix: workload
                 .mix
@@ -169,10 +184,10 @@ pub(crate) struct Pick {
 }
 
 #[derive(Clone, Copy, Debug)]
-struct OrderEntry {
-    keys: [i64; 4],
-    index: u32,
-    pos: usize,
+pub(crate) struct OrderEntry {
+    pub(crate) keys: [i64; 4],
+    pub(crate) index: u32,
+    pub(crate) pos: usize,
 }
 
 /// Reusable buffers (no allocation per node once warmed up).
@@ -239,8 +254,14 @@ fn mig_post_checks(
     }
 }
 
+/// The `FragAsc` key of a card's `Δ_card`: saturates only on nodes far beyond any real one
+/// (section 12.4).
+pub(crate) fn frag_key(frag: i128) -> i64 {
+    i64::try_from(frag).unwrap_or(if frag < 0 { i64::MIN } else { i64::MAX })
+}
+
 #[allow(clippy::too_many_arguments)]
-fn card_keys(
+pub(crate) fn card_keys(
     plan: &VisitPlan,
     card: &Card,
     usage: CardUsage,
@@ -271,7 +292,7 @@ fn card_keys(
     keys
 }
 
-fn cmp_entries(node: &Node, a: &OrderEntry, b: &OrderEntry) -> Ordering {
+pub(crate) fn cmp_entries(node: &Node, a: &OrderEntry, b: &OrderEntry) -> Ordering {
     a.keys
         .cmp(&b.keys)
         .then(a.index.cmp(&b.index))
@@ -505,10 +526,12 @@ fn frag_deltas(
         return;
     };
     mix.measure(node, usage, node.host, &mut scratch.frag);
-    let booking = |card: &Card| CardUsage {
-        used: 1,
-        used_mem_mib: req.booked_mem(card),
-        used_cores: req.cores,
+    let booking = |_: usize, card: &Card| {
+        Some(CardUsage {
+            used: 1,
+            used_mem_mib: req.booked_mem(card),
+            used_cores: req.cores,
+        })
     };
     mix.card_deltas(
         node,

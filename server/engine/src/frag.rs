@@ -98,8 +98,9 @@ pub(crate) struct PreparedMix<'m> {
     all: u64,
     /// Shapes of one card.
     single: u64,
-    /// Shapes of several cards: (bit, cards).
+    /// Shapes of several cards: (bit, cards), and their mask.
     multi: Vec<(u32, u32)>,
+    multi_mask: u64,
     /// Shapes whose cores are at most `k`, for `k` in `0..=100`.
     core_le: Vec<u64>,
     /// Shapes asking 100 cores (check 10) and 0 cores (check 11).
@@ -107,8 +108,8 @@ pub(crate) struct PreparedMix<'m> {
     c0: u64,
     /// Fixed-MiB shapes by need, ascending, with the mask of all shapes up to each.
     fixed_mem: Vec<(u64, u64)>,
-    /// Percentage shapes by percentage, ascending, with prefix masks.
-    pct_mem: Vec<(u32, u64)>,
+    /// Percentage shapes whose percentage is at most `p`, for `p` in `0..=100`.
+    pct_le: Vec<u64>,
     /// Shapes that name no card type.
     untyped: u64,
     /// Shapes with host CPU / memory, by need ascending, with prefix masks; shapes without
@@ -168,13 +169,13 @@ impl<'m> PreparedMix<'m> {
         let mut c100 = 0u64;
         let mut c0 = 0u64;
         let mut fixed = Vec::new();
-        let mut pct = Vec::new();
         let mut untyped = 0u64;
         let mut cpu = Vec::new();
         let mut mem = Vec::new();
         let mut cpu_free_shapes = 0u64;
         let mut mem_free_shapes = 0u64;
         let mut core_le = vec![0u64; 101];
+        let mut pct_le = vec![0u64; 101];
         let mut all = 0u64;
         for (i, s) in shapes.iter().enumerate() {
             let Ok(bit) = u32::try_from(i) else { continue };
@@ -198,7 +199,11 @@ impl<'m> PreparedMix<'m> {
             }
             match need(s.mem_mib, s.mem_percent) {
                 MemNeed::Mib(m) => fixed.push((m, bit)),
-                MemNeed::Percent(p) => pct.push((p, bit)),
+                MemNeed::Percent(p) => {
+                    for slot in pct_le.iter_mut().skip(p as usize) {
+                        *slot |= b;
+                    }
+                }
             }
             if s.card_types.is_empty() {
                 untyped |= b;
@@ -214,19 +219,17 @@ impl<'m> PreparedMix<'m> {
                 mem.push((s.host_mem_mib, bit));
             }
         }
+        // Each byte value's weight from the value without its lowest bit: 256 sums per byte.
         let bytes = shapes.len().div_ceil(8);
         let mut weights = vec![[0u64; 256]; bytes];
         for (k, table) in weights.iter_mut().enumerate() {
-            for (value, slot) in table.iter_mut().enumerate() {
-                let mut sum = 0u64;
-                for j in 0..8 {
-                    if value >> j & 1 == 1
-                        && let Some(s) = shapes.get(8 * k + j)
-                    {
-                        sum = sum.saturating_add(s.weight);
-                    }
+            for value in 1..256usize {
+                let low = value.trailing_zeros() as usize;
+                let w = shapes.get(8 * k + low).map_or(0, |s| s.weight);
+                let rest = table.get(value & (value - 1)).copied().unwrap_or(0);
+                if let Some(slot) = table.get_mut(value) {
+                    *slot = rest.saturating_add(w);
                 }
-                *slot = sum;
             }
         }
         PreparedMix {
@@ -234,12 +237,13 @@ impl<'m> PreparedMix<'m> {
             total_weight: mix.total_weight(),
             all,
             single,
+            multi_mask: all & !single,
             multi,
             core_le,
             c100,
             c0,
             fixed_mem: prefix_masks(fixed),
-            pct_mem: prefix_masks(pct),
+            pct_le,
             untyped,
             host_cpu: prefix_masks(cpu),
             host_mem: prefix_masks(mem),
@@ -253,15 +257,15 @@ impl<'m> PreparedMix<'m> {
         self.total_weight
     }
 
-    /// The weight of a set of shapes.
+    /// The weight of a set of shapes: one table look-up per byte of the mask.
     #[inline]
     fn weight_of(&self, mask: u64) -> u64 {
         let mut sum = 0u64;
-        for (k, table) in self.weights.iter().enumerate() {
-            let byte = (mask >> (8 * k)) & 0xff;
-            if let Some(&w) = table.get(byte as usize) {
-                sum += w;
-            }
+        let mut rest = mask;
+        for table in &self.weights {
+            // A byte indexes a table of 256: never out of bounds.
+            sum += table[(rest & 0xff) as usize];
+            rest >>= 8;
         }
         sum
     }
@@ -298,9 +302,11 @@ impl<'m> PreparedMix<'m> {
         if u.used_cores == card.total_cores {
             m &= !self.c0;
         }
-        let total = card.total_mem_mib;
         let fixed = mask_up_to(&self.fixed_mem, |mib| mib <= free_mem);
-        let pct = mask_up_to(&self.pct_mem, |p| percent_of(total, p) <= free_mem);
+        // floor(total * p / 100) <= free  <=>  total * p < 100 * (free + 1): the largest such
+        // p is floor((100 * (free + 1) - 1) / total) (free <= total <= 2^24: no overflow).
+        let p = (free_mem.saturating_add(1).saturating_mul(100) - 1) / card.total_mem_mib;
+        let pct = self.pct_le.get(p.min(100) as usize).copied().unwrap_or(0);
         m & (fixed | pct)
     }
 
@@ -327,6 +333,7 @@ impl<'m> PreparedMix<'m> {
     ) -> u128 {
         scratch.masks.clear();
         scratch.free.clear();
+        scratch.types.clear();
         let mut free_total = 0u64;
         let mut once = 0u64;
         let mut last_type: Option<(&str, u64)> = None;
@@ -334,6 +341,7 @@ impl<'m> PreparedMix<'m> {
             if !counted(card, node.is_cordoned(pos)) {
                 scratch.masks.push(0);
                 scratch.free.push(0);
+                scratch.types.push(0);
                 continue;
             }
             let types = match last_type {
@@ -350,12 +358,15 @@ impl<'m> PreparedMix<'m> {
             free_total += free;
             scratch.masks.push(mask);
             scratch.free.push(free);
+            scratch.types.push(types);
         }
         let mut hostable = once & self.single;
         for &(bit, gpus) in &self.multi {
-            let count = scratch.masks.iter().filter(|&&m| m >> bit & 1 == 1).count();
-            if count >= gpus as usize {
-                hostable |= 1u64 << bit;
+            if once >> bit & 1 == 1 {
+                let count = scratch.masks.iter().filter(|&&m| m >> bit & 1 == 1).count();
+                if count >= gpus as usize {
+                    hostable |= 1u64 << bit;
+                }
             }
         }
         hostable &= self.host_mask(host);
@@ -371,36 +382,31 @@ impl<'m> PreparedMix<'m> {
     }
 
     /// After [`PreparedMix::measure`] of `node` with `usage` (and the same host): for each
-    /// card, how the measure changes when one card of `booking` (1 slot, its memory and
-    /// cores) is booked on it alone; 0 for a card that does not count. Exact; equal to
-    /// measuring again with that card's usage changed (property-tested).
+    /// card, how the measure changes when `booking(position, card)` (1 slot, the container's
+    /// memory and cores) is booked on it alone; 0 for a card that does not count or that
+    /// `booking` skips (`None`). Exact; equal to measuring again with that card's usage
+    /// changed (property-tested).
     pub(crate) fn card_deltas(
         &self,
         node: &Node,
         usage: &[CardUsage],
-        booking: impl Fn(&Card) -> CardUsage,
+        booking: impl Fn(usize, &Card) -> Option<CardUsage>,
         scratch: &mut FragScratch,
         out: &mut Vec<i128>,
     ) {
         out.clear();
         let w = i128::from(self.total_weight);
         let h = scratch.hostable;
-        let mut last_type: Option<(&str, u64)> = None;
         for (pos, (card, &u)) in node.cards.iter().zip(usage).enumerate() {
             let mask = scratch.masks.get(pos).copied().unwrap_or(0);
-            if !counted(card, node.is_cordoned(pos)) {
-                out.push(0);
-                continue;
-            }
-            let types = match last_type {
-                Some((t, m)) if t == card.card_type => m,
+            let types = scratch.types.get(pos).copied().unwrap_or(0);
+            let b = match booking(pos, card) {
+                Some(b) if counted(card, node.is_cordoned(pos)) => b,
                 _ => {
-                    let m = self.type_mask(&card.card_type);
-                    last_type = Some((&card.card_type, m));
-                    m
+                    out.push(0);
+                    continue;
                 }
             };
-            let b = booking(card);
             let after = CardUsage {
                 used: u.used.saturating_add(b.used),
                 used_mem_mib: u.used_mem_mib.saturating_add(b.used_mem_mib),
@@ -415,7 +421,7 @@ impl<'m> PreparedMix<'m> {
             // stops fitting loses hostability only when no other card fits it, and then no
             // other card's term changes.)
             let mut lost = 0u64;
-            for &(bit, gpus) in &self.multi {
+            for &(bit, gpus) in self.multi.iter().filter(|_| gone & self.multi_mask != 0) {
                 if gone >> bit & 1 == 1 {
                     let count = scratch.masks.iter().filter(|&&m| m >> bit & 1 == 1).count();
                     if count.saturating_sub(1) < gpus as usize {
@@ -481,6 +487,8 @@ impl<'m> PreparedMix<'m> {
 pub(crate) struct FragScratch {
     masks: Vec<u64>,
     free: Vec<u64>,
+    /// The shapes that accept each card's type.
+    types: Vec<u64>,
     hostable: u64,
     free_total: u64,
 }
@@ -491,11 +499,6 @@ fn need(mem_mib: u64, mem_percent: u32) -> MemNeed {
         (0, p) => MemNeed::Percent(p),
         (m, _) => MemNeed::Mib(m),
     }
-}
-
-fn percent_of(total: u64, pct: u32) -> u64 {
-    let v = u128::from(total) * u128::from(pct) / 100;
-    u64::try_from(v).unwrap_or(u64::MAX)
 }
 
 /// The node's host resources after a workload's host request is booked (section 12.2): `None`

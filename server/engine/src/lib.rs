@@ -93,6 +93,7 @@ mod decide;
 mod error;
 mod evaluate;
 mod explain;
+mod fgd_lone;
 mod fit;
 mod frag;
 mod host;

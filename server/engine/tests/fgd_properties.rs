@@ -318,3 +318,40 @@ proptest! {
         prop_assert_eq!(plain, mixed);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// The lone-container shortcut (one app container under node and GPU policy fgd) gives
+    /// what the full evaluation gives (explanations take the full path).
+    #[test]
+    fn the_lone_shortcut_agrees_with_the_full_evaluation(
+        nodes in arb_nodes(), shapes in arb_mix(), c in arb_container(),
+        host in prop::sample::select(vec![None, Some(("2", "1Gi")), Some(("500m", "64Gi"))]),
+    ) {
+        let s = Snapshot::new(nodes).unwrap();
+        let mut limits = vec![
+            ("nvidia.com/gpu".to_owned(), c.gpus.to_string()),
+        ];
+        if c.gpumem_mib > 0 { limits.push(("nvidia.com/gpumem".into(), c.gpumem_mib.to_string())); }
+        if c.gpumem_percent > 0 { limits.push(("nvidia.com/gpumem-percentage".into(), c.gpumem_percent.to_string())); }
+        if let Some(k) = c.gpucores { limits.push(("nvidia.com/gpucores".into(), k.to_string())); }
+        if let Some((cpu, mem)) = host {
+            limits.push(("cpu".into(), cpu.into()));
+            limits.push(("memory".into(), mem.into()));
+        }
+        let mut p = common::pod()
+            .ann("hami.io/node-scheduler-policy", "fgd")
+            .ann("hami.io/gpu-scheduler-policy", "fgd");
+        let pairs: Vec<(&str, &str)> = limits.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        p = p.container(&pairs);
+        let w = with(p.workload(), &shapes);
+        let quick = evaluate(&s, &w, DecideOptions::default());
+        let full = evaluate(&s, &w, DecideOptions::explained());
+        prop_assert_eq!(&quick.feasible, &full.feasible);
+        prop_assert_eq!(&quick.failed, &full.failed);
+        let a = allocate(&s, &w, DecideOptions::default());
+        let b = allocate(&s, &w, DecideOptions::explained());
+        prop_assert_eq!(a.placement, b.placement);
+    }
+}
