@@ -2,9 +2,8 @@
 //! containers, the node score after placement (`docs/placement-semantics.md` sections 6 and 7).
 
 use crate::explain::{ContainerExplanation, FragmentationExplanation, NodeExplanation};
-use crate::fit::{
-    FitScratch, LoneFit, OrderEntry, Pick, Prepared, add_usage, lone_fit, place_container,
-};
+use crate::fgd_lone::{self, LoneScratch};
+use crate::fit::{FitScratch, LoneFit, Pick, Prepared, add_usage, lone_fit, place_container};
 use crate::frag::{FragScratch, Fragmentation, host_after};
 use crate::model::{CardUsage, Node};
 use crate::reason::NodeFailure;
@@ -22,13 +21,11 @@ pub(crate) struct Scratch {
     /// Cards chosen in the last successful evaluation (when picks were asked for).
     pub(crate) picks: Vec<Pick>,
     discard: Vec<Pick>,
-    /// The fragmentation measure's buffers, the node's usage as it is, the cards' `Δ_card` and
-    /// their order (node policy `fgd`).
-    pub(crate) frag: FragScratch,
-    pub(crate) before: Vec<CardUsage>,
-    pub(crate) deltas: Vec<i128>,
-    pub(crate) order: Vec<OrderEntry>,
-    pub(crate) passing: Vec<bool>,
+    /// The fragmentation measure's buffers and the node's usage as it is (node policy `fgd`).
+    frag: FragScratch,
+    before: Vec<CardUsage>,
+    /// The lone-container shortcut under fgd (section 12.3).
+    lone: LoneScratch,
 }
 
 /// Outcome of one node.
@@ -113,9 +110,12 @@ pub(crate) fn evaluate_once(
     if let (Some(position), false, None, false) =
         (prep.fgd_lone(), mode.picks, explain.as_ref(), mode.idle)
         && let Some(req) = prep.workload.containers.get(position)
-        && let Some(outcome) = crate::fgd_lone::evaluate(node, position, req, prep, scratch)
+        && let Some(outcome) = fgd_lone::evaluate(node, position, req, prep, &mut scratch.lone)
     {
-        return outcome;
+        return match outcome {
+            Ok(score) => NodeOutcome::Fit(score),
+            Err(failure) => NodeOutcome::Fail(failure),
+        };
     }
     // Under node policy fgd the node's measure after needs the cards chosen (the shortcut
     // above, or the full path); an idle evaluation only classifies a failure.

@@ -6,15 +6,25 @@
 //! host request changes the node's host resources). The full path gives the same answer
 //! (property `the_lone_shortcut_agrees_with_the_full_evaluation`).
 
-use crate::evaluate::{NodeOutcome, Scratch};
 use crate::fit::{
     OrderEntry, Prepared, card_keys, cmp_entries, frag_key, lone_fit, post_checks, pre_checks,
 };
-use crate::frag::{Fragmentation, host_after};
+use crate::frag::{FragScratch, Fragmentation, host_after};
 use crate::model::{Card, CardUsage, Node};
 use crate::reason::NodeFailure;
-use crate::score::score_from_sums;
+use crate::score::{NodeScore, score_from_sums};
 use crate::workload::ContainerRequest;
+
+/// Reusable buffers of the shortcut.
+#[derive(Debug, Default)]
+pub(crate) struct LoneScratch {
+    frag: FragScratch,
+    before: Vec<CardUsage>,
+    final_usage: Vec<CardUsage>,
+    deltas: Vec<i128>,
+    order: Vec<OrderEntry>,
+    passing: Vec<bool>,
+}
 
 /// The outcome of `node` for the lone container at `position`, without choosing cards for the
 /// answer (the chosen node is evaluated again in full, with picks); `None`: take the full path.
@@ -23,11 +33,11 @@ pub(crate) fn evaluate(
     position: usize,
     req: &ContainerRequest,
     prep: &Prepared<'_>,
-    scratch: &mut Scratch,
-) -> Option<NodeOutcome> {
+    scratch: &mut LoneScratch,
+) -> Option<Result<NodeScore, NodeFailure>> {
     let mix = prep.mix.as_ref()?;
     if let Err(reasons) = lone_fit::<false>(node, false, req, prep) {
-        return Some(NodeOutcome::Fail(NodeFailure {
+        return Some(Err(NodeFailure {
             container_position: position,
             reasons,
             cards_on_node: u32::try_from(node.cards.len()).unwrap_or(u32::MAX),
@@ -128,7 +138,7 @@ pub(crate) fn evaluate(
         let host = host_after(node.host, prep.workload.host);
         mix.measure(node, &scratch.final_usage, host, &mut scratch.frag)
     };
-    Some(NodeOutcome::Fit(score_from_sums(&sums).with_fragmentation(
+    Some(Ok(score_from_sums(&sums).with_fragmentation(
         Fragmentation {
             weighted_before,
             weighted_after,
