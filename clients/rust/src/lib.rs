@@ -22,6 +22,7 @@ mod builder;
 pub mod byref;
 mod client;
 mod error;
+pub mod mix;
 mod pod;
 mod retry;
 

@@ -137,7 +137,7 @@ pub use mig_layout::{
     MAX_MIG_INSTANCES, MAX_MIG_PROFILES, MAX_MIG_SLICES, MigInstance, MigLayout, MigPlacement,
     MigProfile,
 };
-pub use mix::{MAX_MIX_SHAPES, MAX_SHAPE_WEIGHT, MixShape, WorkloadMix};
+pub use mix::{MAX_MIX_SHAPES, MAX_SHAPE_WEIGHT, MixShape, PROBABILITY_TOLERANCE, WorkloadMix};
 pub use model::{
     Card, CardMode, CardUsage, MAX_CARD_CORES, MAX_CARD_MEM_MIB, MAX_CARD_SLOTS, Node, NodeId,
     NodeSpec, PairScore, ParseCardModeError, Snapshot,

@@ -12,6 +12,9 @@ pub const MAX_MIX_SHAPES: usize = 64;
 /// `round(p * 1e9)`, so this is a probability of 1.
 pub const MAX_SHAPE_WEIGHT: u64 = 1_000_000_000;
 
+/// How far the probabilities of [`WorkloadMix::from_probabilities`] may sum from 1.
+pub const PROBABILITY_TOLERANCE: f64 = 1e-6;
+
 /// One request shape of a mix: a GPU container (its cards and the share of each card it asks),
 /// optionally with the host CPU and memory its workload asks, and how likely it is.
 #[derive(Clone, Debug, PartialEq, Eq, Default, Hash)]
@@ -159,6 +162,46 @@ impl WorkloadMix {
             types_upper,
             total_weight: total,
         })
+    }
+
+    /// A mix from shapes with probabilities (the API's form, section 12.1): each probability
+    /// finite and in `[0, 1]` (`shapes[i].probability`), together summing to 1 within
+    /// [`PROBABILITY_TOLERANCE`] (`shapes`), all `INVALID_WORKLOAD_MIX`; each becomes the
+    /// weight `round(p * 1e9)` (the shapes' own `weight` is replaced), then [`WorkloadMix::new`].
+    pub fn from_probabilities(shapes: Vec<(f64, MixShape)>) -> Result<WorkloadMix, InvalidInput> {
+        let mut violations = Vec::new();
+        let mut sum = 0.0f64;
+        let mut out = Vec::with_capacity(shapes.len());
+        for (i, (p, shape)) in shapes.into_iter().enumerate() {
+            let weight = if p.is_finite() && (0.0..=1.0).contains(&p) {
+                sum += p;
+                // 0..=1e9 after rounding: the cast cannot saturate.
+                (p * MAX_SHAPE_WEIGHT as f64).round() as u64
+            } else {
+                violations.push(Violation::new(
+                    ViolationKind::InvalidWorkloadMix,
+                    format!("shapes[{i}].probability"),
+                    format!("probability {p} is not in [0, 1]"),
+                ));
+                0
+            };
+            out.push(MixShape { weight, ..shape });
+        }
+        if violations.is_empty() && !out.is_empty() && (sum - 1.0).abs() > PROBABILITY_TOLERANCE {
+            violations.push(Violation::new(
+                ViolationKind::InvalidWorkloadMix,
+                "shapes",
+                format!("the probabilities sum to {sum}; they must sum to 1 (within 1e-6)"),
+            ));
+        }
+        match WorkloadMix::new(out) {
+            Ok(mix) if violations.is_empty() => Ok(mix),
+            Ok(_) => Err(InvalidInput { violations }),
+            Err(e) => {
+                violations.extend(e.violations);
+                Err(InvalidInput { violations })
+            }
+        }
     }
 
     /// The shapes, in the order given (shape `i` is bit `i` of the measure).

@@ -450,3 +450,37 @@ fn explanations_show_before_and_after_per_shape() {
         .expect("explained");
     assert!(n3.after.is_none());
 }
+
+#[test]
+fn probabilities_become_weights_and_must_be_a_distribution() {
+    let one = |p: f64| (p, shape(1, 10, 0));
+    let m = WorkloadMix::from_probabilities(vec![one(0.25), one(0.75)]).expect("valid");
+    let w: Vec<u64> = m.shapes().iter().map(|s| s.weight).collect();
+    assert_eq!(w, vec![250_000_000, 750_000_000]);
+    // Within the tolerance.
+    assert!(WorkloadMix::from_probabilities(vec![one(0.5), one(0.5000009)]).is_ok());
+    let err = |v: Vec<(f64, MixShape)>| {
+        WorkloadMix::from_probabilities(v)
+            .expect_err("invalid")
+            .violations
+            .into_iter()
+            .map(|v| (v.field, v.kind, v.description))
+            .collect::<Vec<_>>()
+    };
+    let e = err(vec![one(0.5), one(0.6)]);
+    assert_eq!(
+        (e[0].0.as_str(), e[0].1),
+        ("shapes", ViolationKind::InvalidWorkloadMix)
+    );
+    assert!(e[0].2.contains("sum to 1.1"), "{}", e[0].2);
+    for bad in [-0.1, 1.5, f64::NAN, f64::INFINITY] {
+        let e = err(vec![one(bad), one(1.0)]);
+        assert_eq!(
+            (e[0].0.as_str(), e[0].1),
+            ("shapes[0].probability", ViolationKind::InvalidWorkloadMix),
+            "{bad}"
+        );
+    }
+    let e = err(vec![one(0.0), one(0.0)]);
+    assert_eq!(e[0].0, "shapes");
+}
