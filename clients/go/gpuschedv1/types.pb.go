@@ -39,7 +39,7 @@ const (
 	NodePolicy_NODE_POLICY_SPREAD NodePolicy = 2
 	// Prefer the node whose placement increases the expected fragmentation of the target
 	// workload mix least (docs/placement-semantics.md section 12); needs a mix
-	// (PlacementOptions.workload_mix or the server's defaults.workload_mix).
+	// (PlacementOptions.workload_mix or the server's policy.workload_mix).
 	NodePolicy_NODE_POLICY_FGD NodePolicy = 3
 )
 
@@ -1729,7 +1729,7 @@ type PlacementOptions struct {
 	// answer). Unspecified: every one. The decision is the same whatever this says.
 	FailedNodes FailedNodes `protobuf:"varint,6,opt,name=failed_nodes,json=failedNodes,proto3,enum=gpusched.v1.FailedNodes" json:"failed_nodes,omitempty"`
 	// The target workload mix of the fgd policies (section 12.1); unset = the server's
-	// defaults.workload_mix. Read only by workloads under node or GPU policy fgd.
+	// policy.workload_mix. Read only by workloads under node or GPU policy fgd.
 	WorkloadMix   *WorkloadMix `protobuf:"bytes,7,opt,name=workload_mix,json=workloadMix,proto3" json:"workload_mix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -183,7 +183,9 @@ impl WorkloadMix {
                     format!("shapes[{i}].probability"),
                     format!("probability {p} is not in [0, 1]"),
                 ));
-                0
+                // Not returned (the mix is refused); 1 keeps "every weight is 0" from being
+                // reported on top of the probability's own violation.
+                1
             };
             out.push(MixShape { weight, ..shape });
         }

@@ -474,7 +474,8 @@ fn probabilities_become_weights_and_must_be_a_distribution() {
     );
     assert!(e[0].2.contains("sum to 1.1"), "{}", e[0].2);
     for bad in [-0.1, 1.5, f64::NAN, f64::INFINITY] {
-        let e = err(vec![one(bad), one(1.0)]);
+        let e = err(vec![one(bad), one(0.0)]);
+        assert_eq!(e.len(), 1, "only the probability is named: {e:?}");
         assert_eq!(
             (e[0].0.as_str(), e[0].1),
             ("shapes[0].probability", ViolationKind::InvalidWorkloadMix),

@@ -632,6 +632,7 @@ mod tests {
         l.max_list_entries = 3;
         l.max_cards_per_node = 2;
         let node = v1::Node {
+            host: None,
             name: "a".into(),
             cards: vec![v1::Card::default(); 3],
             cordoned_card_ids: vec![String::new(); 4],

@@ -39,7 +39,7 @@ class _NodePolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_NodePolicy
     NODE_POLICY_FGD: _NodePolicy.ValueType  # 3
     """Prefer the node whose placement increases the expected fragmentation of the target
     workload mix least (docs/placement-semantics.md section 12); needs a mix
-    (PlacementOptions.workload_mix or the server's defaults.workload_mix).
+    (PlacementOptions.workload_mix or the server's policy.workload_mix).
     """
 
 class NodePolicy(_NodePolicy, metaclass=_NodePolicyEnumTypeWrapper):
@@ -54,7 +54,7 @@ NODE_POLICY_SPREAD: NodePolicy.ValueType  # 2
 NODE_POLICY_FGD: NodePolicy.ValueType  # 3
 """Prefer the node whose placement increases the expected fragmentation of the target
 workload mix least (docs/placement-semantics.md section 12); needs a mix
-(PlacementOptions.workload_mix or the server's defaults.workload_mix).
+(PlacementOptions.workload_mix or the server's policy.workload_mix).
 """
 Global___NodePolicy: _TypeAlias = NodePolicy  # noqa: Y015
 
@@ -1134,7 +1134,7 @@ class PlacementOptions(_message.Message):
     @_builtins.property
     def workload_mix(self) -> Global___WorkloadMix:
         """The target workload mix of the fgd policies (section 12.1); unset = the server's
-        defaults.workload_mix. Read only by workloads under node or GPU policy fgd.
+        policy.workload_mix. Read only by workloads under node or GPU policy fgd.
         """
 
     def __init__(
