@@ -8,8 +8,11 @@
 //! reasons, as JSON, Markdown and SVG/PNG charts. See the crate README.
 
 pub mod app;
+pub mod artifact;
+pub mod bins;
 pub mod chart;
 pub mod cluster;
+pub mod order;
 pub mod replay;
 pub mod report;
 pub mod setup;
