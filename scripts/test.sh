@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project and installs what the tests need (Go modules from the Go
 # proxy, Python packages into a venv, pinned code generators, etcd and a kube-apiserver /
-# kube-scheduler and helm built from the Go proxy, slurm-wlm and munge from Debian, for the end-to-end
-# tests). Caches live outside the
+# kube-scheduler and helm built from the Go proxy, slurm-wlm, munge and chromium (the operator view's
+# headless browser) from Debian, for the end-to-end tests). Caches live outside the
 # repository in ${GPUSCHED_CACHE:-$HOME/.cache/gpusched}.
 #
 #   scripts/test.sh                 everything

@@ -10,7 +10,8 @@
 #     HAMi's handshake request (Requesting_...) and a foreign register value are answered at once;
 #  4. SIGTERM with --remove-on-shutdown removes the annotations and the capacity; without it
 #     they stay; a card switched to MIG mode in the fake (with a GPU instance) is published in
-#     HAMi's MIG node form (count 7, its migProfiles);
+#     HAMi's MIG node form (count 7, its migProfiles) and with its whole layout in
+#     gpusched.io/node-mig-layouts (removed again when no card is in MIG mode);
 #  5. the Rust test tests/kube_e2e.rs (ignored in plain `cargo test`) runs against the cluster.
 #
 #   clients/agent/e2e-test.sh            # exit 0 = PASS
@@ -246,7 +247,7 @@ wait_until 10 "the register restored" card6_unhealthy
 
 log "SIGTERM with --remove-on-shutdown"
 stop_agent
-[[ -z "$(anno hami.io/node-nvidia-register)$(anno hami.io/node-nvidia-score)$(anno hami.io/node-handshake)" ]] ||
+[[ -z "$(anno hami.io/node-nvidia-register)$(anno hami.io/node-nvidia-score)$(anno hami.io/node-handshake)$(anno gpusched.io/node-mig-layouts)" ]] ||
   fail "annotations left after a clean shutdown with --remove-on-shutdown"
 [[ -z "$(capacity capacity)$(capacity allocatable)" ]] || fail "capacity left after a clean shutdown"
 
@@ -264,8 +265,14 @@ mig5() {
   [[ "$(anno hami.io/node-nvidia-register)" == *"$want"* ]]
 }
 wait_until 10 "card 5 published with its MIG profiles" mig5
+layouts="$(anno gpusched.io/node-mig-layouts)"
+[[ "$layouts" == "{\"$(uuid 5)\":{\"computeSlices\":7,\"memorySlices\":8,\"profiles\":["* &&
+  "$layouts" == *'"instances":[{"profile":"3g.40gb","start":4,"size":4}]}}' ]] ||
+  fail "gpusched.io/node-mig-layouts of card 5: $layouts"
 set_state ""
 wait_until 10 "card 5 back in mode hami-core" all_healthy
+no_layouts() { [[ -z "$(anno gpusched.io/node-mig-layouts)" ]]; }
+wait_until 10 "gpusched.io/node-mig-layouts removed without MIG cards" no_layouts
 stop_agent
 [[ "$(anno hami.io/node-nvidia-register)" == "$(expected_register)" ]] || fail "annotations removed without --remove-on-shutdown"
 [[ -z "$(capacity capacity)" ]] || fail "capacity patched without --patch-capacity"

@@ -3,8 +3,10 @@
 # a private munged, slurmctld and two slurmd (node1, node2) on 127.0.0.1, a gpusched-server,
 # node inventories from the real gpusched-agent over a fake NVML library (4 cards per node),
 # gres.conf/slurm.conf lines from `gpusched-slurm conf`, and jobs submitted with
-# gpusched-sbatch that print what they see. Needs root (installs slurm-wlm and munge from
-# Debian when missing). Every process it starts is stopped on exit; every wait is bounded.
+# gpusched-sbatch that print what they see; last, slurmdbd on a private MariaDB and the GPU
+# limits (GrpTRES) of accounts and QOS. Needs root (installs slurm-wlm, munge, slurmdbd and
+# mariadb-server from Debian when missing). Every process it starts is stopped on exit; every
+# wait is bounded.
 #
 #   clients/slurm/e2e-test.sh            # prints one line per check and "N passed, 0 failed"
 #   KEEP=1 clients/slurm/e2e-test.sh     # keep the work directory (logs, configs)
@@ -28,14 +30,17 @@ die() { echo "e2e: $*" >&2; exit 1; }
 
 # --- 1. Slurm and munge from Debian, only when missing ------------------------------------
 need=()
-for c in slurmctld slurmd sbatch squeue sinfo scontrol scancel munged munge; do
+for c in slurmctld slurmd sbatch squeue sinfo scontrol scancel munged munge slurmdbd sacctmgr \
+  mariadbd mariadb-install-db; do
   command -v "$c" >/dev/null 2>&1 || need+=("$c")
 done
+# slurmdbd and MariaDB: accounting, for the GPU limits of accounts and QOS (the last scenario).
+PKGS="slurm-wlm munge slurmdbd mariadb-server"
 if [ ${#need[@]} -gt 0 ]; then
-  echo "e2e: installing slurm-wlm and munge (missing: ${need[*]})"
-  if ! DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -q slurm-wlm munge >/dev/null 2>&1; then
+  echo "e2e: installing $PKGS (missing: ${need[*]})"
+  if ! DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -q $PKGS >/dev/null 2>&1; then
     timeout 300 apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -q slurm-wlm munge >/dev/null
+    DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -q $PKGS >/dev/null
   fi
 fi
 for p in /usr/lib/x86_64-linux-gnu/slurm-wlm /usr/lib/slurm-wlm /usr/lib64/slurm; do
@@ -66,12 +71,12 @@ SERVER_PID=""
 TEST_USER=gpusched-e2e
 cleanup() {
   set +e
-  for f in "$W"/slurmd-*.pid "$W/slurmctld.pid"; do
+  for f in "$W"/slurmd-*.pid "$W/slurmctld.pid" "$W/slurmdbd.pid" "$W/mysql/pid" "$W/mysql.pid"; do
     [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null
   done
   [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null
   sleep 1
-  for f in "$W"/slurmd-*.pid "$W/slurmctld.pid"; do
+  for f in "$W"/slurmd-*.pid "$W/slurmctld.pid" "$W/slurmdbd.pid" "$W/mysql/pid" "$W/mysql.pid"; do
     [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null
   done
   # Job steps and batch scripts left by the killed slurmd are ours: slurmstepd carries our
@@ -165,10 +170,13 @@ AccountingStorageType=accounting_storage/none
 GresTypes=gpuslot,gpumem,gpucore
 TaskProlog=$W/task-prolog
 JobSubmitPlugins=lua
+JobRequeue=1
 NodeName=node1 NodeHostname=$H NodeAddr=127.0.0.1 Port=$D1_PORT CPUs=64 RealMemory=1000 Gres=$GRES1 State=UNKNOWN
 NodeName=node2 NodeHostname=$H NodeAddr=127.0.0.1 Port=$D2_PORT CPUs=64 RealMemory=1000 Gres=$GRES2 State=UNKNOWN
 PartitionName=gpu Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:64
 PartitionName=one Nodes=node1 MaxTime=INFINITE State=UP OverSubscribe=FORCE:64
+PartitionName=lowone Nodes=node1 MaxTime=INFINITE State=UP OverSubscribe=FORCE:64 PriorityTier=1
+PartitionName=highone Nodes=node1 MaxTime=INFINITE State=UP OverSubscribe=FORCE:64 PriorityTier=10
 EOF
 cp "$W/gres.conf" "$W/gres.conf.generated"
 cp clients/slurm/job_submit.lua "$W/job_submit.lua"
@@ -248,6 +256,11 @@ use = collections.defaultdict(lambda: [0, 0, 0])
 gres = collections.defaultdict(lambda: [0, 0, 0])
 for j in jobs:
     if j["job_state"] in done or not j.get("comment", "").startswith("gpusched/v1"):
+        continue
+    if j["comment"].split()[1:2] == ["preempted"]:
+        # requeued by a preemption: holds nothing (and Slurm allocates nothing to it)
+        if j["job_state"] == "RUNNING":
+            print("preempted job", j["job_id"], "is running"); sys.exit(1)
         continue
     w = dict(x.split("=", 1) for x in j["comment"].split()[1:])
     for card in filter(None, w["devices"].rstrip(";").split(":")):
@@ -505,6 +518,141 @@ check "no lock: every job placed or gave up after retries (placed $placed, gave 
   [ "$((placed + gaveup))" = 12 -a "$placed" -ge 1 ]
 check "no lock: no card over capacity; Slurm's GRES equal gpusched's bookings" capacity_ok
 check "no lock: cancelled race losers left nothing queued (live jobs = placed)" no_new_job "$placed"
+clear_jobs
+
+echo "e2e: preemption: partition highone (PriorityTier 10) over lowone (1), node1; 4 low jobs (50000 MiB, 60% cores) fill the 4 cards (80 GiB each)"
+state_of() { squeue -h -j "$1" -o %T 2>/dev/null; }
+for i in 0 1 2 3; do
+  u=$(eval echo "\$U$i")
+  sub "low$i" -p lowone --gres=gpu:1 --gpusched gpumem=50000 --gpusched gpucores=60 --gpusched "use-gpuuuid=$u"
+  eval "L$i=$JID"
+  seen "$JID" >/dev/null || true
+  sleep 1.1 # distinct start seconds: of equal priority, the later started is the less important
+done
+# A high job asking 20000 MiB and 50% cores: no card has the cores free; of the four equal victims the
+# service names the one started last (the others are put back first): L3 on GPU 3.
+sub hi0 -p highone --gres=gpu:1 --gpusched gpumem=20000 --gpusched gpucores=50
+refused_naming_victim() {
+  [ "$RC" = 1 ] && grep -q "requeueing job(s) $L3 on node1 (GPU 3) would make room" "$W/out/hi0.err"
+}
+four_running() { [ "$(squeue -h -t RUNNING -o %i | wc -l)" = 4 ] && [ "$(live_jobs)" = 4 ]; }
+check "preemption: without --gpusched-preempt, refused naming the job to requeue and its card ($(grep -o 'preemption: .*' "$W/out/hi0.err" | head -1))" \
+  refused_naming_victim
+check "preemption: nothing requeued, nothing queued" four_running
+# Why the adapter cannot act for any user: Slurm lets only root and operators requeue others' jobs.
+URC=0
+(cd /tmp && runuser -u "$TEST_USER" -- env SLURM_CONF="$SLURM_CONF" GPUSCHED_ADDRESS="$ADDR" \
+  GPUSCHED_INVENTORY_DIR="$W/inventory" "$BIN/gpusched-sbatch" --parsable --gpusched-lock none --gpusched-preempt \
+  -p highone --gres=gpu:1 --gpusched gpumem=20000 --gpusched gpucores=50 -o /dev/null --chdir=/tmp --wrap 'sleep 600') \
+  >/dev/null 2>"$W/out/user-preempt.err" || URC=$?
+user_refused() {
+  [ "$URC" = 1 ] && grep -q "preemption: requeueing job $L3" "$W/out/user-preempt.err" && four_running &&
+    [ "$(state_of "$L3")" = RUNNING ]
+}
+check "preemption: a plain user's --gpusched-preempt is refused by Slurm, own job cancelled, victims untouched ($(grep -o 'preemption: requeueing.*' "$W/out/user-preempt.err" | head -1))" \
+  user_refused
+sub hi -p highone --gres=gpu:1 --gpusched gpumem=20000 --gpusched gpucores=50 --gpusched-preempt; H=$JID
+expect "$H" node1 3 "preemption: the high job on the card its victim freed"
+victim_requeued() {
+  [ "$(state_of "$L3")" = PENDING ] && [[ "$(comment "$L3")" == "gpusched/v1 preempted by=$H "* ]]
+}
+check "preemption: exactly $L3 requeued and held, its comment '$(comment "$L3")'" victim_requeued
+others_run() { [ "$(state_of "$L0") $(state_of "$L1") $(state_of "$L2")" = "RUNNING RUNNING RUNNING" ]; }
+check "preemption: the other low jobs still run ($L0 $L1 $L2)" others_run
+check "preemption: gpusched-sbatch reported it ($(grep -o 'preempted job.*' "$W/out/hi.err" | head -1))" \
+  grep -q "preempted job(s) $L3: requeued and held" "$W/out/hi.err"
+check "preemption: no card over capacity; Slurm's GRES equal gpusched's bookings" capacity_ok
+clear_jobs
+
+echo "e2e: GPU limits of accounts and QOS (slurmdbd on MariaDB; slurmctld restarted with accounting)"
+# A private MariaDB for slurmdbd alone: no grant tables, on 127.0.0.1 and a socket in $W.
+mkdir -p "$W/mysql" "$W/mysql-tmp"
+chown mysql:mysql "$W/mysql" "$W/mysql-tmp"
+TMPDIR=$W/mysql-tmp mariadb-install-db --user=mysql --datadir="$W/mysql" --skip-test-db \
+  >"$W/mysql-install.log" 2>&1 || die "mariadb-install-db: $(grep -m3 ERROR "$W/mysql-install.log")"
+DB_PORT=$(free_port)
+DBD_PORT=$(free_port)
+runuser -u mysql -- env TMPDIR="$W/mysql-tmp" mariadbd --datadir="$W/mysql" \
+  --tmpdir="$W/mysql-tmp" --socket="$W/mysql/sock" --port="$DB_PORT" --bind-address=127.0.0.1 \
+  --pid-file="$W/mysql/pid" --skip-grant-tables --log-error="$W/mysql.log" >/dev/null 2>&1 &
+echo $! >"$W/mysql.pid"
+wait_for 60 "MariaDB" test -S "$W/mysql/sock"
+printf '%s\n' "AuthType=auth/munge" "AuthInfo=socket=$W/munge/socket" "DbdHost=localhost" \
+  "DbdAddr=127.0.0.1" "DbdPort=$DBD_PORT" "SlurmUser=root" "PidFile=$W/slurmdbd.pid" \
+  "LogFile=$W/slurmdbd.log" "StorageType=accounting_storage/mysql" "StorageHost=127.0.0.1" \
+  "StoragePort=$DB_PORT" "StorageUser=root" "StorageLoc=slurm_acct_db" >"$W/slurmdbd.conf"
+chmod 600 "$W/slurmdbd.conf"
+slurmdbd # reads slurmdbd.conf from the folder of $SLURM_CONF
+# AccountingStoragePass: the munge socket for slurmdbd connections.
+sed -i -e "s#^AccountingStorageType=.*#AccountingStorageType=accounting_storage/slurmdbd#" \
+  -e "/^AccountingStorageType=/a AccountingStorageHost=127.0.0.1\nAccountingStoragePort=$DBD_PORT\nAccountingStoragePass=$W/munge/socket\nAccountingStorageTRES=gres/gpuslot,gres/gpumem,gres/gpucore\nAccountingStorageEnforce=associations,limits,qos" \
+  "$SLURM_CONF"
+wait_for 60 "slurmdbd" sacctmgr -nP show cluster
+sacctmgr -i add cluster gpusched-e2e >/dev/null
+# slurmctld registers the TRES of AccountingStorageTRES when it starts with accounting.
+kill "$(cat "$W/slurmctld.pid")"
+wait_for 30 "slurmctld stopped" bash -c "! kill -0 $(cat "$W/slurmctld.pid") 2>/dev/null"
+slurmctld -i -f "$SLURM_CONF"
+wait_for 30 "slurmctld back" scontrol ping
+wait_for 60 "nodes responding" bash -c '[ "$(sinfo -h -N -p gpu -o %t | grep -c -E "^(mix|alloc|idle)$")" = 2 ]'
+wait_for 30 "TRES gres/gpumem registered" bash -c "sacctmgr -nP show tres | grep -q gres.gpumem"
+sacctmgr -i add account team-q,team-r >/dev/null
+sacctmgr -i add qos gpuq GrpTRES=gres/gpucore=60 >/dev/null
+sacctmgr -i add user root account=team-q,team-r DefaultAccount=team-q >/dev/null
+sacctmgr -i modify user where name=root set qos+=gpuq >/dev/null
+sacctmgr -i modify account where name=team-q set GrpTRES=gres/gpumem=20000 >/dev/null
+wait_for 30 "team-q's limit in slurmctld" bash -c \
+  "scontrol show assoc_mgr accounts=team-q flags=assoc | grep -q 'gres/gpumem=20000'"
+check "accounting: slurmctld keeps accounting in slurmdbd" \
+  bash -c "scontrol show config | grep -q 'AccountingStorageType *= accounting_storage/slurmdbd'"
+quota_refused() { # quota_refused NAME NEEDLE LIVE args...: exit 1 naming the limit, nothing queued
+  local name=$1 needle=$2 live=$3; shift 3
+  sub "$name" "$@"
+  if [ "$RC" = 1 ] && grep -qF -- "$needle" "$W/out/$name.err" && [ "$(live_jobs)" = "$live" ]; then
+    ok "refused $name (exit 1, nothing queued): $(head -1 "$W/out/$name.err")"
+  else
+    bad "$name: exit $RC, live jobs $(live_jobs) (want $live), stderr: $(cat "$W/out/$name.err")"
+  fi
+}
+sub qa1 -A team-q --gres=gpu:1 --gpusched gpumem=8000; QA1=$JID; RC_QA1=$RC
+sub qa2 -A team-q --gres=gpu:1 --gpusched gpumem=8000; RC_QA2=$RC
+check "account limit: two jobs of 8000 MiB in team-q (GrpTRES gres/gpumem=20000) placed (exit $RC_QA1 $RC_QA2)" \
+  [ "$RC_QA1 $RC_QA2" = "0 0" ]
+quota_refused qa3 "ResourceQuotaNotFit" 2 -A team-q --gres=gpu:1 --gpusched gpumem=8000
+check "account limit: the refusal names the limit ($(grep -o 'account team-q GrpTRES[^)]*' "$W/out/qa3.err"))" \
+  grep -q "account team-q GrpTRES gres/gpumem=20000, 16000 held, 4000 left" "$W/out/qa3.err"
+sub qd -A team-q --gres=gpu:1 --gpusched gpumem=4000; RC_QD=$RC
+check "account limit: a job of the 4000 MiB left is placed (exit $RC_QD)" [ "$RC_QD" = 0 ]
+for i in 1 2 3; do sub "qr$i" -A team-r --gres=gpu:1 --gpusched gpumem=8000; echo "$RC" >"$W/out/qr$i.rc"; done
+check "another account (team-r, no limit) is not affected: 3/3 placed" \
+  [ "$(cat "$W"/out/qr*.rc | tr -d '\n')" = 000 ]
+for id in $(squeue -h -o %i); do seen "$id" >/dev/null || true; done
+assoc_used() { scontrol show assoc_mgr accounts=team-q flags=assoc | grep -o 'gres/gpumem=20000([0-9]*)' | head -1; }
+check "Slurm's accounting counts the same bookings: team-q $(assoc_used) (its running jobs' gres/gpumem)" \
+  [ "$(assoc_used)" = "gres/gpumem=20000(20000)" ]
+scancel "$QA1"
+wait_for 30 "job $QA1 gone" no_new_job 5
+sub qa4 -A team-q --gres=gpu:1 --gpusched gpumem=8000; RC_QA4=$RC
+check "account limit: a cancelled job gives its share back (exit $RC_QA4)" [ "$RC_QA4" = 0 ]
+clear_jobs
+pids=()
+for i in $(seq 1 6); do
+  ( sub "qc$i" -A team-q --gres=gpu:1 --gpusched gpumem=8000; echo "$RC" >"$W/out/qc$i.rc" ) &
+  pids+=($!)
+done
+wait "${pids[@]}"
+placed=$(cat "$W"/out/qc*.rc | grep -c '^0$' || true)
+check "account limit: 6 submissions of 8000 MiB at once into team-q -> exactly 2 placed (placed $placed)" \
+  [ "$placed" = 2 ]
+clear_jobs
+for i in 1 2; do
+  sub "qq$i" -A team-r --qos=gpuq --gres=gpu:1 --gpusched gpumem=1000 --gpusched gpucores=25
+  echo "$RC" >"$W/out/qq$i.rc"
+done
+check "QOS limit: two jobs of 25% cores in QOS gpuq (GrpTRES gres/gpucore=60) placed" \
+  [ "$(cat "$W"/out/qq*.rc | tr -d '\n')" = 00 ]
+quota_refused qq3 "QOS gpuq GrpTRES gres/gpucore=60, 50 held, 10 left" 2 \
+  -A team-r --qos=gpuq --gres=gpu:1 --gpusched gpumem=1000 --gpusched gpucores=25
 clear_jobs
 
 T_END=$(date +%s)

@@ -6,7 +6,9 @@
 # gpusched-kube runs with a ServiceAccount token bound only by that RBAC, then
 # clients/kube/tests/e2e/ runs
 # the scenarios (admission, forged decisions, fail closed, seed stories, weights, mutex, bad nodes, traces,
-# bursts, restart, two replicas).
+# preemption, MIG nodes registered by gpusched-agent on the fake NVML library, bursts, GPU
+# quotas per namespace, restart, two replicas, the operator view in a headless Chromium and
+# kubectl-gpusched).
 # Jaeger (built by build-jaeger.sh, cached) receives both binaries' traces over OTLP.
 #
 #   deploy/e2e/test.sh                 # called by scripts/test.sh (stage e2e)
@@ -19,7 +21,9 @@
 #      the ones built here),
 #      E2E_SHIM_LOG (gpusched-kube log filter, default info),
 #      E2E_FILTER (comma list: run only the scenarios whose name contains one of them),
-#      E2E_TRACES=0 (no Jaeger, traces off, the traces scenario skipped).
+#      E2E_TRACES=0 (no Jaeger, traces off, the traces scenario skipped),
+#      E2E_UPDATE_SCREENSHOT=1 (copy the operator view's screenshot to docs/images/operator-view.png),
+#      E2E_CHROMIUM (a Chromium binary; default: `chromium`, installed with apt-get when missing).
 #      E2E_SCHEDULER_QPS (client QPS of both kube-schedulers, burst twice that; default 50/100).
 set -euo pipefail
 
@@ -68,10 +72,63 @@ log "building gpusched-server, gpusched-kube ($PROFILE) and the e2e test"
 if [[ -z "${GPUSCHED_SERVER_BIN:-}" || -z "${GPUSCHED_KUBE_BIN:-}" ]]; then
   nice cargo build -q "${PROFILE_FLAG[@]}" -p gpusched-service -p gpusched-kube
 fi
+# The MIG scenario registers its nodes with gpusched-agent on the fake NVML library (debug build:
+# the agent's speed is not measured); skipped when E2E_FILTER leaves the scenario out.
+AGENT_BIN=""
+FAKE_NVML=""
+wants_mig() { # as the test's filter: a scenario runs when its name contains one of the items
+  [[ -z "${E2E_FILTER:-}" ]] && return 0
+  local f
+  IFS=, read -ra items <<<"$E2E_FILTER"
+  for f in "${items[@]}"; do f="${f// /}"; [[ -n "$f" && mig == *"$f"* ]] && return 0; done
+  return 1
+}
+if wants_mig; then
+  log "building gpusched-agent and the fake NVML library (MIG scenario)"
+  nice cargo build -q -p gpusched-agent
+  AGENT_BIN="$TARGET_DIR/debug/gpusched-agent"
+  mkdir -p "$WORK/nvml"
+  "${CC:-cc}" -Wall -Wextra -Werror -shared -fPIC -o "$WORK/nvml/libnvidia-ml.so.1" \
+    "$REPO/clients/agent/tests/fake-nvml/fake_nvml.c" -lpthread -ldl
+  FAKE_NVML="$WORK/nvml/libnvidia-ml.so.1"
+fi
 nice cargo test -q -p gpusched-kube --test e2e --no-run 2>/dev/null
 SERVER_BIN="${GPUSCHED_SERVER_BIN:-$TARGET_DIR/$PROFILE/gpusched-server}"
 KUBE_SHIM_BIN="${GPUSCHED_KUBE_BIN:-$TARGET_DIR/$PROFILE/gpusched-kube}"
 [[ -x "$SERVER_BIN" && -x "$KUBE_SHIM_BIN" ]] || die "binaries missing in $TARGET_DIR/$PROFILE"
+
+# ---- the operator view's scenario: kubectl-gpusched and a headless Chromium -----------------------
+# wants NAME: whether E2E_FILTER selects the scenario NAME (as the test does: a substring).
+wants() {
+  [[ -z "${E2E_FILTER:-}" ]] && return 0
+  local f
+  IFS=',' read -ra filters <<<"$E2E_FILTER"
+  for f in "${filters[@]}"; do
+    f="${f// /}"
+    [[ -n "$f" && "$1" == *"$f"* ]] && return 0
+  done
+  return 1
+}
+if wants opview; then
+  CTL_BIN="${GPUSCHED_CTL_BIN:-$(dirname "$KUBE_SHIM_BIN")/kubectl-gpusched}"
+  if [[ ! -x "$CTL_BIN" ]]; then
+    nice cargo build -q "${PROFILE_FLAG[@]}" -p gpusched-kube --bin kubectl-gpusched
+    CTL_BIN="$TARGET_DIR/$PROFILE/kubectl-gpusched"
+  fi
+  [[ -x "$CTL_BIN" ]] || die "kubectl-gpusched missing ($CTL_BIN)"
+  CHROMIUM="${E2E_CHROMIUM:-$(command -v chromium || true)}"
+  if [[ -z "$CHROMIUM" ]]; then
+    log "installing Debian's chromium (headless browser of the operator view's scenario)"
+    if [[ $(id -u) -eq 0 ]]; then SUDO=""; else SUDO="sudo"; fi
+    { DEBIAN_FRONTEND=noninteractive timeout 900 $SUDO apt-get install -y -qq chromium >/dev/null 2>&1 ||
+      { timeout 300 $SUDO apt-get update -qq >/dev/null 2>&1 &&
+        DEBIAN_FRONTEND=noninteractive timeout 900 $SUDO apt-get install -y -qq chromium >/dev/null 2>&1; }; } ||
+      die "could not install chromium with apt-get"
+    CHROMIUM="$(command -v chromium)"
+  fi
+  export E2E_CTL_BIN="$CTL_BIN" E2E_CHROMIUM="$CHROMIUM"
+  log "operator view: $CTL_BIN, $("$CHROMIUM" --version 2>/dev/null | head -n1)"
+fi
 
 # ---- webhook certificate (CA + serving cert for 127.0.0.1 and the in-cluster Service name) ---------
 PKI="$WORK/webhook-pki"
@@ -181,8 +238,15 @@ chmod 600 "$WORK/shim.kubeconfig"
 SA=(--kubeconfig "$WORK/shim.kubeconfig")
 [[ "$(kubectl "${SA[@]}" auth can-i create pods --subresource=binding -A)" == yes ]] || die "SA cannot bind pods"
 [[ "$(kubectl "${SA[@]}" auth can-i watch nodes 2>/dev/null)" == yes ]] || die "SA cannot watch nodes"
+[[ "$(kubectl "${SA[@]}" auth can-i watch resourcequotas -A 2>/dev/null)" == yes ]] || die "SA cannot watch resourcequotas"
+[[ "$(kubectl "${SA[@]}" auth can-i update resourcequotas -A 2>/dev/null || true)" == no ]] || die "SA may change resourcequotas"
 [[ "$(kubectl "${SA[@]}" auth can-i update leases/gpusched-kube -n gpusched-system)" == yes ]] || die "SA cannot update its lease"
 [[ "$(kubectl "${SA[@]}" auth can-i patch pods -A 2>/dev/null || true)" == no ]] || die "SA may patch pods (more than needed)"
+# Preemption: evict (Eviction API), pod status (nomination, victims' condition), read budgets.
+[[ "$(kubectl "${SA[@]}" auth can-i create pods --subresource=eviction -A)" == yes ]] || die "SA cannot evict pods"
+[[ "$(kubectl "${SA[@]}" auth can-i patch pods --subresource=status -A)" == yes ]] || die "SA cannot patch pod status"
+[[ "$(kubectl "${SA[@]}" auth can-i watch poddisruptionbudgets.policy -A)" == yes ]] || die "SA cannot watch PodDisruptionBudgets"
+[[ "$(kubectl "${SA[@]}" auth can-i delete pods -A 2>/dev/null || true)" == no ]] || die "SA may delete pods (evictions only)"
 [[ "$(kubectl "${SA[@]}" auth can-i update leases/kube-scheduler -n kube-system 2>/dev/null || true)" == no ]] || die "SA may touch other leases"
 
 CA_B64="$(base64 -w0 <"$PKI/ca.crt")"
@@ -222,10 +286,18 @@ export E2E_WEBHOOK_KEY="$PKI/tls.key"
 export E2E_WEBHOOKS_FILE="$WORK/webhooks.yaml"
 export E2E_SCHEDULER_KUBECONFIG="$CLUSTER/scheduler.kubeconfig"
 export E2E_RESULTS="$WORK/results.md"
+export E2E_AGENT_BIN="$AGENT_BIN"
+export E2E_FAKE_NVML="$FAKE_NVML"
 rm -f "$E2E_RESULTS"
 log "running clients/kube/tests/e2e/ (test target e2e)"
 nice cargo test -q -p gpusched-kube --test e2e -- --ignored --nocapture --test-threads=1
 
+if [[ "${E2E_UPDATE_SCREENSHOT:-0}" == 1 ]]; then
+  [[ -s "$WORK/operator-view.png" ]] || die "no screenshot in $WORK/operator-view.png (did the opview scenario run?)"
+  mkdir -p "$REPO/docs/images"
+  cp "$WORK/operator-view.png" "$REPO/docs/images/operator-view.png"
+  log "wrote docs/images/operator-view.png"
+fi
 if [[ -s "$E2E_RESULTS" ]]; then
   log "results:"
   cat "$E2E_RESULTS" >&2

@@ -19,9 +19,10 @@ def exported(src):
                for m in re.finditer(r"struct (\w+) \{(.*?)\n\}", src, re.S)}
     fields = {m.group(1): (m.group(3), m.group(2))
               for m in re.finditer(r"^\s+(\w+): Family<(\w+), (Counter|Histogram)", src, re.M)}
-    # Unlabelled metrics: `let x = Counter::default()` or a struct field `x: Gauge`.
+    # Unlabelled metrics: `let x = Counter::default()`, `let x = Histogram::new(..)` or a struct
+    # field `x: Gauge`.
     plain = {m.group(1): m.group(2)
-             for m in re.finditer(r"(?:let |^\s+)(\w+)(?:: | = )(Counter|Gauge)\b", src, re.M)}
+             for m in re.finditer(r"(?:let |^\s+)(\w+)(?:: | = )(Counter|Gauge|Histogram)\b", src, re.M)}
     metrics = {}
     for name, var in re.findall(r'registry\.register\(\s*"(\w+)",\s*"[^"]*",\s*(\w+)\.clone\(\)', src):
         if var in fields:

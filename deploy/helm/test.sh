@@ -76,12 +76,13 @@ pass "helm $("$HELM" version --template '{{.Version}}') ready ($HELM)" "$(since 
 
 tmpl() { "$HELM" template gpusched "$CHART" --namespace "$NS" --kube-version "$KUBE_VERSION" "$@"; }
 # Value sets: default, and "full" (cert-manager for webhook + mTLS, ServiceMonitor,
-# PrometheusRule, dashboard ConfigMap, a global registry and pull secret).
+# PrometheusRule, dashboard ConfigMap, a global registry and pull secret, the operator view).
 FULL=(--set certManager.enabled=true --set webhook.certificates.mode=certManager
   --set mtls.enabled=true --set metrics.serviceMonitor.enabled=true
   --set metrics.prometheusRule.enabled=true --set grafanaDashboard.enabled=true
   --set global.imageRegistry=registry.example.com --set 'global.imagePullSecrets[0]=regcred'
-  --set 'networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.name=monitoring')
+  --set 'networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.name=monitoring'
+  --set kube.web.enabled=true --set 'networkPolicy.webFrom[0].namespaceSelector.matchLabels.name=ops')
 
 # yq-like queries on a rendered stream with python (PyYAML).
 py_docs() { # file python-expression-over-docs (docs = list of objects) -> must be truthy
@@ -230,6 +231,25 @@ check "full: agent ServiceMonitor scrapes port metrics of the agent Service (nod
   and [p["name"] for p in get("Service","gpusched-agent")["spec"]["ports"]] == ["metrics"]
   and get("NetworkPolicy","gpusched-agent")["spec"]["ingress"][0]["from"] == [{"namespaceSelector":{"matchLabels":{"name":"monitoring"}}}]
   and get("ServiceMonitor","gpusched")["spec"]["endpoints"][0]["port"] == "metrics"'
+check "full: operator view (kube.web): token Secret, port web on the Deployment and Service, config, NetworkPolicy from webFrom, viewer Role" py_docs "$F" '
+  len(get("Secret","gpusched-kube-web")["data"]["token"]) >= 40
+  and {"name":"web","containerPort":8890,"protocol":"TCP"} in get("Deployment","gpusched-kube")["spec"]["template"]["spec"]["containers"][0]["ports"]
+  and {"name":"web-token","secret":{"secretName":"gpusched-kube-web","items":[{"key":"token","path":"token"}]}} in get("Deployment","gpusched-kube")["spec"]["template"]["spec"]["volumes"]
+  and {"name":"web","port":8890,"targetPort":"web","protocol":"TCP"} in get("Service","gpusched-kube")["spec"]["ports"]
+  and "token_file: /etc/gpusched-kube/web/token" in get("ConfigMap","gpusched-kube-config")["data"]["config.yaml"]
+  and [r for r in get("NetworkPolicy","gpusched-kube")["spec"]["ingress"] if r["ports"][0]["port"] == 8890][0]["from"]
+    == [{"namespaceSelector":{"matchLabels":{"name":"ops"}}}]
+  and get("Role","gpusched-kube-web-viewer")["rules"][0] == {"apiGroups":[""],"resources":["secrets"],"resourceNames":["gpusched-kube-web"],"verbs":["get"]}'
+check "default: no operator view (no Secret, Role, web port or web config)" py_docs "$D" '
+  not [s for s in kinds("Secret") if s["metadata"]["name"] == "gpusched-kube-web"]
+  and not [r for r in kinds("Role") if r["metadata"]["name"] == "gpusched-kube-web-viewer"]
+  and "web" not in [p["name"] for p in get("Service","gpusched-kube")["spec"]["ports"]]
+  and "token_file" not in get("ConfigMap","gpusched-kube-config")["data"]["config.yaml"]'
+web_own_secret() {
+  local out; out="$(tmpl --set kube.web.enabled=true --set kube.web.tokenSecret=mine)" || return 1
+  ! grep -q 'name: gpusched-kube-web$' <<<"$out" && grep -q 'secretName: mine' <<<"$out"
+}
+check "kube.web.tokenSecret: the given Secret is mounted, none is made" web_own_secret
 check "PrometheusRule: every metric and label exists in metrics.rs" \
   python3 "$HERE/check_metrics.py" server/service/src/metrics.rs --rules "$F"
 
@@ -471,6 +491,26 @@ KCFG
       [[ \"\$(timeout 30 kubectl -n $NS get deploy gpusched -o jsonpath='{.spec.replicas}')\" == 3 ]] &&
       [[ -n \"\$(timeout 30 kubectl get mutatingwebhookconfiguration gpusched-kube -o jsonpath='{.webhooks[0].clientConfig.caBundle}')\" ]]"
     check "helm status: deployed, revision 2" bash -c "timeout 30 '$HELM' status gpusched -n $NS -o json | python3 -c 'import json,sys; s=json.load(sys.stdin); assert s[\"info\"][\"status\"]==\"deployed\" and s[\"version\"]==2, s[\"info\"]'"
+    web_token_kept() {
+      timeout 120 "$HELM" upgrade gpusched "$CHART" -n "$NS" --no-hooks --timeout 60s --reuse-values \
+        --set kube.web.enabled=true >/dev/null || return 1
+      local a b
+      a="$(K -n "$NS" get secret gpusched-kube-web -o jsonpath='{.data.token}')" || return 1
+      timeout 120 "$HELM" upgrade gpusched "$CHART" -n "$NS" --no-hooks --timeout 60s --reuse-values >/dev/null || return 1
+      b="$(K -n "$NS" get secret gpusched-kube-web -o jsonpath='{.data.token}')" || return 1
+      [[ -n "$a" && "$a" == "$b" && "$(base64 -d <<<"$a" | wc -c)" -ge 16 ]]
+    }
+    check "kube.web.enabled: the random token Secret is made once and kept across upgrades" web_token_kept
+    web_viewer_rbac() { # the viewer Role bound to a user: the token and port-forward, nothing more
+      K -n "$NS" create rolebinding web-viewer-test --role=gpusched-kube-web-viewer --user=ops-alice >/dev/null || return 1
+      local a=(--as ops-alice -n "$NS")
+      [[ "$(K auth can-i get secrets/gpusched-kube-web "${a[@]}")" == yes ]] &&
+      [[ "$(K auth can-i create pods --subresource=portforward "${a[@]}")" == yes ]] &&
+      [[ "$(K auth can-i get secrets/gpusched-kube-webhook-tls "${a[@]}" 2>/dev/null || true)" == no ]] &&
+      [[ "$(K auth can-i list secrets "${a[@]}" 2>/dev/null || true)" == no ]] &&
+      [[ "$(K auth can-i delete pods "${a[@]}" 2>/dev/null || true)" == no ]]
+    }
+    check "kube.web viewer Role: its user may read the token and port-forward, not other Secrets nor write" web_viewer_rbac
     check "helm uninstall" timeout 120 "$HELM" uninstall gpusched -n "$NS" --no-hooks --timeout 60s
     gone() {
       local left

@@ -63,8 +63,9 @@ fn check<T: prost::Message>(r: Result<T, ServiceError>) {
     }
 }
 
-/// The HAMi annotation codecs (`gpusched-hami`): any text decodes or fails cleanly, and what
-/// decodes re-encodes to a value that decodes to the same thing.
+/// The HAMi annotation codecs (`gpusched-hami`, MIG reservations and gpusched's MIG layouts
+/// included): any text decodes or fails cleanly, and what decodes re-encodes to a value that
+/// decodes to the same thing; HAMi's MIG profiles derive a layout or fail cleanly.
 pub fn hami_codecs(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -80,6 +81,25 @@ pub fn hami_codecs(data: &[u8]) {
     if let Ok(bookings) = gpusched_hami::decode_pod_devices(text) {
         let again = gpusched_hami::encode_pod_devices(&bookings);
         assert_eq!(gpusched_hami::decode_pod_devices(&again).unwrap(), bookings);
+    }
+    if let Ok(reservations) = gpusched_hami::decode_mig_allocations(text) {
+        let again = gpusched_hami::encode_mig_allocations(&reservations);
+        assert_eq!(
+            gpusched_hami::decode_mig_allocations(&again).unwrap(),
+            reservations
+        );
+    }
+    if let Ok(layouts) = gpusched_hami::decode_node_mig_layouts(text) {
+        let again = gpusched_hami::encode_node_mig_layouts(&layouts);
+        assert_eq!(
+            gpusched_hami::decode_node_mig_layouts(&again).unwrap(),
+            layouts
+        );
+    }
+    if let Ok(cards) = gpusched_hami::decode_registered(text) {
+        for c in &cards {
+            let _ = gpusched_hami::layout_from_profiles(&c.mig_profiles);
+        }
     }
 }
 
@@ -144,6 +164,7 @@ pub fn annotations(data: &[u8]) {
                 requests: BTreeMap::new(),
             }],
         })),
+        quota: None,
     };
     let card = |i: u32| v1::Card {
         id: format!("GPU-{i}"),
@@ -156,6 +177,7 @@ pub fn annotations(data: &[u8]) {
         health: v1::CardHealth::Healthy as i32,
         mode: v1::CardMode::HamiCore as i32,
         usage: None,
+        mig: None,
     };
     let req = v1::AllocateRequest {
         nodes: vec![v1::Node {

@@ -71,6 +71,7 @@ pub fn engine_once(p: &Prepared, rpc: Rpc, i: usize) -> Option<(Kind, Summary)> 
                 bytes: 0,
             }
         }
+        Rpc::Preempt => return None,
         Rpc::Filter | Rpc::Score => {
             let e = black_box(engine::evaluate(
                 &p.snapshot,
@@ -158,6 +159,7 @@ pub fn pipeline_once(
             let t4 = Instant::now();
             (resp.encode_to_vec(), t3, t4)
         }
+        Rpc::Preempt => return Err("--rpc preempt runs over gRPC only".to_owned()),
     };
     let t5 = Instant::now();
     let summary = summarize(rpc, black_box(&bytes));
@@ -225,6 +227,7 @@ pub fn run(pool: &Pool, settings: &Settings, o: &Options) -> anyhow::Result<RunR
         duration,
         decode_from,
     } = *o;
+    anyhow::ensure!(rpc != Rpc::Preempt, "--rpc preempt runs over gRPC only");
     let prepared = match what {
         InProc::Engine => Some(prepare(pool, settings)?),
         InProc::Pipeline => None,

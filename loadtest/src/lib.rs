@@ -5,6 +5,7 @@
 //! the server's decode/convert/engine/encode pipeline) and over gRPC.
 //!
 //! - [`synth`]: seeded synthetic clusters, workload mixes and pre-encoded requests;
+//! - [`placed`]: placed workloads for Preempt requests;
 //! - [`load`]: open-loop (fixed rate, latency from the intended start) and closed-loop load;
 //! - [`inproc`]: the same requests in process;
 //! - [`report`]: hdrhistogram percentiles and the JSON report;
@@ -15,6 +16,7 @@ pub mod byref;
 pub mod chart;
 pub mod inproc;
 pub mod load;
+pub mod placed;
 pub mod process;
 pub mod report;
 pub mod synth;

@@ -167,6 +167,7 @@ pub fn cluster(spec: &ClusterSpec, seed: u64) -> Vec<v1::Node> {
                         used_cores: ((u * 100.0).round() as u32).min(100),
                     });
                     v1::Card {
+                        mig: None,
                         id: uuid(&mut rng),
                         index: i,
                         r#type: type_name.to_owned(),
@@ -445,6 +446,7 @@ fn write(a: &Ask, form: Form, i: usize, uid: String) -> v1::Workload {
         }),
     };
     v1::Workload {
+        quota: None,
         namespace: "loadtest".to_owned(),
         name,
         uid,

@@ -22,6 +22,8 @@ pub enum Rpc {
     Filter,
     /// `PlacementService/Score`.
     Score,
+    /// `PlacementService/Preempt` (over gRPC only; placed workloads from `--placed-per-node`).
+    Preempt,
 }
 
 impl Rpc {
@@ -33,6 +35,7 @@ impl Rpc {
                 Rpc::Allocate => gpusched_service::Rpc::Allocate,
                 Rpc::Filter => gpusched_service::Rpc::Filter,
                 Rpc::Score => gpusched_service::Rpc::Score,
+                Rpc::Preempt => gpusched_service::Rpc::Preempt,
             }
             .path(),
         )
@@ -193,7 +196,7 @@ fn fields(buf: &[u8]) -> impl Iterator<Item = Field<'_>> {
     })
 }
 
-/// Reads the outcome of an encoded Allocate/Filter/Score response.
+/// Reads the outcome of an encoded Allocate/Filter/Score/Preempt response.
 pub fn summarize(rpc: Rpc, buf: &[u8]) -> Summary {
     let mut s = Summary {
         bytes: buf.len(),
@@ -229,6 +232,25 @@ pub fn summarize(rpc: Rpc, buf: &[u8]) -> Summary {
                 }
             }
             s.placed = s.feasible > 0;
+        }
+        Rpc::Preempt => {
+            // PreemptResponse: nodes (2) with the verdict not_needed (3) | victims (4) |
+            // not_candidate (5); choice (3): NOT_NEEDED 1, EVICT 2, NO_CANDIDATE 3.
+            for f in fields(buf) {
+                match f {
+                    Field::Bytes(2, node) => {
+                        for g in fields(node) {
+                            match g {
+                                Field::Bytes(3 | 4, _) => s.feasible += 1,
+                                Field::Bytes(5, _) => s.failed += 1,
+                                _ => {}
+                            }
+                        }
+                    }
+                    Field::Varint(3, c) => s.placed = c == 1 || c == 2,
+                    _ => {}
+                }
+            }
         }
     }
     s
@@ -317,6 +339,29 @@ mod tests {
             ..v1::ScoreResponse::default()
         };
         let s = summarize(Rpc::Score, &sc.encode_to_vec());
+        let pr = v1::PreemptResponse {
+            requests_gpu: true,
+            nodes: vec![
+                v1::NodePreemption {
+                    node_name: "a".into(),
+                    verdict: Some(v1::node_preemption::Verdict::Victims(v1::Victims::default())),
+                    ..v1::NodePreemption::default()
+                },
+                v1::NodePreemption {
+                    node_name: "b".into(),
+                    verdict: Some(v1::node_preemption::Verdict::NotCandidate(
+                        v1::NotCandidate::default(),
+                    )),
+                    ..v1::NodePreemption::default()
+                },
+            ],
+            choice: v1::PreemptChoiceKind::Evict as i32,
+            node_name: "a".into(),
+            effective_policy: None,
+        };
+        let p = summarize(Rpc::Preempt, &pr.encode_to_vec());
+        assert!(p.placed);
+        assert_eq!((p.feasible, p.failed), (1, 1));
         assert_eq!(s.feasible, 4);
     }
 

@@ -159,6 +159,38 @@ fn smoke() {
     );
     assert!(r["send_lag_us"]["count"].as_u64().unwrap() > 0);
 
+    // Preempt, closed loop: 10 placed workloads per node; every answer well-formed.
+    let preempt = out("preempt.json");
+    let mut args = vec![
+        "run",
+        "--spawn",
+        "--server-bin",
+        &server,
+        "--concurrency",
+        "2",
+        "--rpc",
+        "preempt",
+        "--placed-per-node",
+        "10",
+    ];
+    args.extend(small);
+    args.extend(["--out", &preempt]);
+    assert!(tool(&args).status.success());
+    let v = read(Path::new(&preempt));
+    assert_eq!(v["config"]["workload"]["rpc"], "preempt", "{v}");
+    let r = &v["runs"][0];
+    check_run(r);
+    assert!(
+        f(&r["outcomes"]["feasible_nodes_mean"]) > 0.0,
+        "nodes fit or have victims: {r}"
+    );
+    // In process it is refused with the reason.
+    let refused = tool(&[
+        "run", "--target", "engine", "--rpc", "preempt", "--nodes", "5",
+    ]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--rpc preempt runs over gRPC"));
+
     // Sweep over two small sizes: JSON and SVG.
     let sweep_dir = out("sweep");
     let args = [

@@ -71,6 +71,39 @@ pub fn hami_annotations(
     out
 }
 
+/// gpusched's companion node annotation `gpusched.io/node-mig-layouts`
+/// (`docs/hami-protocol.md`, "MIG"): the whole layout (`MigFacts::layout`) of each card that
+/// is in mode `mig` in `normalized` and whose layout was read; None when there is none (the
+/// publisher then removes the annotation). HAMi's annotations are not changed by it.
+pub fn mig_layouts(
+    normalized: &v1::NormalizeInventoryResponse,
+    facts: &[CardFacts],
+) -> Option<String> {
+    let layouts: BTreeMap<String, v1::MigLayout> = normalized
+        .cards
+        .iter()
+        .filter(|c| c.mode == v1::CardMode::Mig as i32)
+        .filter_map(|c| {
+            let f = facts.iter().find(|f| f.uuid == c.id)?.mig.facts()?;
+            Some((c.id.clone(), f.layout()))
+        })
+        .collect();
+    (!layouts.is_empty()).then(|| gpusched_hami::encode_node_mig_layouts(&layouts))
+}
+
+/// Every node annotation the agent publishes for this inventory (but the handshake): HAMi's
+/// ([`hami_annotations`]) and, with MIG cards, `gpusched.io/node-mig-layouts` ([`mig_layouts`]).
+pub fn node_annotations(
+    normalized: &v1::NormalizeInventoryResponse,
+    facts: &[CardFacts],
+) -> BTreeMap<String, String> {
+    let mut out = hami_annotations(normalized, facts);
+    if let Some(v) = mig_layouts(normalized, facts) {
+        out.insert(gpusched_hami::NODE_MIG_LAYOUTS.to_owned(), v);
+    }
+    out
+}
+
 /// Slurm GRES type of a card type: lower case, anything but letters, digits, `-` and `.`
 /// becomes `_` (`NVIDIA H100 80GB HBM3` -> `nvidia_h100_80gb_hbm3`).
 pub fn slurm_type(card_type: &str) -> String {
@@ -229,9 +262,10 @@ pub fn raw(req: &v1::NormalizeInventoryRequest) -> Result<String, RenderError> {
         .map_err(|e| RenderError(e.to_string()))
 }
 
-/// HAMi's annotations as `key=value` lines.
+/// The node annotations as `key=value` lines: HAMi's, then `gpusched.io/node-mig-layouts`
+/// when there are MIG cards ([`node_annotations`]).
 pub fn hami(inv: &NodeInventory) -> String {
-    hami_annotations(&inv.normalized, &inv.facts)
+    node_annotations(&inv.normalized, &inv.facts)
         .into_iter()
         .map(|(k, v)| format!("{k}={v}\n"))
         .collect()
@@ -284,6 +318,7 @@ mod tests {
 
     fn card(id: &str, index: u32, healthy: bool) -> v1::Card {
         v1::Card {
+            mig: None,
             id: id.into(),
             index,
             r#type: "NVIDIA H100 80GB HBM3".into(),

@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 
 use crate::config::{KubeSettings, OutputFormat};
-use crate::format::{NodeInventory, hami_annotations, render};
+use crate::format::{NodeInventory, node_annotations, render};
 
 /// Field manager name of our patches.
 pub const FIELD_MANAGER: &str = "gpusched-agent";
@@ -71,16 +71,18 @@ pub fn healthy_slots(normalized: &v1::NormalizeInventoryResponse) -> u64 {
         .sum()
 }
 
-/// The merge patch of the Node's annotations for `inv` (a missing pair-score annotation is
-/// removed, so no stale scores stay behind).
+/// The merge patch of the Node's annotations for `inv` (a missing pair-score or MIG layout
+/// annotation is removed, so nothing stale stays behind).
 pub fn annotation_patch(inv: &NodeInventory, handshake: &str) -> Value {
-    let mut annotations: Map<String, Value> = hami_annotations(&inv.normalized, &inv.facts)
+    let mut annotations: Map<String, Value> = node_annotations(&inv.normalized, &inv.facts)
         .into_iter()
         .map(|(k, v)| (k, Value::String(v)))
         .collect();
-    annotations
-        .entry(gpusched_hami::NODE_SCORE.to_owned())
-        .or_insert(Value::Null);
+    for optional in [gpusched_hami::NODE_SCORE, gpusched_hami::NODE_MIG_LAYOUTS] {
+        annotations
+            .entry(optional.to_owned())
+            .or_insert(Value::Null);
+    }
     annotations.insert(
         gpusched_hami::NODE_HANDSHAKE.to_owned(),
         Value::String(handshake.to_owned()),
@@ -93,6 +95,7 @@ pub fn withdraw_patch() -> Value {
     json!({ "metadata": { "annotations": {
         gpusched_hami::NODE_REGISTER: null,
         gpusched_hami::NODE_SCORE: null,
+        gpusched_hami::NODE_MIG_LAYOUTS: null,
         gpusched_hami::NODE_HANDSHAKE: null,
     } } })
 }
@@ -403,7 +406,10 @@ mod tests {
                 .contains_key(gpusched_hami::NODE_SCORE)
         );
         let w = withdraw_patch();
-        assert_eq!(w["metadata"]["annotations"].as_object().unwrap().len(), 3);
+        assert_eq!(w["metadata"]["annotations"].as_object().unwrap().len(), 4);
+        assert!(w["metadata"]["annotations"][gpusched_hami::NODE_MIG_LAYOUTS].is_null());
+        // Without MIG cards, the layout annotation is removed.
+        assert!(p["metadata"]["annotations"][gpusched_hami::NODE_MIG_LAYOUTS].is_null());
         assert_eq!(
             capacity_patch("nvidia.com/gpu", Some(14)),
             json!({"status":{"capacity":{"nvidia.com/gpu":"14"},"allocatable":{"nvidia.com/gpu":"14"}}})

@@ -95,6 +95,7 @@ impl Normalizer for FakeNormalizer {
                 .cards
                 .iter()
                 .map(|c| v1::Card {
+                    mig: None,
                     id: c.uuid.clone(),
                     index: c.index,
                     r#type: c.model_name.clone(),

@@ -552,6 +552,42 @@ async fn mig_cards_are_published_in_hamis_node_form() {
     let zero = cards.iter().find(|c| c.id == uuid(0)).unwrap();
     assert_eq!((zero.mode.as_str(), zero.count), ("hami-core", 10));
     assert!(zero.mig_profiles.is_empty());
+    // gpusched's companion annotation: card 6's whole layout (profiles outside the allowlist
+    // included, not allowed; the instance, free), none for the card whose layout is unknown;
+    // HAMi's annotations are the same with or without it.
+    let all = gpusched_agent::format::node_annotations(&normalized, &facts);
+    assert_eq!(all[gpusched_hami::NODE_REGISTER], *register);
+    let layouts =
+        gpusched_hami::decode_node_mig_layouts(&all[gpusched_hami::NODE_MIG_LAYOUTS]).unwrap();
+    assert_eq!(layouts.keys().collect::<Vec<_>>(), vec![&uuid(6)]);
+    let l = &layouts[&uuid(6)];
+    assert_eq!((l.compute_slices, l.memory_slices), (7, 8));
+    let profiles: Vec<(&str, u32, bool)> = l
+        .profiles
+        .iter()
+        .map(|p| (p.name.as_str(), p.max_instances, p.not_allowed))
+        .collect();
+    assert_eq!(
+        profiles,
+        vec![
+            ("1g.10gb", 7, false),
+            ("2g.20gb", 3, false),
+            ("3g.40gb", 2, false),
+            ("4g.40gb", 1, true),
+            ("7g.80gb", 1, false),
+            ("1g.10gb+me", 1, true),
+            ("1g.20gb", 4, true),
+        ]
+    );
+    assert_eq!(
+        l.instances,
+        vec![v1::MigInstance {
+            profile: "3g.40gb".into(),
+            start: 4,
+            size: 4,
+            in_use_by: String::new()
+        }]
+    );
     server.shutdown().await.unwrap();
 }
 

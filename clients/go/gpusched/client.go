@@ -160,6 +160,21 @@ func (c *Client) AllocateBatch(ctx context.Context, req *v1.AllocateBatchRequest
 	return resp, wrap(err)
 }
 
+// Preempt says which placed workloads must leave which node so that a pending workload of
+// higher priority fits, card-exact, and on which node to do it (docs/placement-semantics.md
+// section 9). Nothing is evicted: the caller acts on the answer. Nodes go by reference and as
+// node-set changes like Allocate.
+func (c *Client) Preempt(ctx context.Context, req *v1.PreemptRequest, opts ...grpc.CallOption) (*v1.PreemptResponse, error) {
+	if c.byref.serverReadsRefs() && len(req.GetNodeRefs()) == 0 && len(req.GetNodes()) > 0 && req.GetNodeSet() == nil {
+		return withNodes(ctx, c.byref, req.GetNodes(), func(ctx context.Context, set *v1.NodeSetRef, refs []*v1.NodeRef) (*v1.PreemptResponse, error) {
+			r := &v1.PreemptRequest{Workload: req.GetWorkload(), Options: req.GetOptions(), Priority: req.GetPriority(), Placed: req.GetPlaced(), NodeRefs: refs, NodeSet: set}
+			return c.placement.Preempt(ctx, r, opts...)
+		})
+	}
+	resp, err := c.placement.Preempt(ctx, req, opts...)
+	return resp, wrap(err)
+}
+
 // ValidateWorkload parses and validates a workload without placing it. Problems with the
 // workload are reported in the answer (Valid false, Violations), not as an error.
 func (c *Client) ValidateWorkload(ctx context.Context, req *v1.ValidateWorkloadRequest, opts ...grpc.CallOption) (*v1.ValidateWorkloadResponse, error) {

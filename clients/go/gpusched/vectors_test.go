@@ -90,6 +90,12 @@ var rpcs = map[string]rpc{
 		func(c *gpusched.Client, ctx context.Context, r *v1.ValidateWorkloadRequest) (*v1.ValidateWorkloadResponse, error) {
 			return c.ValidateWorkload(ctx, r)
 		}),
+	"/gpusched.v1.PlacementService/Preempt": method(
+		func() *v1.PreemptRequest { return &v1.PreemptRequest{} },
+		func() *v1.PreemptResponse { return &v1.PreemptResponse{} },
+		func(c *gpusched.Client, ctx context.Context, r *v1.PreemptRequest) (*v1.PreemptResponse, error) {
+			return c.Preempt(ctx, r)
+		}),
 	"/gpusched.v1.InventoryService/NormalizeInventory": method(
 		func() *v1.NormalizeInventoryRequest { return &v1.NormalizeInventoryRequest{} },
 		func() *v1.NormalizeInventoryResponse { return &v1.NormalizeInventoryResponse{} },

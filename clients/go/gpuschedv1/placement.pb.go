@@ -21,6 +21,178 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Why a node is not a preemption candidate.
+type NotCandidateReason int32
+
+const (
+	// Never sent.
+	NotCandidateReason_NOT_CANDIDATE_REASON_UNSPECIFIED NotCandidateReason = 0
+	// No placed workload has a lower priority than the pending one.
+	NotCandidateReason_NOT_CANDIDATE_REASON_NO_LOWER_PRIORITY NotCandidateReason = 1
+	// Even with every lower-priority workload gone, the workload does not fit.
+	NotCandidateReason_NOT_CANDIDATE_REASON_INSUFFICIENT_AFTER_EVICTION NotCandidateReason = 2
+	// The node is invalid itself (failure: REASON_INVALID_NODE); its placed workloads are not
+	// looked at.
+	NotCandidateReason_NOT_CANDIDATE_REASON_INVALID_NODE NotCandidateReason = 3
+)
+
+// Enum value maps for NotCandidateReason.
+var (
+	NotCandidateReason_name = map[int32]string{
+		0: "NOT_CANDIDATE_REASON_UNSPECIFIED",
+		1: "NOT_CANDIDATE_REASON_NO_LOWER_PRIORITY",
+		2: "NOT_CANDIDATE_REASON_INSUFFICIENT_AFTER_EVICTION",
+		3: "NOT_CANDIDATE_REASON_INVALID_NODE",
+	}
+	NotCandidateReason_value = map[string]int32{
+		"NOT_CANDIDATE_REASON_UNSPECIFIED":                 0,
+		"NOT_CANDIDATE_REASON_NO_LOWER_PRIORITY":           1,
+		"NOT_CANDIDATE_REASON_INSUFFICIENT_AFTER_EVICTION": 2,
+		"NOT_CANDIDATE_REASON_INVALID_NODE":                3,
+	}
+)
+
+func (x NotCandidateReason) Enum() *NotCandidateReason {
+	p := new(NotCandidateReason)
+	*p = x
+	return p
+}
+
+func (x NotCandidateReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NotCandidateReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_gpusched_v1_placement_proto_enumTypes[0].Descriptor()
+}
+
+func (NotCandidateReason) Type() protoreflect.EnumType {
+	return &file_gpusched_v1_placement_proto_enumTypes[0]
+}
+
+func (x NotCandidateReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NotCandidateReason.Descriptor instead.
+func (NotCandidateReason) EnumDescriptor() ([]byte, []int) {
+	return file_gpusched_v1_placement_proto_rawDescGZIP(), []int{0}
+}
+
+// What happened to an eligible workload during the reprieve (explanations).
+type ReprieveOutcome int32
+
+const (
+	// Never sent.
+	ReprieveOutcome_REPRIEVE_OUTCOME_UNSPECIFIED ReprieveOutcome = 0
+	// Put back: the pending workload still fits.
+	ReprieveOutcome_REPRIEVE_OUTCOME_KEPT ReprieveOutcome = 1
+	// Put back at the second look (section 9.3 step 5).
+	ReprieveOutcome_REPRIEVE_OUTCOME_KEPT_AT_SECOND_LOOK ReprieveOutcome = 2
+	// A victim: with it back, the pending workload does not fit (failure says why).
+	ReprieveOutcome_REPRIEVE_OUTCOME_EVICTED ReprieveOutcome = 3
+)
+
+// Enum value maps for ReprieveOutcome.
+var (
+	ReprieveOutcome_name = map[int32]string{
+		0: "REPRIEVE_OUTCOME_UNSPECIFIED",
+		1: "REPRIEVE_OUTCOME_KEPT",
+		2: "REPRIEVE_OUTCOME_KEPT_AT_SECOND_LOOK",
+		3: "REPRIEVE_OUTCOME_EVICTED",
+	}
+	ReprieveOutcome_value = map[string]int32{
+		"REPRIEVE_OUTCOME_UNSPECIFIED":         0,
+		"REPRIEVE_OUTCOME_KEPT":                1,
+		"REPRIEVE_OUTCOME_KEPT_AT_SECOND_LOOK": 2,
+		"REPRIEVE_OUTCOME_EVICTED":             3,
+	}
+)
+
+func (x ReprieveOutcome) Enum() *ReprieveOutcome {
+	p := new(ReprieveOutcome)
+	*p = x
+	return p
+}
+
+func (x ReprieveOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReprieveOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_gpusched_v1_placement_proto_enumTypes[1].Descriptor()
+}
+
+func (ReprieveOutcome) Type() protoreflect.EnumType {
+	return &file_gpusched_v1_placement_proto_enumTypes[1]
+}
+
+func (x ReprieveOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReprieveOutcome.Descriptor instead.
+func (ReprieveOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_gpusched_v1_placement_proto_rawDescGZIP(), []int{1}
+}
+
+// Where to preempt.
+type PreemptChoiceKind int32
+
+const (
+	// Never sent.
+	PreemptChoiceKind_PREEMPT_CHOICE_KIND_UNSPECIFIED PreemptChoiceKind = 0
+	// Some node fits the workload as it is: evict nothing, allocate as usual.
+	PreemptChoiceKind_PREEMPT_CHOICE_KIND_NOT_NEEDED PreemptChoiceKind = 1
+	// Evict the victims of node_name.
+	PreemptChoiceKind_PREEMPT_CHOICE_KIND_EVICT PreemptChoiceKind = 2
+	// No node can make room.
+	PreemptChoiceKind_PREEMPT_CHOICE_KIND_NO_CANDIDATE PreemptChoiceKind = 3
+)
+
+// Enum value maps for PreemptChoiceKind.
+var (
+	PreemptChoiceKind_name = map[int32]string{
+		0: "PREEMPT_CHOICE_KIND_UNSPECIFIED",
+		1: "PREEMPT_CHOICE_KIND_NOT_NEEDED",
+		2: "PREEMPT_CHOICE_KIND_EVICT",
+		3: "PREEMPT_CHOICE_KIND_NO_CANDIDATE",
+	}
+	PreemptChoiceKind_value = map[string]int32{
+		"PREEMPT_CHOICE_KIND_UNSPECIFIED":  0,
+		"PREEMPT_CHOICE_KIND_NOT_NEEDED":   1,
+		"PREEMPT_CHOICE_KIND_EVICT":        2,
+		"PREEMPT_CHOICE_KIND_NO_CANDIDATE": 3,
+	}
+)
+
+func (x PreemptChoiceKind) Enum() *PreemptChoiceKind {
+	p := new(PreemptChoiceKind)
+	*p = x
+	return p
+}
+
+func (x PreemptChoiceKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PreemptChoiceKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_gpusched_v1_placement_proto_enumTypes[2].Descriptor()
+}
+
+func (PreemptChoiceKind) Type() protoreflect.EnumType {
+	return &file_gpusched_v1_placement_proto_enumTypes[2]
+}
+
+func (x PreemptChoiceKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PreemptChoiceKind.Descriptor instead.
+func (PreemptChoiceKind) EnumDescriptor() ([]byte, []int) {
+	return file_gpusched_v1_placement_proto_rawDescGZIP(), []int{2}
+}
+
 // Request of PlacementService.Filter.
 type FilterRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1027,7 +1199,11 @@ type ValidateWorkloadResponse struct {
 	// The policy and weights that would be used, when valid.
 	EffectivePolicy *EffectivePolicy `protobuf:"bytes,4,opt,name=effective_policy,json=effectivePolicy,proto3" json:"effective_policy,omitempty"`
 	// The resolved GPU containers, when valid.
-	Containers    []*ResolvedContainer `protobuf:"bytes,5,rep,name=containers,proto3" json:"containers,omitempty"`
+	Containers []*ResolvedContainer `protobuf:"bytes,5,rep,name=containers,proto3" json:"containers,omitempty"`
+	// When valid and asking a GPU: the least the workload consumes on any node against a quota
+	// (docs/placement-semantics.md section 10.6). An admission webhook refuses the workload when
+	// this is above a hard limit of its namespace, or when that hard limit is 0.
+	QuotaFloor    *QuotaUse `protobuf:"bytes,6,opt,name=quota_floor,json=quotaFloor,proto3" json:"quota_floor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1093,6 +1269,791 @@ func (x *ValidateWorkloadResponse) GetEffectivePolicy() *EffectivePolicy {
 func (x *ValidateWorkloadResponse) GetContainers() []*ResolvedContainer {
 	if x != nil {
 		return x.Containers
+	}
+	return nil
+}
+
+func (x *ValidateWorkloadResponse) GetQuotaFloor() *QuotaUse {
+	if x != nil {
+		return x.QuotaFloor
+	}
+	return nil
+}
+
+// Request of PlacementService.Preempt.
+type PreemptRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Candidate nodes with their cards and usage (usage includes what the placed workloads hold).
+	Nodes []*Node `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// The pending workload.
+	Workload *Workload `protobuf:"bytes,2,opt,name=workload,proto3" json:"workload,omitempty"`
+	// Optional defaults and explain flag (explain: per node with victims, what happened to every
+	// eligible workload; and the card explanations of the placement).
+	Options *PlacementOptions `protobuf:"bytes,3,opt,name=options,proto3" json:"options,omitempty"`
+	// The pending workload's priority (Kubernetes spec.priority): higher is more important.
+	Priority int32 `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"`
+	// Per node, the workloads placed there that preemption may consider; a node not listed has
+	// none. Validated as section 9.2 says (fields `placed[i]...`).
+	Placed []*NodePlaced `protobuf:"bytes,5,rep,name=placed,proto3" json:"placed,omitempty"`
+	// Candidate nodes by reference, as in AllocateRequest.
+	NodeRefs []*NodeRef `protobuf:"bytes,6,rep,name=node_refs,json=nodeRefs,proto3" json:"node_refs,omitempty"`
+	// Candidate nodes as changes to a node set, as in AllocateRequest.
+	NodeSet       *NodeSetRef `protobuf:"bytes,7,opt,name=node_set,json=nodeSet,proto3" json:"node_set,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreemptRequest) Reset() {
+	*x = PreemptRequest{}
+	mi := &file_gpusched_v1_placement_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreemptRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreemptRequest) ProtoMessage() {}
+
+func (x *PreemptRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_placement_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreemptRequest.ProtoReflect.Descriptor instead.
+func (*PreemptRequest) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_placement_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PreemptRequest) GetNodes() []*Node {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *PreemptRequest) GetWorkload() *Workload {
+	if x != nil {
+		return x.Workload
+	}
+	return nil
+}
+
+func (x *PreemptRequest) GetOptions() *PlacementOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *PreemptRequest) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *PreemptRequest) GetPlaced() []*NodePlaced {
+	if x != nil {
+		return x.Placed
+	}
+	return nil
+}
+
+func (x *PreemptRequest) GetNodeRefs() []*NodeRef {
+	if x != nil {
+		return x.NodeRefs
+	}
+	return nil
+}
+
+func (x *PreemptRequest) GetNodeSet() *NodeSetRef {
+	if x != nil {
+		return x.NodeSet
+	}
+	return nil
+}
+
+// The placed workloads of one node.
+type NodePlaced struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node's name: a candidate node of the request; at most once per request.
+	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// Its placed workloads; at most the server's preempt.max_workloads_per_node.
+	Workloads     []*PlacedWorkload `protobuf:"bytes,2,rep,name=workloads,proto3" json:"workloads,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodePlaced) Reset() {
+	*x = NodePlaced{}
+	mi := &file_gpusched_v1_placement_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodePlaced) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodePlaced) ProtoMessage() {}
+
+func (x *NodePlaced) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_placement_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodePlaced.ProtoReflect.Descriptor instead.
+func (*NodePlaced) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_placement_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *NodePlaced) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *NodePlaced) GetWorkloads() []*PlacedWorkload {
+	if x != nil {
+		return x.Workloads
+	}
+	return nil
+}
+
+// A workload placed on a node (a pod, a job), as preemption sees it (section 9.1).
+type PlacedWorkload struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its id, unique on its node (Kubernetes: the pod UID; Slurm: the job id); required.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Its priority.
+	Priority int32 `protobuf:"varint,2,opt,name=priority,proto3" json:"priority,omitempty"`
+	// Whether evicting it would violate a disruption budget (the caller decides).
+	ViolatesBudget bool `protobuf:"varint,3,opt,name=violates_budget,json=violatesBudget,proto3" json:"violates_budget,omitempty"`
+	// When it started, ms since the Unix epoch (not started: the caller's current time).
+	StartTimeMs int64 `protobuf:"varint,4,opt,name=start_time_ms,json=startTimeMs,proto3" json:"start_time_ms,omitempty"`
+	// What it holds, at most one entry per card; the card usage is at least their sum.
+	Bookings      []*Booking `protobuf:"bytes,5,rep,name=bookings,proto3" json:"bookings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacedWorkload) Reset() {
+	*x = PlacedWorkload{}
+	mi := &file_gpusched_v1_placement_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacedWorkload) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacedWorkload) ProtoMessage() {}
+
+func (x *PlacedWorkload) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_placement_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacedWorkload.ProtoReflect.Descriptor instead.
+func (*PlacedWorkload) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_placement_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *PlacedWorkload) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *PlacedWorkload) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *PlacedWorkload) GetViolatesBudget() bool {
+	if x != nil {
+		return x.ViolatesBudget
+	}
+	return false
+}
+
+func (x *PlacedWorkload) GetStartTimeMs() int64 {
+	if x != nil {
+		return x.StartTimeMs
+	}
+	return 0
+}
+
+func (x *PlacedWorkload) GetBookings() []*Booking {
+	if x != nil {
+		return x.Bookings
+	}
+	return nil
+}
+
+// What a placed workload holds on one card.
+type Booking struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A card of the node.
+	CardId string `protobuf:"bytes,1,opt,name=card_id,json=cardId,proto3" json:"card_id,omitempty"`
+	// Containers of the workload on the card (at least 1; 0 on a MIG card).
+	Slots uint32 `protobuf:"varint,2,opt,name=slots,proto3" json:"slots,omitempty"`
+	// MiB (0 on a MIG card).
+	MemMib uint64 `protobuf:"varint,3,opt,name=mem_mib,json=memMib,proto3" json:"mem_mib,omitempty"`
+	// Cores, percent (0 on a MIG card).
+	Cores uint32 `protobuf:"varint,4,opt,name=cores,proto3" json:"cores,omitempty"`
+	// On a card with a MIG layout (required there, refused elsewhere): the first memory slice of
+	// the instance in use that the workload holds; it holds what the instance books, and evicting
+	// it frees the instance's slices (docs/placement-semantics.md section 9.1).
+	MigInstanceStart *uint32 `protobuf:"varint,5,opt,name=mig_instance_start,json=migInstanceStart,proto3,oneof" json:"mig_instance_start,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Booking) Reset() {
+	*x = Booking{}
+	mi := &file_gpusched_v1_placement_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Booking) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Booking) ProtoMessage() {}
+
+func (x *Booking) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_placement_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Booking.ProtoReflect.Descriptor instead.
+func (*Booking) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_placement_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Booking) GetCardId() string {
+	if x != nil {
+		return x.CardId
+	}
+	return ""
+}
+
+func (x *Booking) GetSlots() uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *Booking) GetMemMib() uint64 {
+	if x != nil {
+		return x.MemMib
+	}
+	return 0
+}
+
+func (x *Booking) GetCores() uint32 {
+	if x != nil {
+		return x.Cores
+	}
+	return 0
+}
+
+func (x *Booking) GetMigInstanceStart() uint32 {
+	if x != nil && x.MigInstanceStart != nil {
+		return *x.MigInstanceStart
+	}
+	return 0
+}
+
+// One eligible workload in reprieve order, with what happened to it.
+type Reprieve struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Its priority.
+	Priority int32 `protobuf:"varint,2,opt,name=priority,proto3" json:"priority,omitempty"`
+	// Whether evicting it violates a budget.
+	ViolatesBudget bool `protobuf:"varint,3,opt,name=violates_budget,json=violatesBudget,proto3" json:"violates_budget,omitempty"`
+	// Its start, ms since the epoch.
+	StartTimeMs int64 `protobuf:"varint,4,opt,name=start_time_ms,json=startTimeMs,proto3" json:"start_time_ms,omitempty"`
+	// What happened.
+	Outcome ReprieveOutcome `protobuf:"varint,5,opt,name=outcome,proto3,enum=gpusched.v1.ReprieveOutcome" json:"outcome,omitempty"`
+	// When evicted: the node failure met with it put back (reasons, HAMi text).
+	Failure       *FailedNode `protobuf:"bytes,6,opt,name=failure,proto3" json:"failure,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reprieve) Reset() {
+	*x = Reprieve{}
+	mi := &file_gpusched_v1_placement_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reprieve) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reprieve) ProtoMessage() {}
+
+func (x *Reprieve) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_placement_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reprieve.ProtoReflect.Descriptor instead.
+func (*Reprieve) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_placement_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Reprieve) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Reprieve) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *Reprieve) GetViolatesBudget() bool {
+	if x != nil {
+		return x.ViolatesBudget
+	}
+	return false
+}
+
+func (x *Reprieve) GetStartTimeMs() int64 {
+	if x != nil {
+		return x.StartTimeMs
+	}
+	return 0
+}
+
+func (x *Reprieve) GetOutcome() ReprieveOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ReprieveOutcome_REPRIEVE_OUTCOME_UNSPECIFIED
+}
+
+func (x *Reprieve) GetFailure() *FailedNode {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
+// The victims on one node and the placement once they are gone.
+type Victims struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Their ids, most important first (higher priority, then earlier start, then smaller id).
+	Ids []string `protobuf:"bytes,1,rep,name=ids,proto3" json:"ids,omitempty"`
+	// How many of them violate a disruption budget.
+	BudgetViolations uint32 `protobuf:"varint,2,opt,name=budget_violations,json=budgetViolations,proto3" json:"budget_violations,omitempty"`
+	// The highest victim priority.
+	HighestPriority int32 `protobuf:"varint,3,opt,name=highest_priority,json=highestPriority,proto3" json:"highest_priority,omitempty"`
+	// The placement once they are gone (as Allocate chooses it on the node): cards per
+	// container, init containers first.
+	Containers []*ContainerAssignment `protobuf:"bytes,4,rep,name=containers,proto3" json:"containers,omitempty"`
+	// Node score after placement; normalized_score is the preference among the candidate nodes.
+	NodeScore *NodeScore `protobuf:"bytes,5,opt,name=node_score,json=nodeScore,proto3" json:"node_score,omitempty"`
+	// Per card of the node, its usage after the victims leave and the workload is placed, in the
+	// node's card order.
+	FinalUsage    []*CardUsageEntry `protobuf:"bytes,6,rep,name=final_usage,json=finalUsage,proto3" json:"final_usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Victims) Reset() {
+	*x = Victims{}
+	mi := &file_gpusched_v1_placement_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Victims) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Victims) ProtoMessage() {}
+
+func (x *Victims) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_placement_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Victims.ProtoReflect.Descriptor instead.
+func (*Victims) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_placement_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Victims) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *Victims) GetBudgetViolations() uint32 {
+	if x != nil {
+		return x.BudgetViolations
+	}
+	return 0
+}
+
+func (x *Victims) GetHighestPriority() int32 {
+	if x != nil {
+		return x.HighestPriority
+	}
+	return 0
+}
+
+func (x *Victims) GetContainers() []*ContainerAssignment {
+	if x != nil {
+		return x.Containers
+	}
+	return nil
+}
+
+func (x *Victims) GetNodeScore() *NodeScore {
+	if x != nil {
+		return x.NodeScore
+	}
+	return nil
+}
+
+func (x *Victims) GetFinalUsage() []*CardUsageEntry {
+	if x != nil {
+		return x.FinalUsage
+	}
+	return nil
+}
+
+// One node's answer.
+type NodePreemption struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Node name.
+	NodeName string `protobuf:"bytes,1,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	// How many of its placed workloads have a lower priority than the pending one.
+	Eligible uint32 `protobuf:"varint,2,opt,name=eligible,proto3" json:"eligible,omitempty"`
+	// What the node needs: exactly one is set.
+	//
+	// Types that are valid to be assigned to Verdict:
+	//
+	//	*NodePreemption_NotNeeded
+	//	*NodePreemption_Victims
+	//	*NodePreemption_NotCandidate
+	Verdict isNodePreemption_Verdict `protobuf_oneof:"verdict"`
+	// With options.explain, for a node with victims: every eligible workload in reprieve order.
+	Reprieves     []*Reprieve `protobuf:"bytes,6,rep,name=reprieves,proto3" json:"reprieves,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodePreemption) Reset() {
+	*x = NodePreemption{}
+	mi := &file_gpusched_v1_placement_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodePreemption) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodePreemption) ProtoMessage() {}
+
+func (x *NodePreemption) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_placement_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodePreemption.ProtoReflect.Descriptor instead.
+func (*NodePreemption) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_placement_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *NodePreemption) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
+}
+
+func (x *NodePreemption) GetEligible() uint32 {
+	if x != nil {
+		return x.Eligible
+	}
+	return 0
+}
+
+func (x *NodePreemption) GetVerdict() isNodePreemption_Verdict {
+	if x != nil {
+		return x.Verdict
+	}
+	return nil
+}
+
+func (x *NodePreemption) GetNotNeeded() *NodeScore {
+	if x != nil {
+		if x, ok := x.Verdict.(*NodePreemption_NotNeeded); ok {
+			return x.NotNeeded
+		}
+	}
+	return nil
+}
+
+func (x *NodePreemption) GetVictims() *Victims {
+	if x != nil {
+		if x, ok := x.Verdict.(*NodePreemption_Victims); ok {
+			return x.Victims
+		}
+	}
+	return nil
+}
+
+func (x *NodePreemption) GetNotCandidate() *NotCandidate {
+	if x != nil {
+		if x, ok := x.Verdict.(*NodePreemption_NotCandidate); ok {
+			return x.NotCandidate
+		}
+	}
+	return nil
+}
+
+func (x *NodePreemption) GetReprieves() []*Reprieve {
+	if x != nil {
+		return x.Reprieves
+	}
+	return nil
+}
+
+type isNodePreemption_Verdict interface {
+	isNodePreemption_Verdict()
+}
+
+type NodePreemption_NotNeeded struct {
+	// The workload fits as it is: no eviction (raw node score after a tentative placement;
+	// normalized_score is not set).
+	NotNeeded *NodeScore `protobuf:"bytes,3,opt,name=not_needed,json=notNeeded,proto3,oneof"`
+}
+
+type NodePreemption_Victims struct {
+	// It fits once these workloads are gone.
+	Victims *Victims `protobuf:"bytes,4,opt,name=victims,proto3,oneof"`
+}
+
+type NodePreemption_NotCandidate struct {
+	// It does not fit even with every eligible workload gone.
+	NotCandidate *NotCandidate `protobuf:"bytes,5,opt,name=not_candidate,json=notCandidate,proto3,oneof"`
+}
+
+func (*NodePreemption_NotNeeded) isNodePreemption_Verdict() {}
+
+func (*NodePreemption_Victims) isNodePreemption_Verdict() {}
+
+func (*NodePreemption_NotCandidate) isNodePreemption_Verdict() {}
+
+// Why a node is not a preemption candidate, and how it fails.
+type NotCandidate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Why.
+	Reason NotCandidateReason `protobuf:"varint,1,opt,name=reason,proto3,enum=gpusched.v1.NotCandidateReason" json:"reason,omitempty"`
+	// The node failure with every eligible workload gone (when none is eligible, the node as it
+	// is): reasons, HAMi text, unresolvable.
+	Failure       *FailedNode `protobuf:"bytes,2,opt,name=failure,proto3" json:"failure,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotCandidate) Reset() {
+	*x = NotCandidate{}
+	mi := &file_gpusched_v1_placement_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotCandidate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotCandidate) ProtoMessage() {}
+
+func (x *NotCandidate) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_placement_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotCandidate.ProtoReflect.Descriptor instead.
+func (*NotCandidate) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_placement_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *NotCandidate) GetReason() NotCandidateReason {
+	if x != nil {
+		return x.Reason
+	}
+	return NotCandidateReason_NOT_CANDIDATE_REASON_UNSPECIFIED
+}
+
+func (x *NotCandidate) GetFailure() *FailedNode {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
+// Response of PlacementService.Preempt.
+type PreemptResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when no container asks for a GPU (every node is not_needed).
+	RequestsGpu bool `protobuf:"varint,1,opt,name=requests_gpu,json=requestsGpu,proto3" json:"requests_gpu,omitempty"`
+	// Every candidate node (invalid nodes included, as not_candidate with REASON_INVALID_NODE),
+	// sorted by name.
+	Nodes []*NodePreemption `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// The choice (section 9.4).
+	Choice PreemptChoiceKind `protobuf:"varint,3,opt,name=choice,proto3,enum=gpusched.v1.PreemptChoiceKind" json:"choice,omitempty"`
+	// With PREEMPT_CHOICE_KIND_EVICT: the node whose victims to evict.
+	NodeName string `protobuf:"bytes,4,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	// The policy and weights used.
+	EffectivePolicy *EffectivePolicy `protobuf:"bytes,5,opt,name=effective_policy,json=effectivePolicy,proto3" json:"effective_policy,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PreemptResponse) Reset() {
+	*x = PreemptResponse{}
+	mi := &file_gpusched_v1_placement_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreemptResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreemptResponse) ProtoMessage() {}
+
+func (x *PreemptResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_placement_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreemptResponse.ProtoReflect.Descriptor instead.
+func (*PreemptResponse) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_placement_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PreemptResponse) GetRequestsGpu() bool {
+	if x != nil {
+		return x.RequestsGpu
+	}
+	return false
+}
+
+func (x *PreemptResponse) GetNodes() []*NodePreemption {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *PreemptResponse) GetChoice() PreemptChoiceKind {
+	if x != nil {
+		return x.Choice
+	}
+	return PreemptChoiceKind_PREEMPT_CHOICE_KIND_UNSPECIFIED
+}
+
+func (x *PreemptResponse) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
+}
+
+func (x *PreemptResponse) GetEffectivePolicy() *EffectivePolicy {
+	if x != nil {
+		return x.EffectivePolicy
 	}
 	return nil
 }
@@ -1182,7 +2143,7 @@ const file_gpusched_v1_placement_proto_rawDesc = "" +
 	"\rcores_percent\x18\x06 \x01(\rR\fcoresPercentB\n" +
 	"\n" +
 	"\b_mem_mibB\x0e\n" +
-	"\f_mem_percent\"\x94\x02\n" +
+	"\f_mem_percent\"\xcc\x02\n" +
 	"\x18ValidateWorkloadResponse\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x126\n" +
 	"\n" +
@@ -1192,13 +2153,92 @@ const file_gpusched_v1_placement_proto_rawDesc = "" +
 	"\x10effective_policy\x18\x04 \x01(\v2\x1c.gpusched.v1.EffectivePolicyR\x0feffectivePolicy\x12>\n" +
 	"\n" +
 	"containers\x18\x05 \x03(\v2\x1e.gpusched.v1.ResolvedContainerR\n" +
-	"containers2\x97\x03\n" +
+	"containers\x126\n" +
+	"\vquota_floor\x18\x06 \x01(\v2\x15.gpusched.v1.QuotaUseR\n" +
+	"quotaFloor\"\xd9\x02\n" +
+	"\x0ePreemptRequest\x12'\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x11.gpusched.v1.NodeR\x05nodes\x121\n" +
+	"\bworkload\x18\x02 \x01(\v2\x15.gpusched.v1.WorkloadR\bworkload\x127\n" +
+	"\aoptions\x18\x03 \x01(\v2\x1d.gpusched.v1.PlacementOptionsR\aoptions\x12\x1a\n" +
+	"\bpriority\x18\x04 \x01(\x05R\bpriority\x12/\n" +
+	"\x06placed\x18\x05 \x03(\v2\x17.gpusched.v1.NodePlacedR\x06placed\x121\n" +
+	"\tnode_refs\x18\x06 \x03(\v2\x14.gpusched.v1.NodeRefR\bnodeRefs\x122\n" +
+	"\bnode_set\x18\a \x01(\v2\x17.gpusched.v1.NodeSetRefR\anodeSet\"[\n" +
+	"\n" +
+	"NodePlaced\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x129\n" +
+	"\tworkloads\x18\x02 \x03(\v2\x1b.gpusched.v1.PlacedWorkloadR\tworkloads\"\xbb\x01\n" +
+	"\x0ePlacedWorkload\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\bpriority\x18\x02 \x01(\x05R\bpriority\x12'\n" +
+	"\x0fviolates_budget\x18\x03 \x01(\bR\x0eviolatesBudget\x12\"\n" +
+	"\rstart_time_ms\x18\x04 \x01(\x03R\vstartTimeMs\x120\n" +
+	"\bbookings\x18\x05 \x03(\v2\x14.gpusched.v1.BookingR\bbookings\"\xb1\x01\n" +
+	"\aBooking\x12\x17\n" +
+	"\acard_id\x18\x01 \x01(\tR\x06cardId\x12\x14\n" +
+	"\x05slots\x18\x02 \x01(\rR\x05slots\x12\x17\n" +
+	"\amem_mib\x18\x03 \x01(\x04R\x06memMib\x12\x14\n" +
+	"\x05cores\x18\x04 \x01(\rR\x05cores\x121\n" +
+	"\x12mig_instance_start\x18\x05 \x01(\rH\x00R\x10migInstanceStart\x88\x01\x01B\x15\n" +
+	"\x13_mig_instance_start\"\xee\x01\n" +
+	"\bReprieve\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\bpriority\x18\x02 \x01(\x05R\bpriority\x12'\n" +
+	"\x0fviolates_budget\x18\x03 \x01(\bR\x0eviolatesBudget\x12\"\n" +
+	"\rstart_time_ms\x18\x04 \x01(\x03R\vstartTimeMs\x126\n" +
+	"\aoutcome\x18\x05 \x01(\x0e2\x1c.gpusched.v1.ReprieveOutcomeR\aoutcome\x121\n" +
+	"\afailure\x18\x06 \x01(\v2\x17.gpusched.v1.FailedNodeR\afailure\"\xaa\x02\n" +
+	"\aVictims\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\tR\x03ids\x12+\n" +
+	"\x11budget_violations\x18\x02 \x01(\rR\x10budgetViolations\x12)\n" +
+	"\x10highest_priority\x18\x03 \x01(\x05R\x0fhighestPriority\x12@\n" +
+	"\n" +
+	"containers\x18\x04 \x03(\v2 .gpusched.v1.ContainerAssignmentR\n" +
+	"containers\x125\n" +
+	"\n" +
+	"node_score\x18\x05 \x01(\v2\x16.gpusched.v1.NodeScoreR\tnodeScore\x12<\n" +
+	"\vfinal_usage\x18\x06 \x03(\v2\x1b.gpusched.v1.CardUsageEntryR\n" +
+	"finalUsage\"\xb6\x02\n" +
+	"\x0eNodePreemption\x12\x1b\n" +
+	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x1a\n" +
+	"\beligible\x18\x02 \x01(\rR\beligible\x127\n" +
+	"\n" +
+	"not_needed\x18\x03 \x01(\v2\x16.gpusched.v1.NodeScoreH\x00R\tnotNeeded\x120\n" +
+	"\avictims\x18\x04 \x01(\v2\x14.gpusched.v1.VictimsH\x00R\avictims\x12@\n" +
+	"\rnot_candidate\x18\x05 \x01(\v2\x19.gpusched.v1.NotCandidateH\x00R\fnotCandidate\x123\n" +
+	"\treprieves\x18\x06 \x03(\v2\x15.gpusched.v1.ReprieveR\treprievesB\t\n" +
+	"\averdict\"z\n" +
+	"\fNotCandidate\x127\n" +
+	"\x06reason\x18\x01 \x01(\x0e2\x1f.gpusched.v1.NotCandidateReasonR\x06reason\x121\n" +
+	"\afailure\x18\x02 \x01(\v2\x17.gpusched.v1.FailedNodeR\afailure\"\x85\x02\n" +
+	"\x0fPreemptResponse\x12!\n" +
+	"\frequests_gpu\x18\x01 \x01(\bR\vrequestsGpu\x121\n" +
+	"\x05nodes\x18\x02 \x03(\v2\x1b.gpusched.v1.NodePreemptionR\x05nodes\x126\n" +
+	"\x06choice\x18\x03 \x01(\x0e2\x1e.gpusched.v1.PreemptChoiceKindR\x06choice\x12\x1b\n" +
+	"\tnode_name\x18\x04 \x01(\tR\bnodeName\x12G\n" +
+	"\x10effective_policy\x18\x05 \x01(\v2\x1c.gpusched.v1.EffectivePolicyR\x0feffectivePolicy*\xc3\x01\n" +
+	"\x12NotCandidateReason\x12$\n" +
+	" NOT_CANDIDATE_REASON_UNSPECIFIED\x10\x00\x12*\n" +
+	"&NOT_CANDIDATE_REASON_NO_LOWER_PRIORITY\x10\x01\x124\n" +
+	"0NOT_CANDIDATE_REASON_INSUFFICIENT_AFTER_EVICTION\x10\x02\x12%\n" +
+	"!NOT_CANDIDATE_REASON_INVALID_NODE\x10\x03*\x96\x01\n" +
+	"\x0fReprieveOutcome\x12 \n" +
+	"\x1cREPRIEVE_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15REPRIEVE_OUTCOME_KEPT\x10\x01\x12(\n" +
+	"$REPRIEVE_OUTCOME_KEPT_AT_SECOND_LOOK\x10\x02\x12\x1c\n" +
+	"\x18REPRIEVE_OUTCOME_EVICTED\x10\x03*\xa1\x01\n" +
+	"\x11PreemptChoiceKind\x12#\n" +
+	"\x1fPREEMPT_CHOICE_KIND_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1ePREEMPT_CHOICE_KIND_NOT_NEEDED\x10\x01\x12\x1d\n" +
+	"\x19PREEMPT_CHOICE_KIND_EVICT\x10\x02\x12$\n" +
+	" PREEMPT_CHOICE_KIND_NO_CANDIDATE\x10\x032\xdd\x03\n" +
 	"\x10PlacementService\x12A\n" +
 	"\x06Filter\x12\x1a.gpusched.v1.FilterRequest\x1a\x1b.gpusched.v1.FilterResponse\x12>\n" +
 	"\x05Score\x12\x19.gpusched.v1.ScoreRequest\x1a\x1a.gpusched.v1.ScoreResponse\x12G\n" +
 	"\bAllocate\x12\x1c.gpusched.v1.AllocateRequest\x1a\x1d.gpusched.v1.AllocateResponse\x12V\n" +
 	"\rAllocateBatch\x12!.gpusched.v1.AllocateBatchRequest\x1a\".gpusched.v1.AllocateBatchResponse\x12_\n" +
-	"\x10ValidateWorkload\x12$.gpusched.v1.ValidateWorkloadRequest\x1a%.gpusched.v1.ValidateWorkloadResponseB?Z=github.com/gpusched/gpusched/clients/go/gpuschedv1;gpuschedv1b\x06proto3"
+	"\x10ValidateWorkload\x12$.gpusched.v1.ValidateWorkloadRequest\x1a%.gpusched.v1.ValidateWorkloadResponse\x12D\n" +
+	"\aPreempt\x12\x1b.gpusched.v1.PreemptRequest\x1a\x1c.gpusched.v1.PreemptResponseB?Z=github.com/gpusched/gpusched/clients/go/gpuschedv1;gpuschedv1b\x06proto3"
 
 var (
 	file_gpusched_v1_placement_proto_rawDescOnce sync.Once
@@ -1212,90 +2252,130 @@ func file_gpusched_v1_placement_proto_rawDescGZIP() []byte {
 	return file_gpusched_v1_placement_proto_rawDescData
 }
 
-var file_gpusched_v1_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_gpusched_v1_placement_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_gpusched_v1_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_gpusched_v1_placement_proto_goTypes = []any{
-	(*FilterRequest)(nil),            // 0: gpusched.v1.FilterRequest
-	(*FilterResponse)(nil),           // 1: gpusched.v1.FilterResponse
-	(*ScoreRequest)(nil),             // 2: gpusched.v1.ScoreRequest
-	(*ScoreResponse)(nil),            // 3: gpusched.v1.ScoreResponse
-	(*AllocateRequest)(nil),          // 4: gpusched.v1.AllocateRequest
-	(*AllocationResult)(nil),         // 5: gpusched.v1.AllocationResult
-	(*AllocateResponse)(nil),         // 6: gpusched.v1.AllocateResponse
-	(*AllocateBatchRequest)(nil),     // 7: gpusched.v1.AllocateBatchRequest
-	(*AllocateBatchResponse)(nil),    // 8: gpusched.v1.AllocateBatchResponse
-	(*ValidateWorkloadRequest)(nil),  // 9: gpusched.v1.ValidateWorkloadRequest
-	(*Violation)(nil),                // 10: gpusched.v1.Violation
-	(*ResolvedContainer)(nil),        // 11: gpusched.v1.ResolvedContainer
-	(*ValidateWorkloadResponse)(nil), // 12: gpusched.v1.ValidateWorkloadResponse
-	(*Node)(nil),                     // 13: gpusched.v1.Node
-	(*Workload)(nil),                 // 14: gpusched.v1.Workload
-	(*PlacementOptions)(nil),         // 15: gpusched.v1.PlacementOptions
-	(*NodeRef)(nil),                  // 16: gpusched.v1.NodeRef
-	(*NodeSetRef)(nil),               // 17: gpusched.v1.NodeSetRef
-	(*FailedNode)(nil),               // 18: gpusched.v1.FailedNode
-	(*EffectivePolicy)(nil),          // 19: gpusched.v1.EffectivePolicy
-	(*NodeExplanation)(nil),          // 20: gpusched.v1.NodeExplanation
-	(*NodeScore)(nil),                // 21: gpusched.v1.NodeScore
-	(*ContainerAssignment)(nil),      // 22: gpusched.v1.ContainerAssignment
-	(ViolationReason)(0),             // 23: gpusched.v1.ViolationReason
+	(NotCandidateReason)(0),          // 0: gpusched.v1.NotCandidateReason
+	(ReprieveOutcome)(0),             // 1: gpusched.v1.ReprieveOutcome
+	(PreemptChoiceKind)(0),           // 2: gpusched.v1.PreemptChoiceKind
+	(*FilterRequest)(nil),            // 3: gpusched.v1.FilterRequest
+	(*FilterResponse)(nil),           // 4: gpusched.v1.FilterResponse
+	(*ScoreRequest)(nil),             // 5: gpusched.v1.ScoreRequest
+	(*ScoreResponse)(nil),            // 6: gpusched.v1.ScoreResponse
+	(*AllocateRequest)(nil),          // 7: gpusched.v1.AllocateRequest
+	(*AllocationResult)(nil),         // 8: gpusched.v1.AllocationResult
+	(*AllocateResponse)(nil),         // 9: gpusched.v1.AllocateResponse
+	(*AllocateBatchRequest)(nil),     // 10: gpusched.v1.AllocateBatchRequest
+	(*AllocateBatchResponse)(nil),    // 11: gpusched.v1.AllocateBatchResponse
+	(*ValidateWorkloadRequest)(nil),  // 12: gpusched.v1.ValidateWorkloadRequest
+	(*Violation)(nil),                // 13: gpusched.v1.Violation
+	(*ResolvedContainer)(nil),        // 14: gpusched.v1.ResolvedContainer
+	(*ValidateWorkloadResponse)(nil), // 15: gpusched.v1.ValidateWorkloadResponse
+	(*PreemptRequest)(nil),           // 16: gpusched.v1.PreemptRequest
+	(*NodePlaced)(nil),               // 17: gpusched.v1.NodePlaced
+	(*PlacedWorkload)(nil),           // 18: gpusched.v1.PlacedWorkload
+	(*Booking)(nil),                  // 19: gpusched.v1.Booking
+	(*Reprieve)(nil),                 // 20: gpusched.v1.Reprieve
+	(*Victims)(nil),                  // 21: gpusched.v1.Victims
+	(*NodePreemption)(nil),           // 22: gpusched.v1.NodePreemption
+	(*NotCandidate)(nil),             // 23: gpusched.v1.NotCandidate
+	(*PreemptResponse)(nil),          // 24: gpusched.v1.PreemptResponse
+	(*Node)(nil),                     // 25: gpusched.v1.Node
+	(*Workload)(nil),                 // 26: gpusched.v1.Workload
+	(*PlacementOptions)(nil),         // 27: gpusched.v1.PlacementOptions
+	(*NodeRef)(nil),                  // 28: gpusched.v1.NodeRef
+	(*NodeSetRef)(nil),               // 29: gpusched.v1.NodeSetRef
+	(*FailedNode)(nil),               // 30: gpusched.v1.FailedNode
+	(*EffectivePolicy)(nil),          // 31: gpusched.v1.EffectivePolicy
+	(*NodeExplanation)(nil),          // 32: gpusched.v1.NodeExplanation
+	(*NodeScore)(nil),                // 33: gpusched.v1.NodeScore
+	(*ContainerAssignment)(nil),      // 34: gpusched.v1.ContainerAssignment
+	(ViolationReason)(0),             // 35: gpusched.v1.ViolationReason
+	(*QuotaUse)(nil),                 // 36: gpusched.v1.QuotaUse
+	(*CardUsageEntry)(nil),           // 37: gpusched.v1.CardUsageEntry
 }
 var file_gpusched_v1_placement_proto_depIdxs = []int32{
-	13, // 0: gpusched.v1.FilterRequest.nodes:type_name -> gpusched.v1.Node
-	14, // 1: gpusched.v1.FilterRequest.workload:type_name -> gpusched.v1.Workload
-	15, // 2: gpusched.v1.FilterRequest.options:type_name -> gpusched.v1.PlacementOptions
-	16, // 3: gpusched.v1.FilterRequest.node_refs:type_name -> gpusched.v1.NodeRef
-	17, // 4: gpusched.v1.FilterRequest.node_set:type_name -> gpusched.v1.NodeSetRef
-	18, // 5: gpusched.v1.FilterResponse.failed_nodes:type_name -> gpusched.v1.FailedNode
-	19, // 6: gpusched.v1.FilterResponse.effective_policy:type_name -> gpusched.v1.EffectivePolicy
-	20, // 7: gpusched.v1.FilterResponse.explanations:type_name -> gpusched.v1.NodeExplanation
-	13, // 8: gpusched.v1.ScoreRequest.nodes:type_name -> gpusched.v1.Node
-	14, // 9: gpusched.v1.ScoreRequest.workload:type_name -> gpusched.v1.Workload
-	15, // 10: gpusched.v1.ScoreRequest.options:type_name -> gpusched.v1.PlacementOptions
-	16, // 11: gpusched.v1.ScoreRequest.node_refs:type_name -> gpusched.v1.NodeRef
-	17, // 12: gpusched.v1.ScoreRequest.node_set:type_name -> gpusched.v1.NodeSetRef
-	21, // 13: gpusched.v1.ScoreResponse.scores:type_name -> gpusched.v1.NodeScore
-	18, // 14: gpusched.v1.ScoreResponse.failed_nodes:type_name -> gpusched.v1.FailedNode
-	19, // 15: gpusched.v1.ScoreResponse.effective_policy:type_name -> gpusched.v1.EffectivePolicy
-	20, // 16: gpusched.v1.ScoreResponse.explanations:type_name -> gpusched.v1.NodeExplanation
-	13, // 17: gpusched.v1.AllocateRequest.nodes:type_name -> gpusched.v1.Node
-	14, // 18: gpusched.v1.AllocateRequest.workload:type_name -> gpusched.v1.Workload
-	15, // 19: gpusched.v1.AllocateRequest.options:type_name -> gpusched.v1.PlacementOptions
-	16, // 20: gpusched.v1.AllocateRequest.node_refs:type_name -> gpusched.v1.NodeRef
-	17, // 21: gpusched.v1.AllocateRequest.node_set:type_name -> gpusched.v1.NodeSetRef
-	22, // 22: gpusched.v1.AllocationResult.containers:type_name -> gpusched.v1.ContainerAssignment
-	21, // 23: gpusched.v1.AllocationResult.node_score:type_name -> gpusched.v1.NodeScore
-	18, // 24: gpusched.v1.AllocationResult.failed_nodes:type_name -> gpusched.v1.FailedNode
-	19, // 25: gpusched.v1.AllocationResult.effective_policy:type_name -> gpusched.v1.EffectivePolicy
-	20, // 26: gpusched.v1.AllocationResult.explanations:type_name -> gpusched.v1.NodeExplanation
-	5,  // 27: gpusched.v1.AllocateResponse.result:type_name -> gpusched.v1.AllocationResult
-	13, // 28: gpusched.v1.AllocateBatchRequest.nodes:type_name -> gpusched.v1.Node
-	14, // 29: gpusched.v1.AllocateBatchRequest.workloads:type_name -> gpusched.v1.Workload
-	15, // 30: gpusched.v1.AllocateBatchRequest.options:type_name -> gpusched.v1.PlacementOptions
-	16, // 31: gpusched.v1.AllocateBatchRequest.node_refs:type_name -> gpusched.v1.NodeRef
-	17, // 32: gpusched.v1.AllocateBatchRequest.node_set:type_name -> gpusched.v1.NodeSetRef
-	5,  // 33: gpusched.v1.AllocateBatchResponse.results:type_name -> gpusched.v1.AllocationResult
-	13, // 34: gpusched.v1.AllocateBatchResponse.updated_nodes:type_name -> gpusched.v1.Node
-	14, // 35: gpusched.v1.ValidateWorkloadRequest.workload:type_name -> gpusched.v1.Workload
-	15, // 36: gpusched.v1.ValidateWorkloadRequest.options:type_name -> gpusched.v1.PlacementOptions
-	23, // 37: gpusched.v1.Violation.reason:type_name -> gpusched.v1.ViolationReason
-	10, // 38: gpusched.v1.ValidateWorkloadResponse.violations:type_name -> gpusched.v1.Violation
-	19, // 39: gpusched.v1.ValidateWorkloadResponse.effective_policy:type_name -> gpusched.v1.EffectivePolicy
-	11, // 40: gpusched.v1.ValidateWorkloadResponse.containers:type_name -> gpusched.v1.ResolvedContainer
-	0,  // 41: gpusched.v1.PlacementService.Filter:input_type -> gpusched.v1.FilterRequest
-	2,  // 42: gpusched.v1.PlacementService.Score:input_type -> gpusched.v1.ScoreRequest
-	4,  // 43: gpusched.v1.PlacementService.Allocate:input_type -> gpusched.v1.AllocateRequest
-	7,  // 44: gpusched.v1.PlacementService.AllocateBatch:input_type -> gpusched.v1.AllocateBatchRequest
-	9,  // 45: gpusched.v1.PlacementService.ValidateWorkload:input_type -> gpusched.v1.ValidateWorkloadRequest
-	1,  // 46: gpusched.v1.PlacementService.Filter:output_type -> gpusched.v1.FilterResponse
-	3,  // 47: gpusched.v1.PlacementService.Score:output_type -> gpusched.v1.ScoreResponse
-	6,  // 48: gpusched.v1.PlacementService.Allocate:output_type -> gpusched.v1.AllocateResponse
-	8,  // 49: gpusched.v1.PlacementService.AllocateBatch:output_type -> gpusched.v1.AllocateBatchResponse
-	12, // 50: gpusched.v1.PlacementService.ValidateWorkload:output_type -> gpusched.v1.ValidateWorkloadResponse
-	46, // [46:51] is the sub-list for method output_type
-	41, // [41:46] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	25, // 0: gpusched.v1.FilterRequest.nodes:type_name -> gpusched.v1.Node
+	26, // 1: gpusched.v1.FilterRequest.workload:type_name -> gpusched.v1.Workload
+	27, // 2: gpusched.v1.FilterRequest.options:type_name -> gpusched.v1.PlacementOptions
+	28, // 3: gpusched.v1.FilterRequest.node_refs:type_name -> gpusched.v1.NodeRef
+	29, // 4: gpusched.v1.FilterRequest.node_set:type_name -> gpusched.v1.NodeSetRef
+	30, // 5: gpusched.v1.FilterResponse.failed_nodes:type_name -> gpusched.v1.FailedNode
+	31, // 6: gpusched.v1.FilterResponse.effective_policy:type_name -> gpusched.v1.EffectivePolicy
+	32, // 7: gpusched.v1.FilterResponse.explanations:type_name -> gpusched.v1.NodeExplanation
+	25, // 8: gpusched.v1.ScoreRequest.nodes:type_name -> gpusched.v1.Node
+	26, // 9: gpusched.v1.ScoreRequest.workload:type_name -> gpusched.v1.Workload
+	27, // 10: gpusched.v1.ScoreRequest.options:type_name -> gpusched.v1.PlacementOptions
+	28, // 11: gpusched.v1.ScoreRequest.node_refs:type_name -> gpusched.v1.NodeRef
+	29, // 12: gpusched.v1.ScoreRequest.node_set:type_name -> gpusched.v1.NodeSetRef
+	33, // 13: gpusched.v1.ScoreResponse.scores:type_name -> gpusched.v1.NodeScore
+	30, // 14: gpusched.v1.ScoreResponse.failed_nodes:type_name -> gpusched.v1.FailedNode
+	31, // 15: gpusched.v1.ScoreResponse.effective_policy:type_name -> gpusched.v1.EffectivePolicy
+	32, // 16: gpusched.v1.ScoreResponse.explanations:type_name -> gpusched.v1.NodeExplanation
+	25, // 17: gpusched.v1.AllocateRequest.nodes:type_name -> gpusched.v1.Node
+	26, // 18: gpusched.v1.AllocateRequest.workload:type_name -> gpusched.v1.Workload
+	27, // 19: gpusched.v1.AllocateRequest.options:type_name -> gpusched.v1.PlacementOptions
+	28, // 20: gpusched.v1.AllocateRequest.node_refs:type_name -> gpusched.v1.NodeRef
+	29, // 21: gpusched.v1.AllocateRequest.node_set:type_name -> gpusched.v1.NodeSetRef
+	34, // 22: gpusched.v1.AllocationResult.containers:type_name -> gpusched.v1.ContainerAssignment
+	33, // 23: gpusched.v1.AllocationResult.node_score:type_name -> gpusched.v1.NodeScore
+	30, // 24: gpusched.v1.AllocationResult.failed_nodes:type_name -> gpusched.v1.FailedNode
+	31, // 25: gpusched.v1.AllocationResult.effective_policy:type_name -> gpusched.v1.EffectivePolicy
+	32, // 26: gpusched.v1.AllocationResult.explanations:type_name -> gpusched.v1.NodeExplanation
+	8,  // 27: gpusched.v1.AllocateResponse.result:type_name -> gpusched.v1.AllocationResult
+	25, // 28: gpusched.v1.AllocateBatchRequest.nodes:type_name -> gpusched.v1.Node
+	26, // 29: gpusched.v1.AllocateBatchRequest.workloads:type_name -> gpusched.v1.Workload
+	27, // 30: gpusched.v1.AllocateBatchRequest.options:type_name -> gpusched.v1.PlacementOptions
+	28, // 31: gpusched.v1.AllocateBatchRequest.node_refs:type_name -> gpusched.v1.NodeRef
+	29, // 32: gpusched.v1.AllocateBatchRequest.node_set:type_name -> gpusched.v1.NodeSetRef
+	8,  // 33: gpusched.v1.AllocateBatchResponse.results:type_name -> gpusched.v1.AllocationResult
+	25, // 34: gpusched.v1.AllocateBatchResponse.updated_nodes:type_name -> gpusched.v1.Node
+	26, // 35: gpusched.v1.ValidateWorkloadRequest.workload:type_name -> gpusched.v1.Workload
+	27, // 36: gpusched.v1.ValidateWorkloadRequest.options:type_name -> gpusched.v1.PlacementOptions
+	35, // 37: gpusched.v1.Violation.reason:type_name -> gpusched.v1.ViolationReason
+	13, // 38: gpusched.v1.ValidateWorkloadResponse.violations:type_name -> gpusched.v1.Violation
+	31, // 39: gpusched.v1.ValidateWorkloadResponse.effective_policy:type_name -> gpusched.v1.EffectivePolicy
+	14, // 40: gpusched.v1.ValidateWorkloadResponse.containers:type_name -> gpusched.v1.ResolvedContainer
+	36, // 41: gpusched.v1.ValidateWorkloadResponse.quota_floor:type_name -> gpusched.v1.QuotaUse
+	25, // 42: gpusched.v1.PreemptRequest.nodes:type_name -> gpusched.v1.Node
+	26, // 43: gpusched.v1.PreemptRequest.workload:type_name -> gpusched.v1.Workload
+	27, // 44: gpusched.v1.PreemptRequest.options:type_name -> gpusched.v1.PlacementOptions
+	17, // 45: gpusched.v1.PreemptRequest.placed:type_name -> gpusched.v1.NodePlaced
+	28, // 46: gpusched.v1.PreemptRequest.node_refs:type_name -> gpusched.v1.NodeRef
+	29, // 47: gpusched.v1.PreemptRequest.node_set:type_name -> gpusched.v1.NodeSetRef
+	18, // 48: gpusched.v1.NodePlaced.workloads:type_name -> gpusched.v1.PlacedWorkload
+	19, // 49: gpusched.v1.PlacedWorkload.bookings:type_name -> gpusched.v1.Booking
+	1,  // 50: gpusched.v1.Reprieve.outcome:type_name -> gpusched.v1.ReprieveOutcome
+	30, // 51: gpusched.v1.Reprieve.failure:type_name -> gpusched.v1.FailedNode
+	34, // 52: gpusched.v1.Victims.containers:type_name -> gpusched.v1.ContainerAssignment
+	33, // 53: gpusched.v1.Victims.node_score:type_name -> gpusched.v1.NodeScore
+	37, // 54: gpusched.v1.Victims.final_usage:type_name -> gpusched.v1.CardUsageEntry
+	33, // 55: gpusched.v1.NodePreemption.not_needed:type_name -> gpusched.v1.NodeScore
+	21, // 56: gpusched.v1.NodePreemption.victims:type_name -> gpusched.v1.Victims
+	23, // 57: gpusched.v1.NodePreemption.not_candidate:type_name -> gpusched.v1.NotCandidate
+	20, // 58: gpusched.v1.NodePreemption.reprieves:type_name -> gpusched.v1.Reprieve
+	0,  // 59: gpusched.v1.NotCandidate.reason:type_name -> gpusched.v1.NotCandidateReason
+	30, // 60: gpusched.v1.NotCandidate.failure:type_name -> gpusched.v1.FailedNode
+	22, // 61: gpusched.v1.PreemptResponse.nodes:type_name -> gpusched.v1.NodePreemption
+	2,  // 62: gpusched.v1.PreemptResponse.choice:type_name -> gpusched.v1.PreemptChoiceKind
+	31, // 63: gpusched.v1.PreemptResponse.effective_policy:type_name -> gpusched.v1.EffectivePolicy
+	3,  // 64: gpusched.v1.PlacementService.Filter:input_type -> gpusched.v1.FilterRequest
+	5,  // 65: gpusched.v1.PlacementService.Score:input_type -> gpusched.v1.ScoreRequest
+	7,  // 66: gpusched.v1.PlacementService.Allocate:input_type -> gpusched.v1.AllocateRequest
+	10, // 67: gpusched.v1.PlacementService.AllocateBatch:input_type -> gpusched.v1.AllocateBatchRequest
+	12, // 68: gpusched.v1.PlacementService.ValidateWorkload:input_type -> gpusched.v1.ValidateWorkloadRequest
+	16, // 69: gpusched.v1.PlacementService.Preempt:input_type -> gpusched.v1.PreemptRequest
+	4,  // 70: gpusched.v1.PlacementService.Filter:output_type -> gpusched.v1.FilterResponse
+	6,  // 71: gpusched.v1.PlacementService.Score:output_type -> gpusched.v1.ScoreResponse
+	9,  // 72: gpusched.v1.PlacementService.Allocate:output_type -> gpusched.v1.AllocateResponse
+	11, // 73: gpusched.v1.PlacementService.AllocateBatch:output_type -> gpusched.v1.AllocateBatchResponse
+	15, // 74: gpusched.v1.PlacementService.ValidateWorkload:output_type -> gpusched.v1.ValidateWorkloadResponse
+	24, // 75: gpusched.v1.PlacementService.Preempt:output_type -> gpusched.v1.PreemptResponse
+	70, // [70:76] is the sub-list for method output_type
+	64, // [64:70] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_gpusched_v1_placement_proto_init() }
@@ -1305,18 +2385,25 @@ func file_gpusched_v1_placement_proto_init() {
 	}
 	file_gpusched_v1_types_proto_init()
 	file_gpusched_v1_placement_proto_msgTypes[11].OneofWrappers = []any{}
+	file_gpusched_v1_placement_proto_msgTypes[16].OneofWrappers = []any{}
+	file_gpusched_v1_placement_proto_msgTypes[19].OneofWrappers = []any{
+		(*NodePreemption_NotNeeded)(nil),
+		(*NodePreemption_Victims)(nil),
+		(*NodePreemption_NotCandidate)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpusched_v1_placement_proto_rawDesc), len(file_gpusched_v1_placement_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   13,
+			NumEnums:      3,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_gpusched_v1_placement_proto_goTypes,
 		DependencyIndexes: file_gpusched_v1_placement_proto_depIdxs,
+		EnumInfos:         file_gpusched_v1_placement_proto_enumTypes,
 		MessageInfos:      file_gpusched_v1_placement_proto_msgTypes,
 	}.Build()
 	File_gpusched_v1_placement_proto = out.File

@@ -24,6 +24,7 @@ const (
 	PlacementService_Allocate_FullMethodName         = "/gpusched.v1.PlacementService/Allocate"
 	PlacementService_AllocateBatch_FullMethodName    = "/gpusched.v1.PlacementService/AllocateBatch"
 	PlacementService_ValidateWorkload_FullMethodName = "/gpusched.v1.PlacementService/ValidateWorkload"
+	PlacementService_Preempt_FullMethodName          = "/gpusched.v1.PlacementService/Preempt"
 )
 
 // PlacementServiceClient is the client API for PlacementService service.
@@ -52,6 +53,10 @@ type PlacementServiceClient interface {
 	// Parse and validate a workload without placing it (admission webhooks,
 	// client-side checks).
 	ValidateWorkload(ctx context.Context, in *ValidateWorkloadRequest, opts ...grpc.CallOption) (*ValidateWorkloadResponse, error)
+	// Which placed workloads must leave which node so that a pending workload of higher priority
+	// fits, card-exact, and on which node to do it (docs/placement-semantics.md section 9).
+	// Nothing is evicted: the caller acts on the answer.
+	Preempt(ctx context.Context, in *PreemptRequest, opts ...grpc.CallOption) (*PreemptResponse, error)
 }
 
 type placementServiceClient struct {
@@ -112,6 +117,16 @@ func (c *placementServiceClient) ValidateWorkload(ctx context.Context, in *Valid
 	return out, nil
 }
 
+func (c *placementServiceClient) Preempt(ctx context.Context, in *PreemptRequest, opts ...grpc.CallOption) (*PreemptResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreemptResponse)
+	err := c.cc.Invoke(ctx, PlacementService_Preempt_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PlacementServiceServer is the server API for PlacementService service.
 // All implementations must embed UnimplementedPlacementServiceServer
 // for forward compatibility.
@@ -138,6 +153,10 @@ type PlacementServiceServer interface {
 	// Parse and validate a workload without placing it (admission webhooks,
 	// client-side checks).
 	ValidateWorkload(context.Context, *ValidateWorkloadRequest) (*ValidateWorkloadResponse, error)
+	// Which placed workloads must leave which node so that a pending workload of higher priority
+	// fits, card-exact, and on which node to do it (docs/placement-semantics.md section 9).
+	// Nothing is evicted: the caller acts on the answer.
+	Preempt(context.Context, *PreemptRequest) (*PreemptResponse, error)
 	mustEmbedUnimplementedPlacementServiceServer()
 }
 
@@ -162,6 +181,9 @@ func (UnimplementedPlacementServiceServer) AllocateBatch(context.Context, *Alloc
 }
 func (UnimplementedPlacementServiceServer) ValidateWorkload(context.Context, *ValidateWorkloadRequest) (*ValidateWorkloadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ValidateWorkload not implemented")
+}
+func (UnimplementedPlacementServiceServer) Preempt(context.Context, *PreemptRequest) (*PreemptResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Preempt not implemented")
 }
 func (UnimplementedPlacementServiceServer) mustEmbedUnimplementedPlacementServiceServer() {}
 func (UnimplementedPlacementServiceServer) testEmbeddedByValue()                          {}
@@ -274,6 +296,24 @@ func _PlacementService_ValidateWorkload_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PlacementService_Preempt_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreemptRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PlacementServiceServer).Preempt(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PlacementService_Preempt_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PlacementServiceServer).Preempt(ctx, req.(*PreemptRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PlacementService_ServiceDesc is the grpc.ServiceDesc for PlacementService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -300,6 +340,10 @@ var PlacementService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ValidateWorkload",
 			Handler:    _PlacementService_ValidateWorkload_Handler,
+		},
+		{
+			MethodName: "Preempt",
+			Handler:    _PlacementService_Preempt_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -485,6 +485,20 @@ const (
 	// DUPLICATE_ID: ..."; at most 8 problems, then "and N more"; each description cut at 200
 	// characters). Not a HAMi reason (name "InvalidNode").
 	Reason_REASON_INVALID_NODE Reason = 14
+	// Check 7q: the card's booking would take the workload's running total past its quota budget
+	// of memory (section 10.3). Name "QuotaMemoryExceeded"; HAMi's text writes both quota
+	// reasons as one item, "ResourceQuotaNotFit", with their counts added.
+	Reason_REASON_QUOTA_MEMORY_EXCEEDED Reason = 15
+	// Check 7q for cores. Name "QuotaCoresExceeded" ("ResourceQuotaNotFit" in HAMi's text).
+	Reason_REASON_QUOTA_CORES_EXCEEDED Reason = 16
+	// MIG card: no profile covers the request (section 11.4). Name "MigNoProfileLargeEnough".
+	Reason_REASON_MIG_NO_PROFILE_LARGE_ENOUGH Reason = 17
+	// MIG card: the covering profiles are all outside the node's allowlist. Name
+	// "MigProfileNotAllowed".
+	Reason_REASON_MIG_PROFILE_NOT_ALLOWED Reason = 18
+	// MIG card: no covering allowed profile has a free instance or placement. Name
+	// "MigNoFreePlacement".
+	Reason_REASON_MIG_NO_FREE_PLACEMENT Reason = 19
 )
 
 // Enum value maps for Reason.
@@ -505,6 +519,11 @@ var (
 		12: "REASON_ALLOCATED_CARDS_INSUFFICIENT_REQUEST",
 		13: "REASON_CARD_ZERO_CAPACITY",
 		14: "REASON_INVALID_NODE",
+		15: "REASON_QUOTA_MEMORY_EXCEEDED",
+		16: "REASON_QUOTA_CORES_EXCEEDED",
+		17: "REASON_MIG_NO_PROFILE_LARGE_ENOUGH",
+		18: "REASON_MIG_PROFILE_NOT_ALLOWED",
+		19: "REASON_MIG_NO_FREE_PLACEMENT",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":                          0,
@@ -522,6 +541,11 @@ var (
 		"REASON_ALLOCATED_CARDS_INSUFFICIENT_REQUEST": 12,
 		"REASON_CARD_ZERO_CAPACITY":                   13,
 		"REASON_INVALID_NODE":                         14,
+		"REASON_QUOTA_MEMORY_EXCEEDED":                15,
+		"REASON_QUOTA_CORES_EXCEEDED":                 16,
+		"REASON_MIG_NO_PROFILE_LARGE_ENOUGH":          17,
+		"REASON_MIG_PROFILE_NOT_ALLOWED":              18,
+		"REASON_MIG_NO_FREE_PLACEMENT":                19,
 	}
 )
 
@@ -550,6 +574,71 @@ func (x Reason) Number() protoreflect.EnumNumber {
 // Deprecated: Use Reason.Descriptor instead.
 func (Reason) EnumDescriptor() ([]byte, []int) {
 	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{6}
+}
+
+// What happened to one MIG profile when a container's instance was chosen on a card.
+type MigOutcome int32
+
+const (
+	// Never sent.
+	MigOutcome_MIG_OUTCOME_UNSPECIFIED MigOutcome = 0
+	// Its memory, memory slices or cores do not cover the request.
+	MigOutcome_MIG_OUTCOME_TOO_SMALL MigOutcome = 1
+	// It covers the request but is not allowed on the node.
+	MigOutcome_MIG_OUTCOME_NOT_ALLOWED MigOutcome = 2
+	// It covers the request, is allowed, and has no free instance or placement.
+	MigOutcome_MIG_OUTCOME_NO_FREE_PLACE MigOutcome = 3
+	// Chosen (start and reused say where).
+	MigOutcome_MIG_OUTCOME_CHOSEN MigOutcome = 4
+	// Not looked at: a smaller profile was chosen.
+	MigOutcome_MIG_OUTCOME_NOT_REACHED MigOutcome = 5
+)
+
+// Enum value maps for MigOutcome.
+var (
+	MigOutcome_name = map[int32]string{
+		0: "MIG_OUTCOME_UNSPECIFIED",
+		1: "MIG_OUTCOME_TOO_SMALL",
+		2: "MIG_OUTCOME_NOT_ALLOWED",
+		3: "MIG_OUTCOME_NO_FREE_PLACE",
+		4: "MIG_OUTCOME_CHOSEN",
+		5: "MIG_OUTCOME_NOT_REACHED",
+	}
+	MigOutcome_value = map[string]int32{
+		"MIG_OUTCOME_UNSPECIFIED":   0,
+		"MIG_OUTCOME_TOO_SMALL":     1,
+		"MIG_OUTCOME_NOT_ALLOWED":   2,
+		"MIG_OUTCOME_NO_FREE_PLACE": 3,
+		"MIG_OUTCOME_CHOSEN":        4,
+		"MIG_OUTCOME_NOT_REACHED":   5,
+	}
+)
+
+func (x MigOutcome) Enum() *MigOutcome {
+	p := new(MigOutcome)
+	*p = x
+	return p
+}
+
+func (x MigOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MigOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_gpusched_v1_types_proto_enumTypes[7].Descriptor()
+}
+
+func (MigOutcome) Type() protoreflect.EnumType {
+	return &file_gpusched_v1_types_proto_enumTypes[7]
+}
+
+func (x MigOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MigOutcome.Descriptor instead.
+func (MigOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 // The hash function of a Digest.
@@ -585,11 +674,11 @@ func (x DigestFunction) String() string {
 }
 
 func (DigestFunction) Descriptor() protoreflect.EnumDescriptor {
-	return file_gpusched_v1_types_proto_enumTypes[7].Descriptor()
+	return file_gpusched_v1_types_proto_enumTypes[8].Descriptor()
 }
 
 func (DigestFunction) Type() protoreflect.EnumType {
-	return &file_gpusched_v1_types_proto_enumTypes[7]
+	return &file_gpusched_v1_types_proto_enumTypes[8]
 }
 
 func (x DigestFunction) Number() protoreflect.EnumNumber {
@@ -598,7 +687,7 @@ func (x DigestFunction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DigestFunction.Descriptor instead.
 func (DigestFunction) EnumDescriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
 // Current usage of one card by workloads already placed.
@@ -693,8 +782,16 @@ type Card struct {
 	// Sharing mode.
 	Mode CardMode `protobuf:"varint,9,opt,name=mode,proto3,enum=gpusched.v1.CardMode" json:"mode,omitempty"`
 	// Usage by workloads already placed (unset = idle). Usage above the capacity is accepted:
-	// the card is full.
-	Usage         *CardUsage `protobuf:"bytes,10,opt,name=usage,proto3" json:"usage,omitempty"`
+	// the card is full. A card with a MIG layout (`mig`) takes its usage from its instances in
+	// use: `usage` must then be unset or equal to what they book (docs/placement-semantics.md
+	// section 11.5).
+	Usage *CardUsage `protobuf:"bytes,10,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The MIG layout of a card in CARD_MODE_MIG: its profiles, their placements and the instances
+	// on the card (section 11). Unset on a MIG card: the card serves no MIG request (every one is
+	// MIG_NO_PROFILE_LARGE_ENOUGH). Set on a card of another mode, or malformed (overlapping
+	// instances, placements outside the card, an instance of an unknown profile, a profile larger
+	// than the card, ...): the node is invalid (REASON_INVALID_NODE naming `cards[j].mig...`).
+	Mig           *MigLayout `protobuf:"bytes,11,opt,name=mig,proto3" json:"mig,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -799,6 +896,271 @@ func (x *Card) GetUsage() *CardUsage {
 	return nil
 }
 
+func (x *Card) GetMig() *MigLayout {
+	if x != nil {
+		return x.Mig
+	}
+	return nil
+}
+
+// One MIG profile a card offers, as NVML reports it (docs/placement-semantics.md section 11.1).
+type MigProfile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// NVML's name without its "MIG " prefix, e.g. "1g.10gb"; unique on the card; required.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Memory of an instance, MiB (NVML memorySizeMB).
+	MemMib uint64 `protobuf:"varint,2,opt,name=mem_mib,json=memMib,proto3" json:"mem_mib,omitempty"`
+	// Compute slices (NVML sliceCount), at least 1.
+	ComputeSlices uint32 `protobuf:"varint,3,opt,name=compute_slices,json=computeSlices,proto3" json:"compute_slices,omitempty"`
+	// Memory slices: the size of each placement, at least 1.
+	MemorySlices uint32 `protobuf:"varint,4,opt,name=memory_slices,json=memorySlices,proto3" json:"memory_slices,omitempty"`
+	// Percent of the card's compute an instance gives (HAMi's "core"); what an assignment
+	// reports as its cores.
+	Cores uint32 `protobuf:"varint,5,opt,name=cores,proto3" json:"cores,omitempty"`
+	// Instances of this profile the card can hold at once (NVML instanceCount), at least 1.
+	MaxInstances uint32 `protobuf:"varint,6,opt,name=max_instances,json=maxInstances,proto3" json:"max_instances,omitempty"`
+	// Placement starts NVML allows, each of size memory_slices; within the card's memory slices.
+	Placements []uint32 `protobuf:"varint,7,rep,packed,name=placements,proto3" json:"placements,omitempty"`
+	// Whether the node's allowlist excludes the profile (it is then never chosen:
+	// REASON_MIG_PROFILE_NOT_ALLOWED). False = allowed.
+	NotAllowed    bool `protobuf:"varint,8,opt,name=not_allowed,json=notAllowed,proto3" json:"not_allowed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigProfile) Reset() {
+	*x = MigProfile{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigProfile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigProfile) ProtoMessage() {}
+
+func (x *MigProfile) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigProfile.ProtoReflect.Descriptor instead.
+func (*MigProfile) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *MigProfile) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *MigProfile) GetMemMib() uint64 {
+	if x != nil {
+		return x.MemMib
+	}
+	return 0
+}
+
+func (x *MigProfile) GetComputeSlices() uint32 {
+	if x != nil {
+		return x.ComputeSlices
+	}
+	return 0
+}
+
+func (x *MigProfile) GetMemorySlices() uint32 {
+	if x != nil {
+		return x.MemorySlices
+	}
+	return 0
+}
+
+func (x *MigProfile) GetCores() uint32 {
+	if x != nil {
+		return x.Cores
+	}
+	return 0
+}
+
+func (x *MigProfile) GetMaxInstances() uint32 {
+	if x != nil {
+		return x.MaxInstances
+	}
+	return 0
+}
+
+func (x *MigProfile) GetPlacements() []uint32 {
+	if x != nil {
+		return x.Placements
+	}
+	return nil
+}
+
+func (x *MigProfile) GetNotAllowed() bool {
+	if x != nil {
+		return x.NotAllowed
+	}
+	return false
+}
+
+// An instance on a MIG card.
+type MigInstance struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name of its profile (a profile of the card).
+	Profile string `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	// First memory slice: a placement start of the profile.
+	Start uint32 `protobuf:"varint,2,opt,name=start,proto3" json:"start,omitempty"`
+	// Memory slices it occupies: the profile's memory_slices.
+	Size uint32 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// Who holds it (a workload, e.g. "namespace/name"); empty = free (reusable by a request of
+	// its profile).
+	InUseBy       string `protobuf:"bytes,4,opt,name=in_use_by,json=inUseBy,proto3" json:"in_use_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigInstance) Reset() {
+	*x = MigInstance{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigInstance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigInstance) ProtoMessage() {}
+
+func (x *MigInstance) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigInstance.ProtoReflect.Descriptor instead.
+func (*MigInstance) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *MigInstance) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *MigInstance) GetStart() uint32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *MigInstance) GetSize() uint32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *MigInstance) GetInUseBy() string {
+	if x != nil {
+		return x.InUseBy
+	}
+	return ""
+}
+
+// The MIG side of a card in CARD_MODE_MIG.
+type MigLayout struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Compute slices of the whole card (7 on A100, H100, H200, B200), 1..=16.
+	ComputeSlices uint32 `protobuf:"varint,1,opt,name=compute_slices,json=computeSlices,proto3" json:"compute_slices,omitempty"`
+	// Memory slices of the whole card (8), 1..=16: instances sit on 0..memory_slices.
+	MemorySlices uint32 `protobuf:"varint,2,opt,name=memory_slices,json=memorySlices,proto3" json:"memory_slices,omitempty"`
+	// The profiles, in any order; at most 32.
+	Profiles []*MigProfile `protobuf:"bytes,3,rep,name=profiles,proto3" json:"profiles,omitempty"`
+	// The instances on the card, in any order; at most 64; never overlapping.
+	Instances     []*MigInstance `protobuf:"bytes,4,rep,name=instances,proto3" json:"instances,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigLayout) Reset() {
+	*x = MigLayout{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigLayout) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigLayout) ProtoMessage() {}
+
+func (x *MigLayout) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigLayout.ProtoReflect.Descriptor instead.
+func (*MigLayout) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *MigLayout) GetComputeSlices() uint32 {
+	if x != nil {
+		return x.ComputeSlices
+	}
+	return 0
+}
+
+func (x *MigLayout) GetMemorySlices() uint32 {
+	if x != nil {
+		return x.MemorySlices
+	}
+	return 0
+}
+
+func (x *MigLayout) GetProfiles() []*MigProfile {
+	if x != nil {
+		return x.Profiles
+	}
+	return nil
+}
+
+func (x *MigLayout) GetInstances() []*MigInstance {
+	if x != nil {
+		return x.Instances
+	}
+	return nil
+}
+
 // A link-quality score from one card to another on the same node (for topology-aware).
 type CardPairScore struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -814,7 +1176,7 @@ type CardPairScore struct {
 
 func (x *CardPairScore) Reset() {
 	*x = CardPairScore{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[2]
+	mi := &file_gpusched_v1_types_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +1188,7 @@ func (x *CardPairScore) String() string {
 func (*CardPairScore) ProtoMessage() {}
 
 func (x *CardPairScore) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[2]
+	mi := &file_gpusched_v1_types_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +1201,7 @@ func (x *CardPairScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardPairScore.ProtoReflect.Descriptor instead.
 func (*CardPairScore) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{2}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CardPairScore) GetCardId() string {
@@ -901,7 +1263,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[3]
+	mi := &file_gpusched_v1_types_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +1275,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[3]
+	mi := &file_gpusched_v1_types_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1288,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Node) GetName() string {
@@ -985,7 +1347,7 @@ type HostResources struct {
 
 func (x *HostResources) Reset() {
 	*x = HostResources{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[4]
+	mi := &file_gpusched_v1_types_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1359,7 @@ func (x *HostResources) String() string {
 func (*HostResources) ProtoMessage() {}
 
 func (x *HostResources) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[4]
+	mi := &file_gpusched_v1_types_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1372,7 @@ func (x *HostResources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostResources.ProtoReflect.Descriptor instead.
 func (*HostResources) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HostResources) GetFreeCpuMilli() int64 {
@@ -1039,7 +1401,7 @@ type WorkloadMix struct {
 
 func (x *WorkloadMix) Reset() {
 	*x = WorkloadMix{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[5]
+	mi := &file_gpusched_v1_types_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1051,7 +1413,7 @@ func (x *WorkloadMix) String() string {
 func (*WorkloadMix) ProtoMessage() {}
 
 func (x *WorkloadMix) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[5]
+	mi := &file_gpusched_v1_types_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1064,7 +1426,7 @@ func (x *WorkloadMix) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadMix.ProtoReflect.Descriptor instead.
 func (*WorkloadMix) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WorkloadMix) GetShapes() []*WorkloadMixShape {
@@ -1101,7 +1463,7 @@ type WorkloadMixShape struct {
 
 func (x *WorkloadMixShape) Reset() {
 	*x = WorkloadMixShape{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[6]
+	mi := &file_gpusched_v1_types_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1475,7 @@ func (x *WorkloadMixShape) String() string {
 func (*WorkloadMixShape) ProtoMessage() {}
 
 func (x *WorkloadMixShape) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[6]
+	mi := &file_gpusched_v1_types_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1488,7 @@ func (x *WorkloadMixShape) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadMixShape.ProtoReflect.Descriptor instead.
 func (*WorkloadMixShape) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WorkloadMixShape) GetProbability() float64 {
@@ -1200,7 +1562,7 @@ type ScoringWeights struct {
 
 func (x *ScoringWeights) Reset() {
 	*x = ScoringWeights{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[7]
+	mi := &file_gpusched_v1_types_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1574,7 @@ func (x *ScoringWeights) String() string {
 func (*ScoringWeights) ProtoMessage() {}
 
 func (x *ScoringWeights) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[7]
+	mi := &file_gpusched_v1_types_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1587,7 @@ func (x *ScoringWeights) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoringWeights.ProtoReflect.Descriptor instead.
 func (*ScoringWeights) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ScoringWeights) GetSlot() uint64 {
@@ -1268,7 +1630,7 @@ type ContainerRequest struct {
 
 func (x *ContainerRequest) Reset() {
 	*x = ContainerRequest{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[8]
+	mi := &file_gpusched_v1_types_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1642,7 @@ func (x *ContainerRequest) String() string {
 func (*ContainerRequest) ProtoMessage() {}
 
 func (x *ContainerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[8]
+	mi := &file_gpusched_v1_types_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1655,7 @@ func (x *ContainerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerRequest.ProtoReflect.Descriptor instead.
 func (*ContainerRequest) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{8}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ContainerRequest) GetName() string {
@@ -1362,7 +1724,7 @@ type TypedWorkloadSpec struct {
 
 func (x *TypedWorkloadSpec) Reset() {
 	*x = TypedWorkloadSpec{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[9]
+	mi := &file_gpusched_v1_types_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1736,7 @@ func (x *TypedWorkloadSpec) String() string {
 func (*TypedWorkloadSpec) ProtoMessage() {}
 
 func (x *TypedWorkloadSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[9]
+	mi := &file_gpusched_v1_types_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1749,7 @@ func (x *TypedWorkloadSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypedWorkloadSpec.ProtoReflect.Descriptor instead.
 func (*TypedWorkloadSpec) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{9}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TypedWorkloadSpec) GetNodePolicy() NodePolicy {
@@ -1482,7 +1844,7 @@ type KubernetesContainer struct {
 
 func (x *KubernetesContainer) Reset() {
 	*x = KubernetesContainer{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[10]
+	mi := &file_gpusched_v1_types_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +1856,7 @@ func (x *KubernetesContainer) String() string {
 func (*KubernetesContainer) ProtoMessage() {}
 
 func (x *KubernetesContainer) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[10]
+	mi := &file_gpusched_v1_types_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +1869,7 @@ func (x *KubernetesContainer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KubernetesContainer.ProtoReflect.Descriptor instead.
 func (*KubernetesContainer) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{10}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KubernetesContainer) GetName() string {
@@ -1547,7 +1909,7 @@ type KubernetesWorkloadSpec struct {
 
 func (x *KubernetesWorkloadSpec) Reset() {
 	*x = KubernetesWorkloadSpec{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[11]
+	mi := &file_gpusched_v1_types_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1921,7 @@ func (x *KubernetesWorkloadSpec) String() string {
 func (*KubernetesWorkloadSpec) ProtoMessage() {}
 
 func (x *KubernetesWorkloadSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[11]
+	mi := &file_gpusched_v1_types_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1934,7 @@ func (x *KubernetesWorkloadSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KubernetesWorkloadSpec.ProtoReflect.Descriptor instead.
 func (*KubernetesWorkloadSpec) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{11}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *KubernetesWorkloadSpec) GetAnnotations() map[string]string {
@@ -1611,14 +1973,17 @@ type Workload struct {
 	//
 	//	*Workload_Typed
 	//	*Workload_Kubernetes
-	Spec          isWorkload_Spec `protobuf_oneof:"spec"`
+	Spec isWorkload_Spec `protobuf_oneof:"spec"`
+	// What the workload's namespace may still book (docs/placement-semantics.md section 10);
+	// unset = no quota. The caller computes it (hard limit minus what the namespace holds).
+	Quota         *QuotaBudget `protobuf:"bytes,6,opt,name=quota,proto3" json:"quota,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Workload) Reset() {
 	*x = Workload{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[12]
+	mi := &file_gpusched_v1_types_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1995,7 @@ func (x *Workload) String() string {
 func (*Workload) ProtoMessage() {}
 
 func (x *Workload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[12]
+	mi := &file_gpusched_v1_types_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +2008,7 @@ func (x *Workload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workload.ProtoReflect.Descriptor instead.
 func (*Workload) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{12}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Workload) GetNamespace() string {
@@ -1692,6 +2057,13 @@ func (x *Workload) GetKubernetes() *KubernetesWorkloadSpec {
 	return nil
 }
 
+func (x *Workload) GetQuota() *QuotaBudget {
+	if x != nil {
+		return x.Quota
+	}
+	return nil
+}
+
 type isWorkload_Spec interface {
 	isWorkload_Spec()
 }
@@ -1709,6 +2081,118 @@ type Workload_Kubernetes struct {
 func (*Workload_Typed) isWorkload_Spec() {}
 
 func (*Workload_Kubernetes) isWorkload_Spec() {}
+
+// A quota budget: what a workload (its namespace) may still book, per resource. An absent value
+// is unlimited; an explicit 0 refuses every GPU container (section 10.1). Each value is at most
+// 2^53 - 1 (OUT_OF_RANGE on `workload.quota.mem_mib` / `.cores` otherwise).
+type QuotaBudget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Device memory, MiB, summed over every card the workload books.
+	MemMib *uint64 `protobuf:"varint,1,opt,name=mem_mib,json=memMib,proto3,oneof" json:"mem_mib,omitempty"`
+	// Compute, percent of a card, summed over every card the workload books.
+	Cores         *uint64 `protobuf:"varint,2,opt,name=cores,proto3,oneof" json:"cores,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaBudget) Reset() {
+	*x = QuotaBudget{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaBudget) ProtoMessage() {}
+
+func (x *QuotaBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaBudget.ProtoReflect.Descriptor instead.
+func (*QuotaBudget) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *QuotaBudget) GetMemMib() uint64 {
+	if x != nil && x.MemMib != nil {
+		return *x.MemMib
+	}
+	return 0
+}
+
+func (x *QuotaBudget) GetCores() uint64 {
+	if x != nil && x.Cores != nil {
+		return *x.Cores
+	}
+	return 0
+}
+
+// What a placement consumes against a quota budget (section 10.2).
+type QuotaUse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// MiB.
+	MemMib uint64 `protobuf:"varint,1,opt,name=mem_mib,json=memMib,proto3" json:"mem_mib,omitempty"`
+	// Percent of a card.
+	Cores         uint64 `protobuf:"varint,2,opt,name=cores,proto3" json:"cores,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaUse) Reset() {
+	*x = QuotaUse{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaUse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaUse) ProtoMessage() {}
+
+func (x *QuotaUse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaUse.ProtoReflect.Descriptor instead.
+func (*QuotaUse) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *QuotaUse) GetMemMib() uint64 {
+	if x != nil {
+		return x.MemMib
+	}
+	return 0
+}
+
+func (x *QuotaUse) GetCores() uint64 {
+	if x != nil {
+		return x.Cores
+	}
+	return 0
+}
 
 // Defaults for this request; they replace the server's configured defaults.
 // A workload's own policy still wins over these.
@@ -1737,7 +2221,7 @@ type PlacementOptions struct {
 
 func (x *PlacementOptions) Reset() {
 	*x = PlacementOptions{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[13]
+	mi := &file_gpusched_v1_types_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +2233,7 @@ func (x *PlacementOptions) String() string {
 func (*PlacementOptions) ProtoMessage() {}
 
 func (x *PlacementOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[13]
+	mi := &file_gpusched_v1_types_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +2246,7 @@ func (x *PlacementOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementOptions.ProtoReflect.Descriptor instead.
 func (*PlacementOptions) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{13}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PlacementOptions) GetDefaultNodePolicy() NodePolicy {
@@ -1833,7 +2317,7 @@ type EffectivePolicy struct {
 
 func (x *EffectivePolicy) Reset() {
 	*x = EffectivePolicy{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[14]
+	mi := &file_gpusched_v1_types_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +2329,7 @@ func (x *EffectivePolicy) String() string {
 func (*EffectivePolicy) ProtoMessage() {}
 
 func (x *EffectivePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[14]
+	mi := &file_gpusched_v1_types_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2342,7 @@ func (x *EffectivePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectivePolicy.ProtoReflect.Descriptor instead.
 func (*EffectivePolicy) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{14}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *EffectivePolicy) GetNodePolicy() NodePolicy {
@@ -1911,7 +2395,7 @@ type ReasonCount struct {
 
 func (x *ReasonCount) Reset() {
 	*x = ReasonCount{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[15]
+	mi := &file_gpusched_v1_types_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1923,7 +2407,7 @@ func (x *ReasonCount) String() string {
 func (*ReasonCount) ProtoMessage() {}
 
 func (x *ReasonCount) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[15]
+	mi := &file_gpusched_v1_types_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1936,7 +2420,7 @@ func (x *ReasonCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasonCount.ProtoReflect.Descriptor instead.
 func (*ReasonCount) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{15}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReasonCount) GetReason() Reason {
@@ -1982,7 +2466,7 @@ type FailedNode struct {
 
 func (x *FailedNode) Reset() {
 	*x = FailedNode{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[16]
+	mi := &file_gpusched_v1_types_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +2478,7 @@ func (x *FailedNode) String() string {
 func (*FailedNode) ProtoMessage() {}
 
 func (x *FailedNode) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[16]
+	mi := &file_gpusched_v1_types_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +2491,7 @@ func (x *FailedNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedNode.ProtoReflect.Descriptor instead.
 func (*FailedNode) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{16}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FailedNode) GetNodeName() string {
@@ -2071,7 +2555,7 @@ type NodeScore struct {
 
 func (x *NodeScore) Reset() {
 	*x = NodeScore{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[17]
+	mi := &file_gpusched_v1_types_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2567,7 @@ func (x *NodeScore) String() string {
 func (*NodeScore) ProtoMessage() {}
 
 func (x *NodeScore) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[17]
+	mi := &file_gpusched_v1_types_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2580,7 @@ func (x *NodeScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeScore.ProtoReflect.Descriptor instead.
 func (*NodeScore) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{17}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NodeScore) GetNodeName() string {
@@ -2143,7 +2627,7 @@ type Fragmentation struct {
 
 func (x *Fragmentation) Reset() {
 	*x = Fragmentation{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[18]
+	mi := &file_gpusched_v1_types_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2639,7 @@ func (x *Fragmentation) String() string {
 func (*Fragmentation) ProtoMessage() {}
 
 func (x *Fragmentation) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[18]
+	mi := &file_gpusched_v1_types_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2652,7 @@ func (x *Fragmentation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fragmentation.ProtoReflect.Descriptor instead.
 func (*Fragmentation) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{18}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Fragmentation) GetBefore() float64 {
@@ -2204,14 +2688,17 @@ type CardAssignment struct {
 	// Memory booked on the card, MiB.
 	MemMib uint64 `protobuf:"varint,4,opt,name=mem_mib,json=memMib,proto3" json:"mem_mib,omitempty"`
 	// Cores booked on the card, percent.
-	CoresPercent  uint32 `protobuf:"varint,5,opt,name=cores_percent,json=coresPercent,proto3" json:"cores_percent,omitempty"`
+	CoresPercent uint32 `protobuf:"varint,5,opt,name=cores_percent,json=coresPercent,proto3" json:"cores_percent,omitempty"`
+	// On a MIG card: the instance the container gets (mem_mib and cores_percent are then the
+	// profile's). Unset on other cards.
+	Mig           *MigAssignment `protobuf:"bytes,6,opt,name=mig,proto3" json:"mig,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CardAssignment) Reset() {
 	*x = CardAssignment{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[19]
+	mi := &file_gpusched_v1_types_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2710,7 @@ func (x *CardAssignment) String() string {
 func (*CardAssignment) ProtoMessage() {}
 
 func (x *CardAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[19]
+	mi := &file_gpusched_v1_types_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2723,7 @@ func (x *CardAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardAssignment.ProtoReflect.Descriptor instead.
 func (*CardAssignment) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{19}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CardAssignment) GetCardId() string {
@@ -2274,6 +2761,95 @@ func (x *CardAssignment) GetCoresPercent() uint32 {
 	return 0
 }
 
+func (x *CardAssignment) GetMig() *MigAssignment {
+	if x != nil {
+		return x.Mig
+	}
+	return nil
+}
+
+// The MIG instance a container gets on a card (section 11.5).
+type MigAssignment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The profile's name.
+	Profile string `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	// First memory slice of the instance.
+	Start uint32 `protobuf:"varint,2,opt,name=start,proto3" json:"start,omitempty"`
+	// Memory slices it occupies (the profile's memory_slices).
+	Size uint32 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// True: a free instance at that placement is reused; false: the instance is to be created.
+	Reused bool `protobuf:"varint,4,opt,name=reused,proto3" json:"reused,omitempty"`
+	// Who holds it once booked (the workload: "namespace/name", or its uid without a name).
+	Owner         string `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigAssignment) Reset() {
+	*x = MigAssignment{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigAssignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigAssignment) ProtoMessage() {}
+
+func (x *MigAssignment) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigAssignment.ProtoReflect.Descriptor instead.
+func (*MigAssignment) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *MigAssignment) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *MigAssignment) GetStart() uint32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *MigAssignment) GetSize() uint32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *MigAssignment) GetReused() bool {
+	if x != nil {
+		return x.Reused
+	}
+	return false
+}
+
+func (x *MigAssignment) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
 // The cards chosen for one container.
 type ContainerAssignment struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2289,7 +2865,7 @@ type ContainerAssignment struct {
 
 func (x *ContainerAssignment) Reset() {
 	*x = ContainerAssignment{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[20]
+	mi := &file_gpusched_v1_types_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2877,7 @@ func (x *ContainerAssignment) String() string {
 func (*ContainerAssignment) ProtoMessage() {}
 
 func (x *ContainerAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[20]
+	mi := &file_gpusched_v1_types_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2890,7 @@ func (x *ContainerAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerAssignment.ProtoReflect.Descriptor instead.
 func (*ContainerAssignment) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{20}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ContainerAssignment) GetContainerName() string {
@@ -2363,14 +2939,17 @@ type CardExplanation struct {
 	Chosen bool `protobuf:"varint,10,opt,name=chosen,proto3" json:"chosen,omitempty"`
 	// Whether the card was reached (false once the container was complete, or when the node
 	// had too few cards).
-	Visited       bool `protobuf:"varint,11,opt,name=visited,proto3" json:"visited,omitempty"`
+	Visited bool `protobuf:"varint,11,opt,name=visited,proto3" json:"visited,omitempty"`
+	// For a card with a MIG layout: every profile in the order of section 11.4 with what
+	// happened to it (section 11.6).
+	MigProfiles   []*MigProfileConsidered `protobuf:"bytes,12,rep,name=mig_profiles,json=migProfiles,proto3" json:"mig_profiles,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CardExplanation) Reset() {
 	*x = CardExplanation{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[21]
+	mi := &file_gpusched_v1_types_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2382,7 +2961,7 @@ func (x *CardExplanation) String() string {
 func (*CardExplanation) ProtoMessage() {}
 
 func (x *CardExplanation) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[21]
+	mi := &file_gpusched_v1_types_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2395,7 +2974,7 @@ func (x *CardExplanation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardExplanation.ProtoReflect.Descriptor instead.
 func (*CardExplanation) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{21}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CardExplanation) GetCardId() string {
@@ -2475,6 +3054,95 @@ func (x *CardExplanation) GetVisited() bool {
 	return false
 }
 
+func (x *CardExplanation) GetMigProfiles() []*MigProfileConsidered {
+	if x != nil {
+		return x.MigProfiles
+	}
+	return nil
+}
+
+// One MIG profile as a choice met it.
+type MigProfileConsidered struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Profile name.
+	Profile string `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	// What happened to it.
+	Outcome MigOutcome `protobuf:"varint,2,opt,name=outcome,proto3,enum=gpusched.v1.MigOutcome" json:"outcome,omitempty"`
+	// When chosen: the first memory slice of the instance.
+	Start uint32 `protobuf:"varint,3,opt,name=start,proto3" json:"start,omitempty"`
+	// When chosen: its size in memory slices.
+	Size uint32 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	// When chosen: whether a free instance is reused.
+	Reused        bool `protobuf:"varint,5,opt,name=reused,proto3" json:"reused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigProfileConsidered) Reset() {
+	*x = MigProfileConsidered{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigProfileConsidered) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigProfileConsidered) ProtoMessage() {}
+
+func (x *MigProfileConsidered) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigProfileConsidered.ProtoReflect.Descriptor instead.
+func (*MigProfileConsidered) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *MigProfileConsidered) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *MigProfileConsidered) GetOutcome() MigOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return MigOutcome_MIG_OUTCOME_UNSPECIFIED
+}
+
+func (x *MigProfileConsidered) GetStart() uint32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *MigProfileConsidered) GetSize() uint32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *MigProfileConsidered) GetReused() bool {
+	if x != nil {
+		return x.Reused
+	}
+	return false
+}
+
 // Explanation of one container's card choice on one node.
 type ContainerExplanation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2490,7 +3158,7 @@ type ContainerExplanation struct {
 
 func (x *ContainerExplanation) Reset() {
 	*x = ContainerExplanation{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[22]
+	mi := &file_gpusched_v1_types_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +3170,7 @@ func (x *ContainerExplanation) String() string {
 func (*ContainerExplanation) ProtoMessage() {}
 
 func (x *ContainerExplanation) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[22]
+	mi := &file_gpusched_v1_types_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +3183,7 @@ func (x *ContainerExplanation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerExplanation.ProtoReflect.Descriptor instead.
 func (*ContainerExplanation) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{22}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ContainerExplanation) GetContainerName() string {
@@ -2546,6 +3214,9 @@ type NodeExplanation struct {
 	NodeName string `protobuf:"bytes,1,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
 	// Per GPU container, in pod order, up to the first container that failed.
 	Containers []*ContainerExplanation `protobuf:"bytes,2,rep,name=containers,proto3" json:"containers,omitempty"`
+	// With a quota budget: the budget and what the node's tentative placement consumes (up to the
+	// container that failed, when one did); section 10.5.
+	Quota *QuotaExplanation `protobuf:"bytes,3,opt,name=quota,proto3" json:"quota,omitempty"`
 	// Under an fgd policy with a mix: the node's fragmentation before and after the tentative
 	// placement, shape by shape (section 12.5).
 	Fragmentation *FragmentationExplanation `protobuf:"bytes,4,opt,name=fragmentation,proto3" json:"fragmentation,omitempty"`
@@ -2555,7 +3226,7 @@ type NodeExplanation struct {
 
 func (x *NodeExplanation) Reset() {
 	*x = NodeExplanation{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[23]
+	mi := &file_gpusched_v1_types_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2567,7 +3238,7 @@ func (x *NodeExplanation) String() string {
 func (*NodeExplanation) ProtoMessage() {}
 
 func (x *NodeExplanation) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[23]
+	mi := &file_gpusched_v1_types_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2580,7 +3251,7 @@ func (x *NodeExplanation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeExplanation.ProtoReflect.Descriptor instead.
 func (*NodeExplanation) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{23}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NodeExplanation) GetNodeName() string {
@@ -2597,9 +3268,71 @@ func (x *NodeExplanation) GetContainers() []*ContainerExplanation {
 	return nil
 }
 
+func (x *NodeExplanation) GetQuota() *QuotaExplanation {
+	if x != nil {
+		return x.Quota
+	}
+	return nil
+}
+
 func (x *NodeExplanation) GetFragmentation() *FragmentationExplanation {
 	if x != nil {
 		return x.Fragmentation
+	}
+	return nil
+}
+
+// A workload's quota budget and what a placement on one node consumes against it.
+type QuotaExplanation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The budget the workload was decided with.
+	Budget *QuotaBudget `protobuf:"bytes,1,opt,name=budget,proto3" json:"budget,omitempty"`
+	// What the node's tentative placement consumes.
+	Consumed      *QuotaUse `protobuf:"bytes,2,opt,name=consumed,proto3" json:"consumed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaExplanation) Reset() {
+	*x = QuotaExplanation{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaExplanation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaExplanation) ProtoMessage() {}
+
+func (x *QuotaExplanation) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaExplanation.ProtoReflect.Descriptor instead.
+func (*QuotaExplanation) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *QuotaExplanation) GetBudget() *QuotaBudget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+func (x *QuotaExplanation) GetConsumed() *QuotaUse {
+	if x != nil {
+		return x.Consumed
 	}
 	return nil
 }
@@ -2617,7 +3350,7 @@ type FragmentationExplanation struct {
 
 func (x *FragmentationExplanation) Reset() {
 	*x = FragmentationExplanation{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[24]
+	mi := &file_gpusched_v1_types_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2629,7 +3362,7 @@ func (x *FragmentationExplanation) String() string {
 func (*FragmentationExplanation) ProtoMessage() {}
 
 func (x *FragmentationExplanation) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[24]
+	mi := &file_gpusched_v1_types_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2642,7 +3375,7 @@ func (x *FragmentationExplanation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FragmentationExplanation.ProtoReflect.Descriptor instead.
 func (*FragmentationExplanation) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{24}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FragmentationExplanation) GetBefore() *FragmentationState {
@@ -2674,7 +3407,7 @@ type FragmentationState struct {
 
 func (x *FragmentationState) Reset() {
 	*x = FragmentationState{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[25]
+	mi := &file_gpusched_v1_types_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +3419,7 @@ func (x *FragmentationState) String() string {
 func (*FragmentationState) ProtoMessage() {}
 
 func (x *FragmentationState) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[25]
+	mi := &file_gpusched_v1_types_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +3432,7 @@ func (x *FragmentationState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FragmentationState.ProtoReflect.Descriptor instead.
 func (*FragmentationState) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{25}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FragmentationState) GetExpected() float64 {
@@ -2738,7 +3471,7 @@ type ShapeFragmentation struct {
 
 func (x *ShapeFragmentation) Reset() {
 	*x = ShapeFragmentation{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[26]
+	mi := &file_gpusched_v1_types_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2750,7 +3483,7 @@ func (x *ShapeFragmentation) String() string {
 func (*ShapeFragmentation) ProtoMessage() {}
 
 func (x *ShapeFragmentation) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[26]
+	mi := &file_gpusched_v1_types_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2763,7 +3496,7 @@ func (x *ShapeFragmentation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShapeFragmentation.ProtoReflect.Descriptor instead.
 func (*ShapeFragmentation) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{26}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ShapeFragmentation) GetShape() uint32 {
@@ -2802,7 +3535,7 @@ type Digest struct {
 
 func (x *Digest) Reset() {
 	*x = Digest{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[27]
+	mi := &file_gpusched_v1_types_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2814,7 +3547,7 @@ func (x *Digest) String() string {
 func (*Digest) ProtoMessage() {}
 
 func (x *Digest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[27]
+	mi := &file_gpusched_v1_types_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2827,7 +3560,7 @@ func (x *Digest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Digest.ProtoReflect.Descriptor instead.
 func (*Digest) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{27}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Digest) GetHash() []byte {
@@ -2866,7 +3599,7 @@ type CardUsageEntry struct {
 
 func (x *CardUsageEntry) Reset() {
 	*x = CardUsageEntry{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[28]
+	mi := &file_gpusched_v1_types_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +3611,7 @@ func (x *CardUsageEntry) String() string {
 func (*CardUsageEntry) ProtoMessage() {}
 
 func (x *CardUsageEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[28]
+	mi := &file_gpusched_v1_types_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +3624,7 @@ func (x *CardUsageEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardUsageEntry.ProtoReflect.Descriptor instead.
 func (*CardUsageEntry) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{28}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CardUsageEntry) GetCardId() string {
@@ -2922,7 +3655,7 @@ type NodeUsage struct {
 
 func (x *NodeUsage) Reset() {
 	*x = NodeUsage{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[29]
+	mi := &file_gpusched_v1_types_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2934,7 +3667,7 @@ func (x *NodeUsage) String() string {
 func (*NodeUsage) ProtoMessage() {}
 
 func (x *NodeUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[29]
+	mi := &file_gpusched_v1_types_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2947,7 +3680,7 @@ func (x *NodeUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeUsage.ProtoReflect.Descriptor instead.
 func (*NodeUsage) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{29}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NodeUsage) GetCards() []*CardUsageEntry {
@@ -2981,7 +3714,7 @@ type NodeRef struct {
 
 func (x *NodeRef) Reset() {
 	*x = NodeRef{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[30]
+	mi := &file_gpusched_v1_types_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2993,7 +3726,7 @@ func (x *NodeRef) String() string {
 func (*NodeRef) ProtoMessage() {}
 
 func (x *NodeRef) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[30]
+	mi := &file_gpusched_v1_types_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3006,7 +3739,7 @@ func (x *NodeRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRef.ProtoReflect.Descriptor instead.
 func (*NodeRef) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{30}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *NodeRef) GetInventory() []byte {
@@ -3073,7 +3806,7 @@ type NodeSetRef struct {
 
 func (x *NodeSetRef) Reset() {
 	*x = NodeSetRef{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[31]
+	mi := &file_gpusched_v1_types_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3085,7 +3818,7 @@ func (x *NodeSetRef) String() string {
 func (*NodeSetRef) ProtoMessage() {}
 
 func (x *NodeSetRef) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[31]
+	mi := &file_gpusched_v1_types_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3098,7 +3831,7 @@ func (x *NodeSetRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSetRef.ProtoReflect.Descriptor instead.
 func (*NodeSetRef) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{31}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NodeSetRef) GetBase() *Digest {
@@ -3133,7 +3866,7 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"\fused_mem_mib\x18\x02 \x01(\x04R\n" +
 	"usedMemMib\x12\x1d\n" +
 	"\n" +
-	"used_cores\x18\x03 \x01(\rR\tusedCores\"\xb9\x02\n" +
+	"used_cores\x18\x03 \x01(\rR\tusedCores\"\xe3\x02\n" +
 	"\x04Card\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x12\n" +
@@ -3146,7 +3879,31 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"\x06health\x18\b \x01(\x0e2\x17.gpusched.v1.CardHealthR\x06health\x12)\n" +
 	"\x04mode\x18\t \x01(\x0e2\x15.gpusched.v1.CardModeR\x04mode\x12,\n" +
 	"\x05usage\x18\n" +
-	" \x01(\v2\x16.gpusched.v1.CardUsageR\x05usage\"`\n" +
+	" \x01(\v2\x16.gpusched.v1.CardUsageR\x05usage\x12(\n" +
+	"\x03mig\x18\v \x01(\v2\x16.gpusched.v1.MigLayoutR\x03mig\"\x81\x02\n" +
+	"\n" +
+	"MigProfile\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x17\n" +
+	"\amem_mib\x18\x02 \x01(\x04R\x06memMib\x12%\n" +
+	"\x0ecompute_slices\x18\x03 \x01(\rR\rcomputeSlices\x12#\n" +
+	"\rmemory_slices\x18\x04 \x01(\rR\fmemorySlices\x12\x14\n" +
+	"\x05cores\x18\x05 \x01(\rR\x05cores\x12#\n" +
+	"\rmax_instances\x18\x06 \x01(\rR\fmaxInstances\x12\x1e\n" +
+	"\n" +
+	"placements\x18\a \x03(\rR\n" +
+	"placements\x12\x1f\n" +
+	"\vnot_allowed\x18\b \x01(\bR\n" +
+	"notAllowed\"m\n" +
+	"\vMigInstance\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x14\n" +
+	"\x05start\x18\x02 \x01(\rR\x05start\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\rR\x04size\x12\x1a\n" +
+	"\tin_use_by\x18\x04 \x01(\tR\ainUseBy\"\xc4\x01\n" +
+	"\tMigLayout\x12%\n" +
+	"\x0ecompute_slices\x18\x01 \x01(\rR\rcomputeSlices\x12#\n" +
+	"\rmemory_slices\x18\x02 \x01(\rR\fmemorySlices\x123\n" +
+	"\bprofiles\x18\x03 \x03(\v2\x17.gpusched.v1.MigProfileR\bprofiles\x126\n" +
+	"\tinstances\x18\x04 \x03(\v2\x18.gpusched.v1.MigInstanceR\tinstances\"`\n" +
 	"\rCardPairScore\x12\x17\n" +
 	"\acard_id\x18\x01 \x01(\tR\x06cardId\x12 \n" +
 	"\fpeer_card_id\x18\x02 \x01(\tR\n" +
@@ -3229,7 +3986,7 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"containers\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd5\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x02\n" +
 	"\bWorkload\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -3237,8 +3994,18 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"\x05typed\x18\x04 \x01(\v2\x1e.gpusched.v1.TypedWorkloadSpecH\x00R\x05typed\x12E\n" +
 	"\n" +
 	"kubernetes\x18\x05 \x01(\v2#.gpusched.v1.KubernetesWorkloadSpecH\x00R\n" +
-	"kubernetesB\x06\n" +
-	"\x04spec\"\xd2\x03\n" +
+	"kubernetes\x12.\n" +
+	"\x05quota\x18\x06 \x01(\v2\x18.gpusched.v1.QuotaBudgetR\x05quotaB\x06\n" +
+	"\x04spec\"\\\n" +
+	"\vQuotaBudget\x12\x1c\n" +
+	"\amem_mib\x18\x01 \x01(\x04H\x00R\x06memMib\x88\x01\x01\x12\x19\n" +
+	"\x05cores\x18\x02 \x01(\x04H\x01R\x05cores\x88\x01\x01B\n" +
+	"\n" +
+	"\b_mem_mibB\b\n" +
+	"\x06_cores\"9\n" +
+	"\bQuotaUse\x12\x17\n" +
+	"\amem_mib\x18\x01 \x01(\x04R\x06memMib\x12\x14\n" +
+	"\x05cores\x18\x02 \x01(\x04R\x05cores\"\xd2\x03\n" +
 	"\x10PlacementOptions\x12G\n" +
 	"\x13default_node_policy\x18\x01 \x01(\x0e2\x17.gpusched.v1.NodePolicyR\x11defaultNodePolicy\x12D\n" +
 	"\x12default_gpu_policy\x18\x02 \x03(\x0e2\x16.gpusched.v1.GpuPolicyR\x10defaultGpuPolicy\x121\n" +
@@ -3277,18 +4044,25 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"\rFragmentation\x12\x16\n" +
 	"\x06before\x18\x01 \x01(\x01R\x06before\x12\x14\n" +
 	"\x05after\x18\x02 \x01(\x01R\x05after\x12\x14\n" +
-	"\x05delta\x18\x03 \x01(\x01R\x05delta\"\xa3\x01\n" +
+	"\x05delta\x18\x03 \x01(\x01R\x05delta\"\xd1\x01\n" +
 	"\x0eCardAssignment\x12\x17\n" +
 	"\acard_id\x18\x01 \x01(\tR\x06cardId\x12\x1d\n" +
 	"\n" +
 	"card_index\x18\x02 \x01(\rR\tcardIndex\x12\x1b\n" +
 	"\tcard_type\x18\x03 \x01(\tR\bcardType\x12\x17\n" +
 	"\amem_mib\x18\x04 \x01(\x04R\x06memMib\x12#\n" +
-	"\rcores_percent\x18\x05 \x01(\rR\fcoresPercent\"\x83\x01\n" +
+	"\rcores_percent\x18\x05 \x01(\rR\fcoresPercent\x12,\n" +
+	"\x03mig\x18\x06 \x01(\v2\x1a.gpusched.v1.MigAssignmentR\x03mig\"\x81\x01\n" +
+	"\rMigAssignment\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x14\n" +
+	"\x05start\x18\x02 \x01(\rR\x05start\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\rR\x04size\x12\x16\n" +
+	"\x06reused\x18\x04 \x01(\bR\x06reused\x12\x14\n" +
+	"\x05owner\x18\x05 \x01(\tR\x05owner\"\x83\x01\n" +
 	"\x13ContainerAssignment\x12%\n" +
 	"\x0econtainer_name\x18\x01 \x01(\tR\rcontainerName\x12\x12\n" +
 	"\x04init\x18\x02 \x01(\bR\x04init\x121\n" +
-	"\x05cards\x18\x03 \x03(\v2\x1b.gpusched.v1.CardAssignmentR\x05cards\"\xd8\x02\n" +
+	"\x05cards\x18\x03 \x03(\v2\x1b.gpusched.v1.CardAssignmentR\x05cards\"\x9e\x03\n" +
 	"\x0fCardExplanation\x12\x17\n" +
 	"\acard_id\x18\x01 \x01(\tR\x06cardId\x12\x1d\n" +
 	"\n" +
@@ -3303,17 +4077,28 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"\brejected\x18\t \x01(\x0e2\x13.gpusched.v1.ReasonR\brejected\x12\x16\n" +
 	"\x06chosen\x18\n" +
 	" \x01(\bR\x06chosen\x12\x18\n" +
-	"\avisited\x18\v \x01(\bR\avisited\"\x85\x01\n" +
+	"\avisited\x18\v \x01(\bR\avisited\x12D\n" +
+	"\fmig_profiles\x18\f \x03(\v2!.gpusched.v1.MigProfileConsideredR\vmigProfiles\"\xa5\x01\n" +
+	"\x14MigProfileConsidered\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\tR\aprofile\x121\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x17.gpusched.v1.MigOutcomeR\aoutcome\x12\x14\n" +
+	"\x05start\x18\x03 \x01(\rR\x05start\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\rR\x04size\x12\x16\n" +
+	"\x06reused\x18\x05 \x01(\bR\x06reused\"\x85\x01\n" +
 	"\x14ContainerExplanation\x12%\n" +
 	"\x0econtainer_name\x18\x01 \x01(\tR\rcontainerName\x12\x12\n" +
 	"\x04init\x18\x02 \x01(\bR\x04init\x122\n" +
-	"\x05cards\x18\x03 \x03(\v2\x1c.gpusched.v1.CardExplanationR\x05cards\"\xbe\x01\n" +
+	"\x05cards\x18\x03 \x03(\v2\x1c.gpusched.v1.CardExplanationR\x05cards\"\xf3\x01\n" +
 	"\x0fNodeExplanation\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12A\n" +
 	"\n" +
 	"containers\x18\x02 \x03(\v2!.gpusched.v1.ContainerExplanationR\n" +
-	"containers\x12K\n" +
-	"\rfragmentation\x18\x04 \x01(\v2%.gpusched.v1.FragmentationExplanationR\rfragmentation\"\x8a\x01\n" +
+	"containers\x123\n" +
+	"\x05quota\x18\x03 \x01(\v2\x1d.gpusched.v1.QuotaExplanationR\x05quota\x12K\n" +
+	"\rfragmentation\x18\x04 \x01(\v2%.gpusched.v1.FragmentationExplanationR\rfragmentation\"w\n" +
+	"\x10QuotaExplanation\x120\n" +
+	"\x06budget\x18\x01 \x01(\v2\x18.gpusched.v1.QuotaBudgetR\x06budget\x121\n" +
+	"\bconsumed\x18\x02 \x01(\v2\x15.gpusched.v1.QuotaUseR\bconsumed\"\x8a\x01\n" +
 	"\x18FragmentationExplanation\x127\n" +
 	"\x06before\x18\x01 \x01(\v2\x1f.gpusched.v1.FragmentationStateR\x06before\x125\n" +
 	"\x05after\x18\x02 \x01(\v2\x1f.gpusched.v1.FragmentationStateR\x05after\"\x88\x01\n" +
@@ -3390,7 +4175,7 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"\x12#\n" +
 	"\x1fVIOLATION_REASON_LIMIT_EXCEEDED\x10\v\x12+\n" +
 	"'VIOLATION_REASON_INVALID_NODE_REFERENCE\x10\f\x12)\n" +
-	"%VIOLATION_REASON_INVALID_WORKLOAD_MIX\x10\r*\x83\x04\n" +
+	"%VIOLATION_REASON_INVALID_WORKLOAD_MIX\x10\r*\xb4\x05\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fREASON_NODE_INSUFFICIENT_DEVICE\x10\x01\x12\x1a\n" +
@@ -3407,7 +4192,20 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"#REASON_CARD_COMPUTE_UNITS_EXHAUSTED\x10\v\x12/\n" +
 	"+REASON_ALLOCATED_CARDS_INSUFFICIENT_REQUEST\x10\f\x12\x1d\n" +
 	"\x19REASON_CARD_ZERO_CAPACITY\x10\r\x12\x17\n" +
-	"\x13REASON_INVALID_NODE\x10\x0e*M\n" +
+	"\x13REASON_INVALID_NODE\x10\x0e\x12 \n" +
+	"\x1cREASON_QUOTA_MEMORY_EXCEEDED\x10\x0f\x12\x1f\n" +
+	"\x1bREASON_QUOTA_CORES_EXCEEDED\x10\x10\x12&\n" +
+	"\"REASON_MIG_NO_PROFILE_LARGE_ENOUGH\x10\x11\x12\"\n" +
+	"\x1eREASON_MIG_PROFILE_NOT_ALLOWED\x10\x12\x12 \n" +
+	"\x1cREASON_MIG_NO_FREE_PLACEMENT\x10\x13*\xb5\x01\n" +
+	"\n" +
+	"MigOutcome\x12\x1b\n" +
+	"\x17MIG_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15MIG_OUTCOME_TOO_SMALL\x10\x01\x12\x1b\n" +
+	"\x17MIG_OUTCOME_NOT_ALLOWED\x10\x02\x12\x1d\n" +
+	"\x19MIG_OUTCOME_NO_FREE_PLACE\x10\x03\x12\x16\n" +
+	"\x12MIG_OUTCOME_CHOSEN\x10\x04\x12\x1b\n" +
+	"\x17MIG_OUTCOME_NOT_REACHED\x10\x05*M\n" +
 	"\x0eDigestFunction\x12\x1f\n" +
 	"\x1bDIGEST_FUNCTION_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16DIGEST_FUNCTION_SHA256\x10\x01B?Z=github.com/gpusched/gpusched/clients/go/gpuschedv1;gpuschedv1b\x06proto3"
@@ -3424,8 +4222,8 @@ func file_gpusched_v1_types_proto_rawDescGZIP() []byte {
 	return file_gpusched_v1_types_proto_rawDescData
 }
 
-var file_gpusched_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_gpusched_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_gpusched_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_gpusched_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_gpusched_v1_types_proto_goTypes = []any{
 	(NodePolicy)(0),                  // 0: gpusched.v1.NodePolicy
 	(GpuPolicy)(0),                   // 1: gpusched.v1.GpuPolicy
@@ -3434,94 +4232,113 @@ var file_gpusched_v1_types_proto_goTypes = []any{
 	(FailedNodes)(0),                 // 4: gpusched.v1.FailedNodes
 	(ViolationReason)(0),             // 5: gpusched.v1.ViolationReason
 	(Reason)(0),                      // 6: gpusched.v1.Reason
-	(DigestFunction)(0),              // 7: gpusched.v1.DigestFunction
-	(*CardUsage)(nil),                // 8: gpusched.v1.CardUsage
-	(*Card)(nil),                     // 9: gpusched.v1.Card
-	(*CardPairScore)(nil),            // 10: gpusched.v1.CardPairScore
-	(*Node)(nil),                     // 11: gpusched.v1.Node
-	(*HostResources)(nil),            // 12: gpusched.v1.HostResources
-	(*WorkloadMix)(nil),              // 13: gpusched.v1.WorkloadMix
-	(*WorkloadMixShape)(nil),         // 14: gpusched.v1.WorkloadMixShape
-	(*ScoringWeights)(nil),           // 15: gpusched.v1.ScoringWeights
-	(*ContainerRequest)(nil),         // 16: gpusched.v1.ContainerRequest
-	(*TypedWorkloadSpec)(nil),        // 17: gpusched.v1.TypedWorkloadSpec
-	(*KubernetesContainer)(nil),      // 18: gpusched.v1.KubernetesContainer
-	(*KubernetesWorkloadSpec)(nil),   // 19: gpusched.v1.KubernetesWorkloadSpec
-	(*Workload)(nil),                 // 20: gpusched.v1.Workload
-	(*PlacementOptions)(nil),         // 21: gpusched.v1.PlacementOptions
-	(*EffectivePolicy)(nil),          // 22: gpusched.v1.EffectivePolicy
-	(*ReasonCount)(nil),              // 23: gpusched.v1.ReasonCount
-	(*FailedNode)(nil),               // 24: gpusched.v1.FailedNode
-	(*NodeScore)(nil),                // 25: gpusched.v1.NodeScore
-	(*Fragmentation)(nil),            // 26: gpusched.v1.Fragmentation
-	(*CardAssignment)(nil),           // 27: gpusched.v1.CardAssignment
-	(*ContainerAssignment)(nil),      // 28: gpusched.v1.ContainerAssignment
-	(*CardExplanation)(nil),          // 29: gpusched.v1.CardExplanation
-	(*ContainerExplanation)(nil),     // 30: gpusched.v1.ContainerExplanation
-	(*NodeExplanation)(nil),          // 31: gpusched.v1.NodeExplanation
-	(*FragmentationExplanation)(nil), // 32: gpusched.v1.FragmentationExplanation
-	(*FragmentationState)(nil),       // 33: gpusched.v1.FragmentationState
-	(*ShapeFragmentation)(nil),       // 34: gpusched.v1.ShapeFragmentation
-	(*Digest)(nil),                   // 35: gpusched.v1.Digest
-	(*CardUsageEntry)(nil),           // 36: gpusched.v1.CardUsageEntry
-	(*NodeUsage)(nil),                // 37: gpusched.v1.NodeUsage
-	(*NodeRef)(nil),                  // 38: gpusched.v1.NodeRef
-	(*NodeSetRef)(nil),               // 39: gpusched.v1.NodeSetRef
-	nil,                              // 40: gpusched.v1.Node.AnnotationsEntry
-	nil,                              // 41: gpusched.v1.KubernetesContainer.LimitsEntry
-	nil,                              // 42: gpusched.v1.KubernetesContainer.RequestsEntry
-	nil,                              // 43: gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
+	(MigOutcome)(0),                  // 7: gpusched.v1.MigOutcome
+	(DigestFunction)(0),              // 8: gpusched.v1.DigestFunction
+	(*CardUsage)(nil),                // 9: gpusched.v1.CardUsage
+	(*Card)(nil),                     // 10: gpusched.v1.Card
+	(*MigProfile)(nil),               // 11: gpusched.v1.MigProfile
+	(*MigInstance)(nil),              // 12: gpusched.v1.MigInstance
+	(*MigLayout)(nil),                // 13: gpusched.v1.MigLayout
+	(*CardPairScore)(nil),            // 14: gpusched.v1.CardPairScore
+	(*Node)(nil),                     // 15: gpusched.v1.Node
+	(*HostResources)(nil),            // 16: gpusched.v1.HostResources
+	(*WorkloadMix)(nil),              // 17: gpusched.v1.WorkloadMix
+	(*WorkloadMixShape)(nil),         // 18: gpusched.v1.WorkloadMixShape
+	(*ScoringWeights)(nil),           // 19: gpusched.v1.ScoringWeights
+	(*ContainerRequest)(nil),         // 20: gpusched.v1.ContainerRequest
+	(*TypedWorkloadSpec)(nil),        // 21: gpusched.v1.TypedWorkloadSpec
+	(*KubernetesContainer)(nil),      // 22: gpusched.v1.KubernetesContainer
+	(*KubernetesWorkloadSpec)(nil),   // 23: gpusched.v1.KubernetesWorkloadSpec
+	(*Workload)(nil),                 // 24: gpusched.v1.Workload
+	(*QuotaBudget)(nil),              // 25: gpusched.v1.QuotaBudget
+	(*QuotaUse)(nil),                 // 26: gpusched.v1.QuotaUse
+	(*PlacementOptions)(nil),         // 27: gpusched.v1.PlacementOptions
+	(*EffectivePolicy)(nil),          // 28: gpusched.v1.EffectivePolicy
+	(*ReasonCount)(nil),              // 29: gpusched.v1.ReasonCount
+	(*FailedNode)(nil),               // 30: gpusched.v1.FailedNode
+	(*NodeScore)(nil),                // 31: gpusched.v1.NodeScore
+	(*Fragmentation)(nil),            // 32: gpusched.v1.Fragmentation
+	(*CardAssignment)(nil),           // 33: gpusched.v1.CardAssignment
+	(*MigAssignment)(nil),            // 34: gpusched.v1.MigAssignment
+	(*ContainerAssignment)(nil),      // 35: gpusched.v1.ContainerAssignment
+	(*CardExplanation)(nil),          // 36: gpusched.v1.CardExplanation
+	(*MigProfileConsidered)(nil),     // 37: gpusched.v1.MigProfileConsidered
+	(*ContainerExplanation)(nil),     // 38: gpusched.v1.ContainerExplanation
+	(*NodeExplanation)(nil),          // 39: gpusched.v1.NodeExplanation
+	(*QuotaExplanation)(nil),         // 40: gpusched.v1.QuotaExplanation
+	(*FragmentationExplanation)(nil), // 41: gpusched.v1.FragmentationExplanation
+	(*FragmentationState)(nil),       // 42: gpusched.v1.FragmentationState
+	(*ShapeFragmentation)(nil),       // 43: gpusched.v1.ShapeFragmentation
+	(*Digest)(nil),                   // 44: gpusched.v1.Digest
+	(*CardUsageEntry)(nil),           // 45: gpusched.v1.CardUsageEntry
+	(*NodeUsage)(nil),                // 46: gpusched.v1.NodeUsage
+	(*NodeRef)(nil),                  // 47: gpusched.v1.NodeRef
+	(*NodeSetRef)(nil),               // 48: gpusched.v1.NodeSetRef
+	nil,                              // 49: gpusched.v1.Node.AnnotationsEntry
+	nil,                              // 50: gpusched.v1.KubernetesContainer.LimitsEntry
+	nil,                              // 51: gpusched.v1.KubernetesContainer.RequestsEntry
+	nil,                              // 52: gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
 }
 var file_gpusched_v1_types_proto_depIdxs = []int32{
 	3,  // 0: gpusched.v1.Card.health:type_name -> gpusched.v1.CardHealth
 	2,  // 1: gpusched.v1.Card.mode:type_name -> gpusched.v1.CardMode
-	8,  // 2: gpusched.v1.Card.usage:type_name -> gpusched.v1.CardUsage
-	9,  // 3: gpusched.v1.Node.cards:type_name -> gpusched.v1.Card
-	10, // 4: gpusched.v1.Node.pair_scores:type_name -> gpusched.v1.CardPairScore
-	40, // 5: gpusched.v1.Node.annotations:type_name -> gpusched.v1.Node.AnnotationsEntry
-	12, // 6: gpusched.v1.Node.host:type_name -> gpusched.v1.HostResources
-	14, // 7: gpusched.v1.WorkloadMix.shapes:type_name -> gpusched.v1.WorkloadMixShape
-	0,  // 8: gpusched.v1.TypedWorkloadSpec.node_policy:type_name -> gpusched.v1.NodePolicy
-	1,  // 9: gpusched.v1.TypedWorkloadSpec.gpu_policy:type_name -> gpusched.v1.GpuPolicy
-	15, // 10: gpusched.v1.TypedWorkloadSpec.scoring_weights:type_name -> gpusched.v1.ScoringWeights
-	16, // 11: gpusched.v1.TypedWorkloadSpec.init_containers:type_name -> gpusched.v1.ContainerRequest
-	16, // 12: gpusched.v1.TypedWorkloadSpec.containers:type_name -> gpusched.v1.ContainerRequest
-	41, // 13: gpusched.v1.KubernetesContainer.limits:type_name -> gpusched.v1.KubernetesContainer.LimitsEntry
-	42, // 14: gpusched.v1.KubernetesContainer.requests:type_name -> gpusched.v1.KubernetesContainer.RequestsEntry
-	43, // 15: gpusched.v1.KubernetesWorkloadSpec.annotations:type_name -> gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
-	18, // 16: gpusched.v1.KubernetesWorkloadSpec.init_containers:type_name -> gpusched.v1.KubernetesContainer
-	18, // 17: gpusched.v1.KubernetesWorkloadSpec.containers:type_name -> gpusched.v1.KubernetesContainer
-	17, // 18: gpusched.v1.Workload.typed:type_name -> gpusched.v1.TypedWorkloadSpec
-	19, // 19: gpusched.v1.Workload.kubernetes:type_name -> gpusched.v1.KubernetesWorkloadSpec
-	0,  // 20: gpusched.v1.PlacementOptions.default_node_policy:type_name -> gpusched.v1.NodePolicy
-	1,  // 21: gpusched.v1.PlacementOptions.default_gpu_policy:type_name -> gpusched.v1.GpuPolicy
-	4,  // 22: gpusched.v1.PlacementOptions.failed_nodes:type_name -> gpusched.v1.FailedNodes
-	13, // 23: gpusched.v1.PlacementOptions.workload_mix:type_name -> gpusched.v1.WorkloadMix
-	0,  // 24: gpusched.v1.EffectivePolicy.node_policy:type_name -> gpusched.v1.NodePolicy
-	1,  // 25: gpusched.v1.EffectivePolicy.gpu_policy:type_name -> gpusched.v1.GpuPolicy
-	15, // 26: gpusched.v1.EffectivePolicy.scoring_weights:type_name -> gpusched.v1.ScoringWeights
-	6,  // 27: gpusched.v1.ReasonCount.reason:type_name -> gpusched.v1.Reason
-	23, // 28: gpusched.v1.FailedNode.reasons:type_name -> gpusched.v1.ReasonCount
-	26, // 29: gpusched.v1.NodeScore.fragmentation:type_name -> gpusched.v1.Fragmentation
-	27, // 30: gpusched.v1.ContainerAssignment.cards:type_name -> gpusched.v1.CardAssignment
-	6,  // 31: gpusched.v1.CardExplanation.rejected:type_name -> gpusched.v1.Reason
-	29, // 32: gpusched.v1.ContainerExplanation.cards:type_name -> gpusched.v1.CardExplanation
-	30, // 33: gpusched.v1.NodeExplanation.containers:type_name -> gpusched.v1.ContainerExplanation
-	32, // 34: gpusched.v1.NodeExplanation.fragmentation:type_name -> gpusched.v1.FragmentationExplanation
-	33, // 35: gpusched.v1.FragmentationExplanation.before:type_name -> gpusched.v1.FragmentationState
-	33, // 36: gpusched.v1.FragmentationExplanation.after:type_name -> gpusched.v1.FragmentationState
-	34, // 37: gpusched.v1.FragmentationState.shapes:type_name -> gpusched.v1.ShapeFragmentation
-	7,  // 38: gpusched.v1.Digest.function:type_name -> gpusched.v1.DigestFunction
-	8,  // 39: gpusched.v1.CardUsageEntry.usage:type_name -> gpusched.v1.CardUsage
-	36, // 40: gpusched.v1.NodeUsage.cards:type_name -> gpusched.v1.CardUsageEntry
-	35, // 41: gpusched.v1.NodeRef.inventory_digest:type_name -> gpusched.v1.Digest
-	35, // 42: gpusched.v1.NodeRef.usage_digest:type_name -> gpusched.v1.Digest
-	35, // 43: gpusched.v1.NodeSetRef.base:type_name -> gpusched.v1.Digest
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	9,  // 2: gpusched.v1.Card.usage:type_name -> gpusched.v1.CardUsage
+	13, // 3: gpusched.v1.Card.mig:type_name -> gpusched.v1.MigLayout
+	11, // 4: gpusched.v1.MigLayout.profiles:type_name -> gpusched.v1.MigProfile
+	12, // 5: gpusched.v1.MigLayout.instances:type_name -> gpusched.v1.MigInstance
+	10, // 6: gpusched.v1.Node.cards:type_name -> gpusched.v1.Card
+	14, // 7: gpusched.v1.Node.pair_scores:type_name -> gpusched.v1.CardPairScore
+	49, // 8: gpusched.v1.Node.annotations:type_name -> gpusched.v1.Node.AnnotationsEntry
+	16, // 9: gpusched.v1.Node.host:type_name -> gpusched.v1.HostResources
+	18, // 10: gpusched.v1.WorkloadMix.shapes:type_name -> gpusched.v1.WorkloadMixShape
+	0,  // 11: gpusched.v1.TypedWorkloadSpec.node_policy:type_name -> gpusched.v1.NodePolicy
+	1,  // 12: gpusched.v1.TypedWorkloadSpec.gpu_policy:type_name -> gpusched.v1.GpuPolicy
+	19, // 13: gpusched.v1.TypedWorkloadSpec.scoring_weights:type_name -> gpusched.v1.ScoringWeights
+	20, // 14: gpusched.v1.TypedWorkloadSpec.init_containers:type_name -> gpusched.v1.ContainerRequest
+	20, // 15: gpusched.v1.TypedWorkloadSpec.containers:type_name -> gpusched.v1.ContainerRequest
+	50, // 16: gpusched.v1.KubernetesContainer.limits:type_name -> gpusched.v1.KubernetesContainer.LimitsEntry
+	51, // 17: gpusched.v1.KubernetesContainer.requests:type_name -> gpusched.v1.KubernetesContainer.RequestsEntry
+	52, // 18: gpusched.v1.KubernetesWorkloadSpec.annotations:type_name -> gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
+	22, // 19: gpusched.v1.KubernetesWorkloadSpec.init_containers:type_name -> gpusched.v1.KubernetesContainer
+	22, // 20: gpusched.v1.KubernetesWorkloadSpec.containers:type_name -> gpusched.v1.KubernetesContainer
+	21, // 21: gpusched.v1.Workload.typed:type_name -> gpusched.v1.TypedWorkloadSpec
+	23, // 22: gpusched.v1.Workload.kubernetes:type_name -> gpusched.v1.KubernetesWorkloadSpec
+	25, // 23: gpusched.v1.Workload.quota:type_name -> gpusched.v1.QuotaBudget
+	0,  // 24: gpusched.v1.PlacementOptions.default_node_policy:type_name -> gpusched.v1.NodePolicy
+	1,  // 25: gpusched.v1.PlacementOptions.default_gpu_policy:type_name -> gpusched.v1.GpuPolicy
+	4,  // 26: gpusched.v1.PlacementOptions.failed_nodes:type_name -> gpusched.v1.FailedNodes
+	17, // 27: gpusched.v1.PlacementOptions.workload_mix:type_name -> gpusched.v1.WorkloadMix
+	0,  // 28: gpusched.v1.EffectivePolicy.node_policy:type_name -> gpusched.v1.NodePolicy
+	1,  // 29: gpusched.v1.EffectivePolicy.gpu_policy:type_name -> gpusched.v1.GpuPolicy
+	19, // 30: gpusched.v1.EffectivePolicy.scoring_weights:type_name -> gpusched.v1.ScoringWeights
+	6,  // 31: gpusched.v1.ReasonCount.reason:type_name -> gpusched.v1.Reason
+	29, // 32: gpusched.v1.FailedNode.reasons:type_name -> gpusched.v1.ReasonCount
+	32, // 33: gpusched.v1.NodeScore.fragmentation:type_name -> gpusched.v1.Fragmentation
+	34, // 34: gpusched.v1.CardAssignment.mig:type_name -> gpusched.v1.MigAssignment
+	33, // 35: gpusched.v1.ContainerAssignment.cards:type_name -> gpusched.v1.CardAssignment
+	6,  // 36: gpusched.v1.CardExplanation.rejected:type_name -> gpusched.v1.Reason
+	37, // 37: gpusched.v1.CardExplanation.mig_profiles:type_name -> gpusched.v1.MigProfileConsidered
+	7,  // 38: gpusched.v1.MigProfileConsidered.outcome:type_name -> gpusched.v1.MigOutcome
+	36, // 39: gpusched.v1.ContainerExplanation.cards:type_name -> gpusched.v1.CardExplanation
+	38, // 40: gpusched.v1.NodeExplanation.containers:type_name -> gpusched.v1.ContainerExplanation
+	40, // 41: gpusched.v1.NodeExplanation.quota:type_name -> gpusched.v1.QuotaExplanation
+	41, // 42: gpusched.v1.NodeExplanation.fragmentation:type_name -> gpusched.v1.FragmentationExplanation
+	25, // 43: gpusched.v1.QuotaExplanation.budget:type_name -> gpusched.v1.QuotaBudget
+	26, // 44: gpusched.v1.QuotaExplanation.consumed:type_name -> gpusched.v1.QuotaUse
+	42, // 45: gpusched.v1.FragmentationExplanation.before:type_name -> gpusched.v1.FragmentationState
+	42, // 46: gpusched.v1.FragmentationExplanation.after:type_name -> gpusched.v1.FragmentationState
+	43, // 47: gpusched.v1.FragmentationState.shapes:type_name -> gpusched.v1.ShapeFragmentation
+	8,  // 48: gpusched.v1.Digest.function:type_name -> gpusched.v1.DigestFunction
+	9,  // 49: gpusched.v1.CardUsageEntry.usage:type_name -> gpusched.v1.CardUsage
+	45, // 50: gpusched.v1.NodeUsage.cards:type_name -> gpusched.v1.CardUsageEntry
+	44, // 51: gpusched.v1.NodeRef.inventory_digest:type_name -> gpusched.v1.Digest
+	44, // 52: gpusched.v1.NodeRef.usage_digest:type_name -> gpusched.v1.Digest
+	44, // 53: gpusched.v1.NodeSetRef.base:type_name -> gpusched.v1.Digest
+	54, // [54:54] is the sub-list for method output_type
+	54, // [54:54] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_gpusched_v1_types_proto_init() }
@@ -3529,20 +4346,21 @@ func file_gpusched_v1_types_proto_init() {
 	if File_gpusched_v1_types_proto != nil {
 		return
 	}
-	file_gpusched_v1_types_proto_msgTypes[8].OneofWrappers = []any{}
-	file_gpusched_v1_types_proto_msgTypes[9].OneofWrappers = []any{}
-	file_gpusched_v1_types_proto_msgTypes[12].OneofWrappers = []any{
+	file_gpusched_v1_types_proto_msgTypes[11].OneofWrappers = []any{}
+	file_gpusched_v1_types_proto_msgTypes[12].OneofWrappers = []any{}
+	file_gpusched_v1_types_proto_msgTypes[15].OneofWrappers = []any{
 		(*Workload_Typed)(nil),
 		(*Workload_Kubernetes)(nil),
 	}
-	file_gpusched_v1_types_proto_msgTypes[13].OneofWrappers = []any{}
+	file_gpusched_v1_types_proto_msgTypes[16].OneofWrappers = []any{}
+	file_gpusched_v1_types_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpusched_v1_types_proto_rawDesc), len(file_gpusched_v1_types_proto_rawDesc)),
-			NumEnums:      8,
-			NumMessages:   36,
+			NumEnums:      9,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

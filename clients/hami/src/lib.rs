@@ -11,19 +11,25 @@
 //!   [`decode_pod_devices`].
 //! - MIG: a MIG card's `migProfiles` ([`RegisteredCard::mig_profiles`], [`MigProfile`]; the
 //!   register with them: [`encode_registered`] / [`decode_registered`]) and the pod annotation
-//!   `hami.io/vgpu-mig-allocations` ([`encode_mig_allocations`] / [`decode_mig_allocations`]).
+//!   `hami.io/vgpu-mig-allocations` ([`encode_mig_allocations`] / [`decode_mig_allocations`];
+//!   from a decision: [`mig_allocations`]); a layout derived from `migProfiles` alone
+//!   ([`layout_from_profiles`]).
+//! - gpusched's companion node annotation `gpusched.io/node-mig-layouts`, each MIG card's whole
+//!   layout as the node agent read it ([`encode_node_mig_layouts`] / [`decode_node_mig_layouts`]).
 
 use std::collections::BTreeMap;
 
 mod error;
 mod mig;
+mod node_mig;
 
 pub use error::HamiError;
 use error::err;
 pub use mig::{
     MIG_ALLOCATIONS, MigAllocation, MigPlacement, MigProfile, MigRuntime, decode_mig_allocations,
-    encode_mig_allocations,
+    encode_mig_allocations, layout_from_profiles, mig_allocations,
 };
+pub use node_mig::{NODE_MIG_LAYOUTS, decode_node_mig_layouts, encode_node_mig_layouts};
 
 use gpusched_api::v1;
 use serde::{Deserialize, Serialize};
@@ -147,6 +153,7 @@ impl RegisteredCard {
             return Err(err(NODE_REGISTER, "a card without id"));
         }
         Ok(v1::Card {
+            mig: None,
             id: self.id.clone(),
             index: self.index,
             r#type: self.card_type.clone(),
@@ -408,6 +415,7 @@ mod tests {
 
     fn card(id: &str, index: u32, healthy: bool) -> v1::Card {
         v1::Card {
+            mig: None,
             id: id.into(),
             index,
             r#type: "NVIDIA-A100-SXM4-40GB".into(),

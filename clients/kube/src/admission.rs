@@ -1,6 +1,7 @@
 //! The admission decisions, on kube's `admission.k8s.io` types: validation denies GPU pods
-//! created with a decision of their own (decision annotations, or already bound) and those the
-//! service's `ValidateWorkload` rejects (the message names the key); mutation sets
+//! created with a decision of their own (decision annotations, or already bound), those the
+//! service's `ValidateWorkload` rejects (the message names the key) and those that can never
+//! fit their namespace's GPU quota (the message names the quota and the key); mutation sets
 //! `spec.schedulerName` on GPU pods (a JSON patch). Objects labelled `hami.io/webhook=ignore`
 //! are skipped (namespaces with that label are excluded by the webhook configurations'
 //! namespaceSelector). The HTTPS side is [`crate::webhook`]. What the webhooks cannot see
@@ -14,6 +15,8 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::core::response::StatusSummary;
 
 use crate::config::Names;
+use crate::metrics::QuotaStage;
+use crate::quota;
 use crate::shim::{Shim, service_error_text};
 use crate::translate;
 
@@ -56,8 +59,8 @@ fn pod_of(req: &AdmissionRequest<Pod>) -> Option<&Pod> {
 const DECISION_PREFIXES: [&str; 2] = ["hami.io/vgpu-devices-", "hami.io/bind-"];
 
 /// Whether an annotation key carries (part of) a placement decision: only gpusched-kube writes
-/// these, in the pod's Binding (HAMi's device plugin later updates `-to-allocate` and
-/// `bind-phase`).
+/// these, in the pod's Binding (HAMi's device plugin later updates `-to-allocate`,
+/// `bind-phase` and the MIG reservations, to which it adds the instances it created).
 pub fn is_decision_key(key: &str, names: &Names) -> bool {
     let a = &names.annotations;
     [
@@ -67,6 +70,7 @@ pub fn is_decision_key(key: &str, names: &Names) -> bool {
         &a.vgpu_time,
         &a.bind_phase,
         &a.bind_time,
+        &a.mig_allocations,
     ]
     .iter()
     .any(|k| k.as_str() == key)
@@ -193,7 +197,28 @@ pub async fn validate(
     if w.namespace.is_empty() {
         w.namespace = req.namespace.clone().unwrap_or_default();
     }
+    let namespace = w.namespace.clone();
     match shim.service.validate_workload(w).await {
+        Ok(r) if r.valid && r.requests_gpu => {
+            // Contract 10.6: refused when it can never fit its namespace's hard limit.
+            let floor = r.quota_floor.unwrap_or_default();
+            let floor = quota::Use {
+                mem_mib: floor.mem_mib,
+                cores: floor.cores,
+            };
+            let refusal = shim
+                .view
+                .quota_limits(&namespace)
+                .and_then(|limits| quota::admission_refusal(&namespace, &limits, floor));
+            match refusal {
+                Some(why) => {
+                    shim.metrics
+                        .quota_refusal(&namespace, QuotaStage::Admission);
+                    deny(req, why)
+                }
+                None => AdmissionResponse::from(req),
+            }
+        }
         Ok(r) if r.valid || !r.requests_gpu => AdmissionResponse::from(req),
         Ok(r) => {
             let v: Vec<(String, String)> = r
@@ -339,6 +364,7 @@ mod tests {
                 ("hami.io/vgpu-node", "n1"),
                 ("hami.io/bind-phase", "success"),
                 ("hami.io/vgpu-devices-something-new", "x"),
+                ("hami.io/vgpu-mig-allocations", "[]"),
                 ("hami.io/device-scoring-weights", "slot=1,core=1,memory=1"),
             ]
             .into_iter()
@@ -352,6 +378,7 @@ mod tests {
             "hami.io/vgpu-node",
             "hami.io/bind-phase",
             "hami.io/vgpu-devices-something-new",
+            "hami.io/vgpu-mig-allocations",
             "spec.nodeName",
         ] {
             assert!(why.contains(key), "{key} not in {why}");

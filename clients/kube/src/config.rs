@@ -43,8 +43,15 @@ pub struct FileConfig {
     pub leader_election: LeaderConfig,
     /// Assume cache.
     pub assume: AssumeConfig,
+    /// GPU quotas per namespace.
+    pub quota: QuotaConfig,
     /// Resource and annotation names.
     pub names: NamesConfig,
+    /// The operator's view (web page and JSON API).
+    #[serde(default)]
+    pub web: WebConfig,
+    /// Preemption (`src/preempt/`).
+    pub preemption: PreemptionConfig,
     /// Logs and traces.
     pub telemetry: TelemetryConfig,
 }
@@ -109,6 +116,33 @@ pub struct WebhookConfig {
     pub ignore_label: String,
 }
 
+/// `[web]`: the operator's view, a read-only web page and JSON API behind a bearer token.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WebConfig {
+    /// Serve it (off by default).
+    pub enabled: bool,
+    /// HTTP listen address.
+    pub listen: SocketAddr,
+    /// File holding the bearer token every request must carry (a Secret's key); required when
+    /// enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+    /// How many pending GPU pods a page analyses (reasons, nearest miss); the rest are counted.
+    pub max_pending: usize,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        WebConfig {
+            enabled: false,
+            listen: SocketAddr::from(([127, 0, 0, 1], 8890)),
+            token_file: None,
+            max_pending: 20,
+        }
+    }
+}
+
 /// `[leader_election]`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -144,6 +178,28 @@ pub struct AssumeConfig {
     /// Lifetime of a reservation whose bind never comes.
     #[serde(with = "humantime_serde")]
     pub reservation_ttl: Duration,
+}
+
+/// `[preemption]`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PreemptionConfig {
+    /// Evict pods of lower priority to make room for a pending GPU pod.
+    pub enabled: bool,
+    /// How long a preemptor's cards stay held for it once its victims are gone.
+    #[serde(with = "humantime_serde")]
+    pub hold: Duration,
+    /// How long the victims may take to leave before the hold is dropped.
+    #[serde(with = "humantime_serde")]
+    pub victims_timeout: Duration,
+}
+
+/// `[quota]`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaConfig {
+    /// Watch ResourceQuota objects and send each pod its namespace's GPU budget.
+    pub enabled: bool,
 }
 
 /// `[names]`.
@@ -184,6 +240,10 @@ pub struct AnnotationsConfig {
     pub bind_phase: String,
     /// Pod: bind phase time.
     pub bind_time: String,
+    /// Pod: MIG reservations (HAMi's dynamic MIG).
+    pub mig_allocations: String,
+    /// Node: each MIG card's whole layout (gpusched's node agent).
+    pub node_mig_layouts: String,
 }
 
 /// Resource names (what a pod asks for).
@@ -234,6 +294,8 @@ impl Default for AnnotationsConfig {
             vgpu_time: gpusched_hami::VGPU_TIME.into(),
             bind_phase: gpusched_hami::BIND_PHASE.into(),
             bind_time: gpusched_hami::BIND_TIME.into(),
+            mig_allocations: gpusched_hami::MIG_ALLOCATIONS.into(),
+            node_mig_layouts: gpusched_hami::NODE_MIG_LAYOUTS.into(),
         }
     }
 }
@@ -275,6 +337,30 @@ pub struct WebhookSettings {
     pub ignore_label: String,
 }
 
+/// The operator's view, when enabled.
+#[derive(Clone, PartialEq)]
+pub struct WebSettings {
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// The bearer token (read from `web.token_file` at start-up).
+    pub token: String,
+    /// Pending pods analysed per page.
+    pub max_pending: usize,
+}
+
+impl std::fmt::Debug for WebSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebSettings")
+            .field("listen", &self.listen)
+            .field("token", &"<redacted>")
+            .field("max_pending", &self.max_pending)
+            .finish()
+    }
+}
+
+/// The shortest token `web.token_file` may hold.
+pub const MIN_WEB_TOKEN_LEN: usize = 16;
+
 /// Leader election settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LeaderSettings {
@@ -292,6 +378,15 @@ pub struct LeaderSettings {
     pub retry_period: Duration,
 }
 
+/// Preemption settings (when enabled).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PreemptionSettings {
+    /// How long a preemptor's cards stay held for it once its victims are gone.
+    pub hold: Duration,
+    /// How long the victims may take to leave before the hold is dropped.
+    pub victims_timeout: Duration,
+}
+
 /// Validated runtime settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
@@ -307,12 +402,18 @@ pub struct Settings {
     pub webhook: Option<WebhookSettings>,
     /// Leader election, when enabled.
     pub leader: Option<LeaderSettings>,
+    /// The operator's view, when enabled.
+    pub web: Option<WebSettings>,
     /// Assume cache TTL.
     pub assume_ttl: Duration,
     /// Reservations at prioritize.
     pub reserve: bool,
     /// Reservation TTL.
     pub reservation_ttl: Duration,
+    /// Preemption, when enabled.
+    pub preemption: Option<PreemptionSettings>,
+    /// GPU quotas per namespace (ResourceQuota objects watched).
+    pub quotas: bool,
     /// Logs and traces.
     pub telemetry: Telemetry,
 }
@@ -428,7 +529,20 @@ impl FileConfig {
         } else {
             None
         };
+        let p = &self.preemption;
+        let preemption = if p.enabled {
+            let hold = nonzero_duration("preemption.hold", p.hold)?;
+            let victims_timeout =
+                nonzero_duration("preemption.victims_timeout", p.victims_timeout)?;
+            Some(PreemptionSettings {
+                hold,
+                victims_timeout,
+            })
+        } else {
+            None
+        };
         Ok(Settings {
+            web: self.web.validate()?,
             names: self.names.validate(&self.scheduler_name)?,
             service,
             kubeconfig: self.kube.kubeconfig.clone(),
@@ -441,8 +555,53 @@ impl FileConfig {
                 "assume.reservation_ttl",
                 self.assume.reservation_ttl,
             )?,
+            preemption,
+            quotas: self.quota.enabled,
             telemetry: self.telemetry.validate(env)?,
         })
+    }
+}
+
+impl WebConfig {
+    fn validate(&self) -> Result<Option<WebSettings>, ConfigError> {
+        if !self.enabled {
+            return Ok(None);
+        }
+        let key = "web.token_file";
+        let path = self
+            .token_file
+            .as_deref()
+            .ok_or_else(|| err(key, "required when the web view is enabled"))?;
+        let path = readable(key, path)?;
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| err(key, format!("{}: {e}", path.display())))?;
+        let token = text.trim();
+        if token.chars().count() < MIN_WEB_TOKEN_LEN {
+            return Err(err(
+                key,
+                format!(
+                    "{}: the token must have at least {MIN_WEB_TOKEN_LEN} characters",
+                    path.display()
+                ),
+            ));
+        }
+        if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(err(
+                key,
+                format!(
+                    "{}: the token must not contain spaces or control characters",
+                    path.display()
+                ),
+            ));
+        }
+        if self.max_pending == 0 {
+            return Err(err("web.max_pending", "must be at least 1"));
+        }
+        Ok(Some(WebSettings {
+            listen: self.listen,
+            token: token.to_owned(),
+            max_pending: self.max_pending,
+        }))
     }
 }
 
@@ -471,6 +630,8 @@ impl NamesConfig {
                 vgpu_time: n("vgpu_time", &a.vgpu_time)?,
                 bind_phase: n("bind_phase", &a.bind_phase)?,
                 bind_time: n("bind_time", &a.bind_time)?,
+                mig_allocations: n("mig_allocations", &a.mig_allocations)?,
+                node_mig_layouts: n("node_mig_layouts", &a.node_mig_layouts)?,
             },
         })
     }
@@ -506,7 +667,18 @@ mod tests {
             s.names.annotations.devices_allocated,
             gpusched_hami::DEVICES_ALLOCATED
         );
+        assert_eq!(
+            (
+                s.names.annotations.mig_allocations.as_str(),
+                s.names.annotations.node_mig_layouts.as_str()
+            ),
+            (
+                "hami.io/vgpu-mig-allocations",
+                "gpusched.io/node-mig-layouts"
+            )
+        );
         assert!(s.service.tls.is_none());
+        assert!(s.quotas, "quotas are read by default");
         assert_eq!(s.telemetry.service_name, "gpusched-kube");
     }
 
@@ -542,6 +714,48 @@ mod tests {
         );
     }
 
+    /// The web view: off by default; on, it needs a token file holding a long enough token.
+    #[test]
+    fn web_settings_need_a_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good");
+        std::fs::write(&good, "  0123456789abcdef-longer\n").unwrap();
+        let short = dir.path().join("short");
+        std::fs::write(&short, "0123456789\n").unwrap();
+        let spaced = dir.path().join("spaced");
+        std::fs::write(&spaced, "0123456789 abcdef-longer").unwrap();
+        let load = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("webhook.enabled", "false")];
+            all.extend_from_slice(pairs);
+            SPEC.load_pairs::<FileConfig>(None, &[], &all)
+                .unwrap()
+                .validate(&env(&[]))
+        };
+        assert!(load(&[]).unwrap().web.is_none(), "off by default");
+        let on = |file: &std::path::Path, extra: &[(&str, &str)]| {
+            let f = file.to_string_lossy().into_owned();
+            let mut pairs = vec![("web.enabled", "true"), ("web.token_file", f.as_str())];
+            pairs.extend_from_slice(extra);
+            load(&pairs)
+        };
+        let w = on(&good, &[]).unwrap().web.unwrap();
+        assert_eq!(w.token, "0123456789abcdef-longer");
+        assert_eq!(w.max_pending, 20);
+        assert!(
+            !format!("{w:?}").contains("0123456789"),
+            "the token is not logged"
+        );
+        // (file, extra keys, the key named)
+        for (file, extra, key) in [
+            (&short, vec![], "web.token_file"),
+            (&spaced, vec![], "web.token_file"),
+            (&good, vec![("web.max_pending", "0")], "web.max_pending"),
+        ] {
+            let e = on(file, &extra).unwrap_err();
+            assert_eq!(e.key, key, "{file:?} {extra:?}: {e}");
+        }
+    }
+
     #[test]
     fn bad_values_name_their_key() {
         let check = |vars: &[(&str, &str)], key: &str| {
@@ -573,6 +787,61 @@ mod tests {
             "service.tls_key",
         );
         check(&[("GPUSCHED_KUBE_ASSUME__TTL", "soon")], "assume.ttl");
+        check(&[("GPUSCHED_KUBE_WEB__ENABLED", "true")], "web.token_file");
+        check(
+            &[
+                ("GPUSCHED_KUBE_WEB__ENABLED", "true"),
+                ("GPUSCHED_KUBE_WEB__TOKEN_FILE", "/nonexistent"),
+            ],
+            "web.token_file",
+        );
+        check(&[("GPUSCHED_KUBE_WEB__LISTEN", "nowhere")], "web.listen");
         check(&[("GPUSCHED_KUBE_ASSUME__TTL", "0s")], "assume.ttl");
+        check(
+            &[("GPUSCHED_KUBE_NAMES__ANNOTATIONS__MIG_ALLOCATIONS", "")],
+            "names.annotations.mig_allocations",
+        );
+        check(
+            &[("GPUSCHED_KUBE_QUOTA__ENABLED", "sometimes")],
+            "quota.enabled",
+        );
+        check(
+            &[("GPUSCHED_KUBE_PREEMPTION__HOLD", "0s")],
+            "preemption.hold",
+        );
+        check(
+            &[("GPUSCHED_KUBE_PREEMPTION__VICTIMS_TIMEOUT", "later")],
+            "preemption.victims_timeout",
+        );
+        check(
+            &[("GPUSCHED_KUBE_PREEMPTION__ENABLED", "maybe")],
+            "preemption.enabled",
+        );
+    }
+
+    #[test]
+    fn preemption_is_on_by_default_and_can_be_turned_off() {
+        let load = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("webhook.enabled", "false")];
+            all.extend_from_slice(pairs);
+            SPEC.load_pairs::<FileConfig>(None, &[], &all)
+                .unwrap()
+                .validate(&env(&[]))
+                .unwrap()
+                .preemption
+        };
+        assert_eq!(
+            load(&[]),
+            Some(PreemptionSettings {
+                hold: Duration::from_secs(30),
+                victims_timeout: Duration::from_secs(600),
+            })
+        );
+        assert_eq!(load(&[("preemption.enabled", "false")]), None);
+        // Off: its durations are not judged.
+        assert_eq!(
+            load(&[("preemption.enabled", "false"), ("preemption.hold", "0s")]),
+            None
+        );
     }
 }

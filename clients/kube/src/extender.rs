@@ -1,5 +1,5 @@
 //! The scheduler extender's HTTP handlers (kube-scheduler `extender/v1` JSON over HTTP):
-//! `/filter`, `/prioritize`, `/bind`, plus `/healthz` and `/readyz`. They decode the wire
+//! `/filter`, `/prioritize`, `/bind`, `/preempt`, plus `/healthz` and `/readyz`. They decode the wire
 //! types of [`crate::extender_v1`], call the logic in [`crate::shim`] and encode its answer;
 //! `/metrics` is served by `gpusched_runtime::metrics::router` (see `run.rs`).
 
@@ -14,7 +14,9 @@ use axum::routing::{get, post};
 use serde::Serialize;
 
 use crate::answer::filter_error;
-use crate::extender_v1::{ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult};
+use crate::extender_v1::{
+    ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult, ExtenderPreemptionArgs,
+};
 use crate::shim::{BindOutcome, Shim};
 
 fn json<T: Serialize>(status: StatusCode, body: &T) -> Response {
@@ -60,6 +62,21 @@ async fn bind(State(shim): State<Arc<Shim>>, body: Bytes) -> Response {
     json(StatusCode::OK, &result)
 }
 
+async fn preempt(State(shim): State<Arc<Shim>>, body: Bytes) -> Response {
+    match serde_json::from_slice::<ExtenderPreemptionArgs>(&body) {
+        Ok(args) => match shim.preempt(&args).await {
+            Ok(r) => json(StatusCode::OK, &r),
+            // kube-scheduler fails this preemption attempt with the error and retries later.
+            Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e).into_response(),
+        },
+        Err(e) => (
+            StatusCode::BAD_REQUEST,
+            format!("cannot read ExtenderPreemptionArgs: {e}"),
+        )
+            .into_response(),
+    }
+}
+
 async fn healthz() -> &'static str {
     "ok"
 }
@@ -77,6 +94,7 @@ pub fn router(shim: Arc<Shim>) -> Router {
         .route("/filter", post(filter))
         .route("/prioritize", post(prioritize))
         .route("/bind", post(bind))
+        .route("/preempt", post(preempt))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(64 << 20))

@@ -108,6 +108,95 @@ pub struct ExtenderBindingResult {
     pub error: String,
 }
 
+/// `ExtenderPreemptionArgs` (kube-scheduler's preemptVerb): the pod and, per node, the victims
+/// its dry run chose (`NodeNameToMetaVictims`, UIDs only, with `nodeCacheCapable`; whole pods in
+/// `NodeNameToVictims` otherwise).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ExtenderPreemptionArgs {
+    /// The pod being scheduled.
+    #[serde(rename = "Pod", alias = "pod", default)]
+    pub pod: Option<Pod>,
+    /// Victims as whole pods (not node-cache capable).
+    #[serde(rename = "NodeNameToVictims", alias = "nodeNameToVictims", default)]
+    pub node_name_to_victims: Option<BTreeMap<String, Option<Victims>>>,
+    /// Victims as UIDs (node-cache capable).
+    #[serde(
+        rename = "NodeNameToMetaVictims",
+        alias = "nodeNameToMetaVictims",
+        default
+    )]
+    pub node_name_to_meta_victims: Option<BTreeMap<String, Option<MetaVictims>>>,
+}
+
+impl ExtenderPreemptionArgs {
+    /// Per node, the victims' UIDs (from either form).
+    pub fn victim_uids(&self) -> BTreeMap<String, Vec<String>> {
+        if let Some(m) = &self.node_name_to_meta_victims {
+            return m
+                .iter()
+                .map(|(n, v)| {
+                    let uids = v
+                        .iter()
+                        .flat_map(|v| v.pods.iter())
+                        .map(|p| p.uid.clone())
+                        .collect();
+                    (n.clone(), uids)
+                })
+                .collect();
+        }
+        self.node_name_to_victims
+            .iter()
+            .flatten()
+            .map(|(n, v)| {
+                let uids = v
+                    .iter()
+                    .flat_map(|v| v.pods.iter().flatten())
+                    .filter_map(|p| p.metadata.uid.clone())
+                    .collect();
+                (n.clone(), uids)
+            })
+            .collect()
+    }
+}
+
+/// `Victims`: whole pods.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct Victims {
+    /// The pods.
+    #[serde(rename = "Pods", alias = "pods", default)]
+    pub pods: Option<Vec<Pod>>,
+    /// How many of them violate a PodDisruptionBudget.
+    #[serde(rename = "NumPDBViolations", alias = "numPDBViolations", default)]
+    pub num_pdb_violations: i64,
+}
+
+/// `MetaPod`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MetaPod {
+    /// The pod's UID.
+    #[serde(rename = "UID", alias = "uid", default)]
+    pub uid: String,
+}
+
+/// `MetaVictims`: UIDs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MetaVictims {
+    /// The pods.
+    #[serde(rename = "Pods", alias = "pods", default)]
+    pub pods: Vec<MetaPod>,
+    /// How many of them violate a PodDisruptionBudget.
+    #[serde(rename = "NumPDBViolations", alias = "numPDBViolations", default)]
+    pub num_pdb_violations: i64,
+}
+
+/// `ExtenderPreemptionResult`: the nodes the extender accepts, each with its victims.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ExtenderPreemptionResult {
+    /// Per node, the victims (UIDs).
+    #[serde(rename = "NodeNameToMetaVictims", default)]
+    pub node_name_to_meta_victims: BTreeMap<String, MetaVictims>,
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -136,5 +225,40 @@ mod tests {
         .unwrap();
         assert_eq!(bind.node, "n1");
         assert_eq!(bind.pod_uid, "u");
+    }
+
+    #[test]
+    fn reads_and_writes_kube_schedulers_preemption_shapes() {
+        // nodeCacheCapable: UIDs; a node kube-scheduler sends with null victims has none.
+        let body = json!({
+            "Pod": {"metadata": {"name": "p", "uid": "u"}},
+            "NodeNameToVictims": null,
+            "NodeNameToMetaVictims": {
+                "n1": {"Pods": [{"UID": "a"}, {"UID": "b"}], "NumPDBViolations": 1},
+                "n2": null
+            }
+        });
+        let args: ExtenderPreemptionArgs = serde_json::from_value(body).unwrap();
+        let uids = args.victim_uids();
+        assert_eq!(uids["n1"], vec!["a", "b"]);
+        assert!(uids["n2"].is_empty());
+        // Whole pods otherwise.
+        let body = json!({"Pod": {}, "NodeNameToVictims": {
+            "n1": {"Pods": [{"metadata": {"name": "a", "uid": "ua"}}], "NumPDBViolations": 0}}});
+        let args: ExtenderPreemptionArgs = serde_json::from_value(body).unwrap();
+        assert_eq!(args.victim_uids()["n1"], vec!["ua"]);
+        // The answer in Go's field names.
+        let mut r = ExtenderPreemptionResult::default();
+        r.node_name_to_meta_victims.insert(
+            "n1".into(),
+            MetaVictims {
+                pods: vec![MetaPod { uid: "a".into() }],
+                num_pdb_violations: 0,
+            },
+        );
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            json!({"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "a"}], "NumPDBViolations": 0}}})
+        );
     }
 }

@@ -8,21 +8,26 @@
 //!
 //! Layers (each imports only those above it): wire types ([`extender_v1`]; admission reviews
 //! are kube's) ← answers and logic ([`answer`], [`admission`], [`shim`], over [`view`],
-//! [`translate`], [`leader`], [`metrics`], [`traces`]) ← HTTP handlers ([`extender`], [`webhook`]) ←
+//! [`translate`] with [`mig`], [`quota`], [`leader`], [`metrics`], [`traces`], [`preempt`]) ← HTTP handlers ([`extender`], [`webhook`]) ←
 //! start-up ([`run`]).
 
 pub mod admission;
 pub mod answer;
 pub mod config;
+pub mod events;
 pub mod extender;
 pub mod extender_v1;
 pub mod inventory;
 pub mod inventory_check;
 pub mod leader;
 pub mod metrics;
+pub mod mig;
+pub mod preempt;
+pub mod quota;
 pub mod run;
 pub mod shim;
 pub mod traces;
 pub mod translate;
 pub mod view;
+pub mod web;
 pub mod webhook;

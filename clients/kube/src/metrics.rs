@@ -30,6 +30,8 @@ pub enum ExtenderCall {
     Prioritize,
     /// `/bind`.
     Bind,
+    /// `/preempt` (kube-scheduler's preemptVerb).
+    Preempt,
 }
 
 impl ExtenderCall {
@@ -39,6 +41,7 @@ impl ExtenderCall {
             ExtenderCall::Filter => "filter",
             ExtenderCall::Prioritize => "prioritize",
             ExtenderCall::Bind => "bind",
+            ExtenderCall::Preempt => "preempt",
         }
     }
 }
@@ -112,6 +115,43 @@ impl AdmissionResult {
     }
 }
 
+/// Where a pod was refused by its namespace's GPU quota.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum QuotaStage {
+    /// At creation: it can never fit the hard limit (denied).
+    Admission,
+    /// At `/filter`: no node can take it within the budget left (it waits).
+    Filter,
+    /// At `/bind`: the budget was gone by the time of the bind.
+    Bind,
+}
+
+impl QuotaStage {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuotaStage::Admission => "admission",
+            QuotaStage::Filter => "filter",
+            QuotaStage::Bind => "bind",
+        }
+    }
+}
+
+/// At most this many namespaces get their own `namespace` label on the quota refusals; the
+/// others are counted under [`OTHER_NAMESPACES`] (the label's cardinality stays bounded whatever
+/// the number of namespaces).
+pub const MAX_QUOTA_NAMESPACES: usize = 100;
+
+/// The `namespace` label of refusals beyond [`MAX_QUOTA_NAMESPACES`] (not a valid namespace
+/// name, so it never collides with one).
+pub const OTHER_NAMESPACES: &str = "_other";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QuotaLabels {
+    namespace: String,
+    stage: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
     call: &'static str,
@@ -131,7 +171,7 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_1, 2.0, 18))
 }
 
-const CALL_OUTCOMES: [(ExtenderCall, ExtenderOutcome); 7] = [
+const CALL_OUTCOMES: [(ExtenderCall, ExtenderOutcome); 9] = [
     (ExtenderCall::Filter, ExtenderOutcome::Ok),
     (ExtenderCall::Filter, ExtenderOutcome::Error),
     (ExtenderCall::Prioritize, ExtenderOutcome::Ok),
@@ -139,7 +179,50 @@ const CALL_OUTCOMES: [(ExtenderCall, ExtenderOutcome); 7] = [
     (ExtenderCall::Bind, ExtenderOutcome::BoundGpu),
     (ExtenderCall::Bind, ExtenderOutcome::BoundNoGpu),
     (ExtenderCall::Bind, ExtenderOutcome::Error),
+    (ExtenderCall::Preempt, ExtenderOutcome::Ok),
+    (ExtenderCall::Preempt, ExtenderOutcome::Error),
 ];
+
+/// How a preemption the shim looked into ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum PreemptionOutcome {
+    /// Victims chosen and evicted (or handed to kube-scheduler at `/preempt`); cards held.
+    Evicting,
+    /// Some node fits as it is: nothing to evict.
+    NotNeeded,
+    /// No node can make room.
+    NoCandidate,
+    /// An eviction was refused (a PodDisruptionBudget): the preemption was given up.
+    Blocked,
+    /// The service or the API failed.
+    Error,
+}
+
+impl PreemptionOutcome {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PreemptionOutcome::Evicting => "evicting",
+            PreemptionOutcome::NotNeeded => "not_needed",
+            PreemptionOutcome::NoCandidate => "no_candidate",
+            PreemptionOutcome::Blocked => "blocked",
+            PreemptionOutcome::Error => "error",
+        }
+    }
+}
+
+const PREEMPTION_OUTCOMES: [PreemptionOutcome; 5] = [
+    PreemptionOutcome::Evicting,
+    PreemptionOutcome::NotNeeded,
+    PreemptionOutcome::NoCandidate,
+    PreemptionOutcome::Blocked,
+    PreemptionOutcome::Error,
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PreemptionLabels {
+    outcome: &'static str,
+}
 
 const REVIEW_RESULTS: [(Webhook, AdmissionResult); 6] = [
     (Webhook::Validate, AdmissionResult::Allowed),
@@ -157,6 +240,11 @@ pub struct Metrics {
     extender_latency: Histograms<CallLabels>,
     admission_reviews: Family<ReviewLabels, Counter>,
     admission_latency: Histograms<ReviewLabels>,
+    preemptions: Family<PreemptionLabels, Counter>,
+    victims: Histogram,
+    quota_refusals: Family<QuotaLabels, Counter>,
+    /// The namespaces that have their own label on `quota_refusals`.
+    quota_namespaces: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Default for Metrics {
@@ -174,7 +262,17 @@ impl Metrics {
             extender_latency: Family::new_with_constructor(latency_histogram),
             admission_reviews: Family::default(),
             admission_latency: Family::new_with_constructor(latency_histogram),
+            preemptions: Family::default(),
+            // 1, 2, 4, ... 128 victims.
+            victims: Histogram::new(exponential_buckets(1.0, 2.0, 8)),
+            quota_refusals: Family::default(),
+            quota_namespaces: Arc::default(),
         };
+        for outcome in PREEMPTION_OUTCOMES {
+            drop(m.preemptions.get_or_create(&PreemptionLabels {
+                outcome: outcome.as_str(),
+            }));
+        }
         for (call, outcome) in CALL_OUTCOMES {
             let labels = CallLabels {
                 call: call.as_str(),
@@ -218,6 +316,36 @@ impl Metrics {
             .observe(seconds);
     }
 
+    /// One preemption looked into, and how many pods it evicts (`Evicting` only).
+    pub fn preemption(&self, outcome: PreemptionOutcome, victims: usize) {
+        self.preemptions
+            .get_or_create(&PreemptionLabels {
+                outcome: outcome.as_str(),
+            })
+            .inc();
+        if outcome == PreemptionOutcome::Evicting {
+            self.victims.observe(victims as f64);
+        }
+    }
+
+    /// A pod of `namespace` refused by its GPU quota at `stage`.
+    pub fn quota_refusal(&self, namespace: &str, stage: QuotaStage) {
+        let namespace = match self.quota_namespaces.lock() {
+            Ok(seen) if seen.contains(namespace) => namespace.to_owned(),
+            Ok(mut seen) if seen.len() < MAX_QUOTA_NAMESPACES => {
+                seen.insert(namespace.to_owned());
+                namespace.to_owned()
+            }
+            _ => OTHER_NAMESPACES.to_owned(),
+        };
+        self.quota_refusals
+            .get_or_create(&QuotaLabels {
+                namespace,
+                stage: stage.as_str(),
+            })
+            .inc();
+    }
+
     /// Registers the families (names without the prefix; counters get `_total`, units their
     /// suffix, from prometheus-client).
     fn register(&self, r: &mut Registry) {
@@ -242,6 +370,24 @@ impl Metrics {
             "Time to answer an admission review, by webhook and result",
             Unit::Seconds,
             self.admission_latency.clone(),
+        );
+        r.register(
+            "preemptions",
+            "Preemptions looked into for pending GPU pods, by outcome (evicting, not_needed, no_candidate, blocked, error)",
+            self.preemptions.clone(),
+        );
+        r.register(
+            "preemption_victims",
+            "Pods evicted per preemption",
+            self.victims.clone(),
+        );
+        r.register(
+            "quota_refusals",
+            "Refusals by a namespace's GPU quota, by namespace (the first 100 seen; the others \
+             as _other) and stage (admission: a pod that can never fit, denied; filter: an answer \
+             with no node within the budget left, one per attempt of a waiting pod; bind: the \
+             budget was gone by the bind)",
+            self.quota_refusals.clone(),
         );
     }
 }
@@ -270,6 +416,16 @@ impl Collector for StateCollector {
                 "assumed_pods",
                 "Pods in the assume cache: bind decisions and reservations the informer has not shown yet.",
                 i64::try_from(self.view.assumed_len()).unwrap_or(i64::MAX),
+            ),
+            (
+                "preemption_holds",
+                "Preemptors whose cards are held for them (victims terminating or just gone).",
+                i64::try_from(self.view.holds_len()).unwrap_or(i64::MAX),
+            ),
+            (
+                "quotas_invalid",
+                "ResourceQuota objects with a GPU key whose value cannot be read (each blocks its namespace's GPU pods for that resource until it is fixed).",
+                i64::try_from(self.view.invalid_quotas()).unwrap_or(i64::MAX),
             ),
         ];
         for (name, help, value) in gauges {
@@ -371,6 +527,35 @@ mod tests {
             "{text}"
         );
         assert_eq!(value(&text, "gpusched_kube_assumed_pods"), Some(0.0));
+        assert_eq!(value(&text, "gpusched_kube_preemption_holds"), Some(0.0));
+        // Preemptions by outcome; victims per evicting preemption only.
+        let evicting = r#"gpusched_kube_preemptions_total{outcome="evicting"}"#;
+        let blocked = r#"gpusched_kube_preemptions_total{outcome="blocked"}"#;
+        assert_eq!(value(&text, evicting), Some(0.0), "{text}");
+        m.preemption(PreemptionOutcome::Evicting, 3);
+        m.preemption(PreemptionOutcome::Blocked, 2);
+        let text = encode(&r).unwrap();
+        assert_eq!(value(&text, evicting), Some(1.0), "{text}");
+        assert_eq!(value(&text, blocked), Some(1.0), "{text}");
+        assert_eq!(
+            value(&text, "gpusched_kube_preemption_victims_count"),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&text, "gpusched_kube_preemption_victims_sum"),
+            Some(3.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"gpusched_kube_preemption_victims_bucket{le="2.0"}"#
+            ),
+            Some(0.0),
+            "{text}"
+        );
+        let preempt_ok = r#"gpusched_kube_extender_requests_total{call="preempt",outcome="ok"}"#;
+        assert_eq!(value(&text, preempt_ok), Some(0.0), "{text}");
+        assert_eq!(value(&text, "gpusched_kube_quotas_invalid"), Some(0.0));
         // HELP and TYPE on every family; the unit on the histograms.
         for family in [
             "gpusched_kube_extender_requests",
@@ -380,6 +565,10 @@ mod tests {
             "gpusched_kube_leader",
             "gpusched_kube_informers_synced",
             "gpusched_kube_assumed_pods",
+            "gpusched_kube_preemptions",
+            "gpusched_kube_preemption_victims",
+            "gpusched_kube_preemption_holds",
+            "gpusched_kube_quotas_invalid",
         ] {
             assert!(
                 text.contains(&format!("# HELP {family} ")),
@@ -392,6 +581,50 @@ mod tests {
         }
         assert!(text.contains("# UNIT gpusched_kube_extender_request_duration_seconds seconds"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    /// Each namespace counts under its own label up to the bound, the rest under `_other`.
+    #[test]
+    fn quota_refusals_by_namespace_stay_bounded() {
+        let m = Metrics::new();
+        let r = registry(&m, view(), Arc::new(Leadership::always("t")));
+        let series = |ns: &str, stage: &str| {
+            format!(r#"gpusched_kube_quota_refusals_total{{namespace="{ns}",stage="{stage}"}}"#)
+        };
+        m.quota_refusal("team-a", QuotaStage::Filter);
+        m.quota_refusal("team-a", QuotaStage::Filter);
+        m.quota_refusal("team-a", QuotaStage::Admission);
+        for i in 1..MAX_QUOTA_NAMESPACES {
+            m.quota_refusal(&format!("ns-{i}"), QuotaStage::Bind);
+        }
+        m.quota_refusal("one-too-many", QuotaStage::Filter);
+        m.quota_refusal("another", QuotaStage::Filter);
+        m.quota_refusal("team-a", QuotaStage::Bind);
+        let text = encode(&r).unwrap();
+        assert!(
+            text.contains("# HELP gpusched_kube_quota_refusals "),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE gpusched_kube_quota_refusals counter"),
+            "{text}"
+        );
+        for (ns, stage, want) in [
+            ("team-a", "filter", Some(2.0)),
+            ("team-a", "admission", Some(1.0)),
+            ("team-a", "bind", Some(1.0)),
+            ("ns-99", "bind", Some(1.0)),
+            ("one-too-many", "filter", None),
+            (OTHER_NAMESPACES, "filter", Some(2.0)),
+        ] {
+            assert_eq!(value(&text, &series(ns, stage)), want, "{ns} {stage}");
+        }
+        let namespaces: std::collections::HashSet<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("gpusched_kube_quota_refusals_total{namespace=\""))
+            .filter_map(|l| l.split('"').next())
+            .collect();
+        assert_eq!(namespaces.len(), MAX_QUOTA_NAMESPACES + 1, "{namespaces:?}");
     }
 
     /// Both formats the endpoint negotiates are clean under promtool's rules and carry the

@@ -1,5 +1,5 @@
-//! Start-up and shutdown: clients, informers, leader election, the extender and webhook
-//! listeners, signals.
+//! Start-up and shutdown: clients, informers, leader election, the extender, webhook and web
+//! (operator view) listeners, signals.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,7 +7,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use futures::StreamExt;
 use gpusched_client::{ClientBuilder, TlsOptions};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, ResourceExt};
@@ -17,12 +18,15 @@ use crate::admission::WebhookOptions;
 use crate::config::Settings;
 use crate::leader::{self, Leadership};
 use crate::metrics::Metrics;
+use crate::preempt::Preemptor;
+use crate::quota::QuotaReporter;
 use crate::shim::Shim;
 use crate::traces::PodTraces;
-use crate::view::ClusterView;
+use crate::view::{ClusterView, HoldTimes};
+use crate::web::{Auth, WebState};
 use crate::webhook::{self, TlsListener, WebhookState};
 
-async fn kube_client(settings: &Settings) -> anyhow::Result<kube::Client> {
+async fn kube_config(settings: &Settings) -> anyhow::Result<kube::Config> {
     let config = match &settings.kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
@@ -35,7 +39,7 @@ async fn kube_client(settings: &Settings) -> anyhow::Result<kube::Client> {
             .await
             .context("no Kubernetes configuration (in-cluster, KUBECONFIG or ~/.kube/config)")?,
     };
-    kube::Client::try_from(config).context("Kubernetes client")
+    Ok(config)
 }
 
 fn service_client(settings: &Settings) -> anyhow::Result<gpusched_client::Client> {
@@ -64,7 +68,8 @@ pub fn main(settings: Settings) -> anyhow::Result<()> {
 
 async fn serve(settings: Settings) -> anyhow::Result<()> {
     let telemetry = gpusched_runtime::logging::init(&settings.telemetry, "gpusched_kube")?;
-    let client = kube_client(&settings).await?;
+    let kube_config = kube_config(&settings).await?;
+    let client = kube::Client::try_from(kube_config.clone()).context("Kubernetes client")?;
     let service = service_client(&settings)?;
     let names = settings.names.clone();
 
@@ -102,10 +107,76 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         })
         .await;
     });
-    let view = Arc::new(
-        ClusterView::new(node_store, pod_store, names.clone(), settings.assume_ttl)
-            .with_reservation_ttl(settings.reservation_ttl),
-    );
+    let mut view = ClusterView::new(node_store, pod_store, names.clone(), settings.assume_ttl)
+        .with_reservation_ttl(settings.reservation_ttl);
+    if let Some(p) = &settings.preemption {
+        view = view.with_hold_times(HoldTimes {
+            hold: p.hold,
+            victims_timeout: p.victims_timeout,
+        });
+    }
+    // ResourceQuotas (all namespaces): the GPU limits; status (rewritten at every pod change by
+    // the quota controller) is not read.
+    let quotas = if settings.quotas {
+        let (store, writer) = reflector::store::<ResourceQuota>();
+        view = view.with_quotas(store);
+        let stream = watcher(
+            Api::<ResourceQuota>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .modify(|q: &mut ResourceQuota| {
+            q.managed_fields_mut().clear();
+            q.status = None;
+        })
+        .reflect(writer);
+        Some(stream)
+    } else {
+        None
+    };
+    let view = Arc::new(view);
+    // PodDisruptionBudgets, for preemption only (kube-scheduler's count of violations).
+    let preemptor = settings
+        .preemption
+        .map(|_| {
+            let (store, writer) = reflector::store::<PodDisruptionBudget>();
+            let budgets = watcher(
+                Api::<PodDisruptionBudget>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .modify(|b: &mut PodDisruptionBudget| b.managed_fields_mut().clear())
+            .reflect(writer);
+            tokio::spawn(async move {
+                budgets
+                    .for_each(|e| async move {
+                        if let Err(e) = e {
+                            tracing::warn!(error = %e, "PodDisruptionBudget watch error");
+                        }
+                    })
+                    .await;
+            });
+            let listed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            {
+                let (store, listed) = (store.clone(), listed.clone());
+                tokio::spawn(async move {
+                    if store.wait_until_ready().await.is_ok() {
+                        listed.store(true, std::sync::atomic::Ordering::SeqCst);
+                        tracing::info!("PodDisruptionBudgets listed: preemption on");
+                    }
+                });
+            }
+            // Evictions answer 429 when a PodDisruptionBudget refuses: an answer to act on at once,
+            // not a transient error to retry for minutes (kube-rs retries 429 by default).
+            let mut no_retry = kube_config.clone();
+            no_retry.default_retry = false;
+            let evictions = kube::Client::try_from(no_retry);
+            match evictions {
+                Ok(c) => Ok(Preemptor::new(store, listed, c)),
+                Err(e) => Err(anyhow::anyhow!("Kubernetes client for evictions: {e}")),
+            }
+        })
+        .transpose()?;
     {
         let view = view.clone();
         tokio::spawn(async move {
@@ -139,6 +210,26 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
             instance: Some(identity),
         },
     );
+    if let Some(stream) = quotas {
+        let mut reporter = QuotaReporter::new(
+            crate::quota::Keys::of(&names),
+            Some(recorder.clone()),
+            leadership.clone(),
+        );
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(e) = stream.next().await {
+                match e {
+                    Ok(watcher::Event::Apply(q) | watcher::Event::InitApply(q)) => {
+                        reporter.observe(&q)
+                    }
+                    Ok(watcher::Event::Delete(q)) => reporter.forget(&q),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "resourcequota watch error"),
+                }
+            }
+        });
+    }
     let shim = Arc::new(Shim {
         view,
         service,
@@ -148,6 +239,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         reserve: settings.reserve,
         metrics: Metrics::default(),
         traces: PodTraces::new(telemetry.tracer()),
+        preemptor,
     });
 
     let ext_listener = tokio::net::TcpListener::bind(settings.extender_listen)
@@ -167,10 +259,30 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         Some((l, _)) => l.local_addr()?.to_string(),
         None => "off".to_owned(),
     };
+    let web = match &settings.web {
+        Some(w) => {
+            let l = tokio::net::TcpListener::bind(w.listen)
+                .await
+                .with_context(|| format!("web.listen {}", w.listen))?;
+            let state = WebState {
+                view: shim.view.clone(),
+                // A client of its own: its node sets never replace the extender's.
+                service: service_client(&settings)?,
+                auth: Auth::new(&w.token),
+                max_pending: w.max_pending,
+            };
+            Some((l, state))
+        }
+        None => None,
+    };
+    let web_text = match &web {
+        Some((l, _)) => l.local_addr()?.to_string(),
+        None => "off".to_owned(),
+    };
     // Handlers installed before the start-up line: a SIGTERM right after it is graceful.
     let stop = gpusched_runtime::shutdown::signal();
-    println!("gpusched-kube listening extender={ext_addr} webhook={webhook_text}");
-    tracing::info!(extender = %ext_addr, webhook = %webhook_text, "serving");
+    println!("gpusched-kube listening extender={ext_addr} webhook={webhook_text} web={web_text}");
+    tracing::info!(extender = %ext_addr, webhook = %webhook_text, web = %web_text, "serving");
 
     let mut tasks = tokio::task::JoinSet::new();
     {
@@ -206,6 +318,20 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         });
         let rx = shutdown_rx.clone();
         tasks.spawn(async move { listener.serve(router, rx, Duration::from_secs(10)).await });
+    }
+
+    if let Some((listener, state)) = web {
+        let mut rx = shutdown_rx.clone();
+        tasks.spawn(async move {
+            let r = axum::serve(listener, crate::web::router(state))
+                .with_graceful_shutdown(async move {
+                    let _ = rx.wait_for(|v| *v).await;
+                })
+                .await;
+            if let Err(e) = r {
+                tracing::error!(error = %e, "web server failed");
+            }
+        });
     }
 
     stop.await;

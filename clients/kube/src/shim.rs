@@ -7,15 +7,19 @@ use std::time::Instant;
 use gpusched_client::{PreparedNode, v1};
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use kube::api::{ObjectMeta, PostParams};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::events::Recorder;
 use kube::{Api, Resource};
 use opentelemetry::KeyValue;
 use opentelemetry::context::FutureExt as _;
 
 use crate::answer::{filter_error, filter_result, invalid_pod, pass_all, priorities};
+use crate::events::{self, Warning};
 use crate::extender_v1::{ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority};
+use crate::extender_v1::{ExtenderPreemptionArgs, ExtenderPreemptionResult};
 use crate::leader::Leadership;
-use crate::metrics::{ExtenderCall, ExtenderOutcome, Metrics};
+use crate::metrics::{ExtenderCall, ExtenderOutcome, Metrics, QuotaStage};
+use crate::preempt::{Ctx, Preemptor};
+use crate::quota::NamespaceQuota;
 use crate::traces::{PodRef, PodTraces};
 use crate::translate;
 use crate::view::{Assumed, ClusterView};
@@ -52,6 +56,8 @@ pub struct Shim {
     pub metrics: Metrics,
     /// The extender calls' spans, one trace per pod (see [`crate::traces`]).
     pub traces: PodTraces,
+    /// Preemption (None: off; see [`crate::preempt`]).
+    pub preemptor: Option<Preemptor>,
 }
 
 impl std::fmt::Debug for Shim {
@@ -118,6 +124,18 @@ impl Shim {
         None
     }
 
+    /// What preemption works with.
+    fn preempt_ctx(&self) -> Ctx<'_> {
+        Ctx {
+            view: &self.view,
+            service: &self.service,
+            kube: self.kube.as_ref(),
+            recorder: self.recorder.as_ref(),
+            metrics: &self.metrics,
+            error_text: service_error_text,
+        }
+    }
+
     /// The snapshot of these candidates; nodes the informer has not shown yet (kube-scheduler
     /// may know a node a few milliseconds earlier) are read from the API.
     async fn snapshot(&self, candidates: &[String], uid: &str) -> crate::view::Snapshot {
@@ -144,6 +162,15 @@ impl Shim {
             }
         }
         self.view.snapshot_with(candidates, uid, &fetched)
+    }
+
+    /// The pod as a workload, with its namespace's quota budget when one applies (the pod's
+    /// own decision or reservation left out of what the namespace holds).
+    fn workload(&self, pod: &Pod, uid: &str) -> (v1::Workload, Option<NamespaceQuota>) {
+        let mut w = translate::workload(pod, self.view.names());
+        let quota = self.view.quota(&w.namespace, uid);
+        w.quota = quota.as_ref().map(NamespaceQuota::budget);
+        (w, quota)
     }
 
     fn check_pod_scheduler(&self, pod: &Pod) -> Result<(), String> {
@@ -214,10 +241,11 @@ impl Shim {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let t = Instant::now();
         let snap = self.snapshot(&args.candidates(), &uid).await;
+        let (workload, quota) = self.workload(pod, &uid);
         let req = v1::FilterRequest {
             node_set: None,
             nodes: Vec::new(),
-            workload: Some(translate::workload(pod, names)),
+            workload: Some(workload.clone()),
             options: None,
             node_refs: Vec::new(),
         };
@@ -230,11 +258,25 @@ impl Shim {
         );
         match resp {
             Ok(resp) if !resp.requests_gpu => pass_all(args),
-            Ok(resp) => {
-                let out = filter_result(args, &resp, &snap.unusable);
+            Ok(mut resp) => {
+                if let Some(q) = &quota
+                    && crate::quota::explain(&mut resp.failed_nodes, q)
+                    && resp.feasible_node_names.is_empty()
+                {
+                    self.metrics.quota_refusal(&q.namespace, QuotaStage::Filter);
+                }
+                let mut out = filter_result(args, &resp, &snap.unusable);
                 // kube-scheduler does not call prioritize when one node is left: reserve here.
                 if let Some([only]) = out.node_names.as_deref() {
                     self.reserve(pod, &uid, only, None).await;
+                }
+                // No candidate fits: who must leave which node (path 1 of crate::preempt).
+                if resp.feasible_node_names.is_empty()
+                    && let Some(p) = &self.preemptor
+                {
+                    let candidates = args.candidates();
+                    p.at_filter(&self.preempt_ctx(), pod, &workload, &candidates, &mut out)
+                        .await;
                 }
                 out
             }
@@ -301,7 +343,7 @@ impl Shim {
         let req = v1::ScoreRequest {
             node_set: None,
             nodes: Vec::new(),
-            workload: Some(translate::workload(pod, names)),
+            workload: Some(self.workload(pod, &uid).0),
             options: None,
             node_refs: Vec::new(),
         };
@@ -341,27 +383,66 @@ impl Shim {
         let req = v1::AllocateRequest {
             node_set: None,
             nodes: Vec::new(),
-            workload: Some(translate::workload(pod, self.view.names())),
+            workload: Some(self.workload(pod, uid).0),
             // Only the booking is read.
             options: Some(failed_nodes(v1::FailedNodes::None)),
             restrict_to_node_names: vec![node.to_owned()],
             node_refs: Vec::new(),
         };
         match self.service.allocate_prepared(req, &[node_msg]).await {
-            Ok(r) if r.placed && r.requests_gpu => self.view.reserve(Assumed {
-                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-                name: pod.metadata.name.clone().unwrap_or_default(),
-                uid: uid.to_owned(),
-                node: node.to_owned(),
-                bookings: gpusched_hami::bookings(&r),
-                annotation: String::new(),
-                at: Instant::now(),
-                seen: false,
-                tentative: true,
-            }),
+            Ok(r) if r.placed && r.requests_gpu => {
+                let Ok((bookings, mig)) = translate::decision_usage(&r) else {
+                    return;
+                };
+                self.view.reserve(Assumed {
+                    namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                    name: pod.metadata.name.clone().unwrap_or_default(),
+                    uid: uid.to_owned(),
+                    node: node.to_owned(),
+                    bookings,
+                    mig,
+                    init: init_containers(&r),
+                    annotation: String::new(),
+                    at: Instant::now(),
+                    seen: false,
+                    tentative: true,
+                });
+            }
             Ok(_) => {}
             Err(e) => tracing::debug!(error = %e, node, "reservation not made"),
         }
+    }
+
+    /// `/preempt` (kube-scheduler's preemptVerb, path 2 of [`crate::preempt`]): its victims
+    /// per node, card-exact; without preemption, its victims unchanged.
+    pub async fn preempt(
+        &self,
+        args: &ExtenderPreemptionArgs,
+    ) -> Result<ExtenderPreemptionResult, String> {
+        let start = Instant::now();
+        let r = match (self.not_ready_reason(), &self.preemptor) {
+            (Some(r), _) => Err(format!("gpusched-kube: {r}; retry")),
+            (None, Some(p)) => match &args.pod {
+                Some(pod) => {
+                    let uid = pod.metadata.uid.clone().unwrap_or_default();
+                    let (workload, _) = self.workload(pod, &uid);
+                    p.at_verb(&self.preempt_ctx(), args, &workload).await
+                }
+                None => Err("ExtenderPreemptionArgs without Pod".to_owned()),
+            },
+            (None, None) => Ok(crate::preempt::unchanged(args)),
+        };
+        let outcome = if r.is_ok() {
+            ExtenderOutcome::Ok
+        } else {
+            ExtenderOutcome::Error
+        };
+        self.metrics.extender(
+            ExtenderCall::Preempt,
+            outcome,
+            start.elapsed().as_secs_f64(),
+        );
+        r
     }
 
     /// `/bind`: Allocate on the chosen node against the current view, then one Binding that
@@ -417,13 +498,7 @@ impl Shim {
     }
 
     fn publish_failure(&self, args: &ExtenderBindingArgs, error: &str) {
-        let Some(recorder) = self.recorder.clone() else {
-            return;
-        };
-        if !self.leader.is_leader() {
-            return;
-        }
-        let reference = ObjectReference {
+        let regarding = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
             name: Some(args.pod_name.clone()),
@@ -431,30 +506,18 @@ impl Shim {
             uid: Some(args.pod_uid.clone()).filter(|u| !u.is_empty()),
             ..ObjectReference::default()
         };
-        let mut note = if error.contains(&args.node) {
+        let note = if error.contains(&args.node) {
             error.to_owned()
         } else {
             format!("node {}: {error}", args.node)
         };
-        if note.len() > 1000 {
-            let mut cut = 1000;
-            while !note.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            note.truncate(cut);
-        }
-        let ev = KubeEvent {
-            type_: EventType::Warning,
-            reason: "GpuschedBindFailed".into(),
-            note: Some(note),
-            action: "Bind".into(),
-            secondary: None,
+        let w = Warning {
+            regarding,
+            reason: "GpuschedBindFailed",
+            action: "Bind",
+            note,
         };
-        tokio::spawn(async move {
-            if let Err(e) = recorder.publish(&ev, &reference).await {
-                tracing::debug!(error = %e, "could not publish event");
-            }
-        });
+        events::warn(self.recorder.as_ref(), &self.leader, w);
     }
 
     async fn bind_inner(&self, args: &ExtenderBindingArgs) -> BindOutcome {
@@ -502,6 +565,11 @@ impl Shim {
         }
         let node = args.node.clone();
         let guard = self.view.lock_node(&node).await;
+        // With a quota, binds in the namespace take its budget one at a time too.
+        let namespace_guard = match self.view.quota_limits(&args.pod_namespace) {
+            Some(_) => Some(self.view.lock_namespace(&args.pod_namespace).await),
+            None => None,
+        };
         if !self.leader.is_leader() {
             return BindOutcome::Failed("gpusched-kube: lost leadership; retry".into());
         }
@@ -513,19 +581,26 @@ impl Shim {
                 .map_or_else(|| "unknown node".to_owned(), |u| u.1.clone());
             return BindOutcome::Failed(format!("node {node}: {why}"));
         }
+        let (workload, quota) = self.workload(&pod, &uid);
         let req = v1::AllocateRequest {
             node_set: None,
             nodes: Vec::new(),
-            workload: Some(translate::workload(&pod, &names)),
+            workload: Some(workload),
             // Why the node failed is read only when the pod is not placed.
             options: Some(failed_nodes(v1::FailedNodes::WhenUnplaced)),
             restrict_to_node_names: vec![node.clone()],
             node_refs: Vec::new(),
         };
-        let result = match self.service.allocate_prepared(req, &snap.prepared).await {
+        let mut result = match self.service.allocate_prepared(req, &snap.prepared).await {
             Ok(r) => r,
             Err(e) => return BindOutcome::Failed(service_error_text(&e)),
         };
+        if let Some(q) = &quota
+            && !result.placed
+            && crate::quota::explain(&mut result.failed_nodes, q)
+        {
+            self.metrics.quota_refusal(&q.namespace, QuotaStage::Bind);
+        }
         if !result.requests_gpu {
             return match create_binding(&api, args, &uid, None).await {
                 Ok(()) => BindOutcome::Bound {
@@ -548,19 +623,26 @@ impl Shim {
             .get(&names.annotations.devices_allocated)
             .cloned()
             .unwrap_or_default();
+        let (bookings, mig) = match translate::decision_usage(&result) {
+            Ok(u) => u,
+            Err(e) => return BindOutcome::Failed(format!("gpusched-kube: decision: {e}")),
+        };
         self.view.assume(Assumed {
             namespace: args.pod_namespace.clone(),
             name: args.pod_name.clone(),
             uid: uid.clone(),
             node: node.clone(),
-            bookings: gpusched_hami::bookings(&result),
+            bookings,
+            mig,
+            init: init_containers(&result),
             annotation: devices.clone(),
             at: Instant::now(),
             seen: false,
             tentative: false,
         });
-        // The decision is in the assume cache: the next bind to this node sees it, so the
-        // Binding itself (an API round trip) runs outside the node's lock.
+        // The decision is in the assume cache: the next bind to this node (or namespace) sees
+        // it, so the Binding itself (an API round trip) runs outside the locks.
+        drop(namespace_guard);
         drop(guard);
         if !self.leader.is_leader() {
             self.view.forget(&uid);
@@ -634,6 +716,11 @@ async fn create_binding(
         .create_subresource("binding", &args.pod_name, &PostParams::default(), &binding)
         .await?;
     Ok(())
+}
+
+/// How many of an allocation's containers are init containers (they come first).
+fn init_containers(result: &v1::AllocationResult) -> usize {
+    result.containers.iter().filter(|c| c.init).count()
 }
 
 /// Options asking for `shown` failed nodes (and the server's defaults for everything else).

@@ -2,6 +2,7 @@
 //! decides; this module only reads Pods and Nodes and writes HAMi's annotations.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use gpusched_client::{PodBuilder, v1};
 use gpusched_hami::Booking;
@@ -10,6 +11,7 @@ use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use crate::config::Names;
 use crate::inventory::Inventory;
 use crate::inventory_check;
+use crate::mig::{self, Reservation};
 
 /// Annotations never sent to the service (large and irrelevant to placement).
 const SKIPPED_ANNOTATIONS: [&str; 1] = ["kubectl.kubernetes.io/last-applied-configuration"];
@@ -98,8 +100,9 @@ pub fn violations_text(violations: &[(String, String)]) -> String {
 }
 
 /// Reads the card inventory (`hami.io/node-nvidia-register`, JSON or colon form), pair scores
-/// (`hami.io/node-nvidia-score`) and cordoned cards (`hami.io/device-cordon`) of a node, and
-/// checks them ([`crate::inventory_check`]).
+/// (`hami.io/node-nvidia-score`), cordoned cards (`hami.io/device-cordon`) and MIG layouts
+/// (`gpusched.io/node-mig-layouts`, else HAMi's `migProfiles`: [`crate::mig::attach_layouts`])
+/// of a node, and checks them ([`crate::inventory_check`]).
 pub fn inventory(node: &Node, names: &Names) -> Inventory {
     let a = &names.annotations;
     let ann = node.metadata.annotations.as_ref();
@@ -116,6 +119,13 @@ pub fn inventory(node: &Node, names: &Names) -> Inventory {
             Ok(cards) => inv.cards = cards,
             Err(e) => inv.problem = Some(format!("unreadable GPU inventory: {e}")),
         },
+    }
+    let mut mig_problems = Vec::new();
+    if let (None, Some(register)) = (&inv.problem, get(&a.node_register)) {
+        match mig::attach_layouts(&mut inv.cards, register, get(&a.node_mig_layouts), names) {
+            Ok(p) => mig_problems = p,
+            Err(e) => inv.problem = Some(format!("unreadable MIG layouts: {e}")),
+        }
     }
     if let Some(v) = get(&a.node_score).filter(|v| !v.trim().is_empty()) {
         match gpusched_hami::decode_pair_scores(v) {
@@ -135,7 +145,8 @@ pub fn inventory(node: &Node, names: &Names) -> Inventory {
         inv.cordon_annotation = Some(v.to_owned());
     }
     if inv.problem.is_none() {
-        let problems = inventory_check::problems(&inv, names);
+        let mut problems = inventory_check::problems(&inv, names);
+        problems.extend(mig_problems);
         if !problems.is_empty() {
             inv.problem = Some(inventory_check::message(&problems));
         }
@@ -144,14 +155,37 @@ pub fn inventory(node: &Node, names: &Names) -> Inventory {
 }
 
 /// What one pod holds on one node.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodUsage {
     /// The node.
     pub node: String,
-    /// Per container bookings that still count.
+    /// The pod's namespace (whose quota it counts against).
+    pub namespace: String,
+    /// Per container hami-core bookings that still count (a MIG instance's device is in
+    /// `mig`, not here).
     pub bookings: Vec<Vec<Booking>>,
+    /// How many of the first `bookings` are init containers' (0 once they have all succeeded
+    /// and their bookings are released).
+    pub init: usize,
+    /// The MIG instances the pod holds (`hami.io/vgpu-mig-allocations`), for its whole life.
+    pub mig: Vec<Reservation>,
+    /// Who holds them: `namespace/name` (a MIG instance's `in_use_by`).
+    pub owner: String,
     /// The raw `-allocated` annotation (to recognise our own assumed decisions).
     pub annotation: String,
+    /// Why the pod's decision cannot be counted as it stands (unreadable MIG reservations, or
+    /// reservations that match none of its devices): the node it is bound to then fails with
+    /// it, named, rather than counting it wrong.
+    pub problem: Option<String>,
+}
+
+/// `namespace/name`: who a pod's MIG instances are held by.
+pub fn owner(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
 }
 
 fn finished(pod: &Pod) -> bool {
@@ -228,7 +262,7 @@ pub fn pod_usage(pod: &Pod, names: &Names) -> Option<PodUsage> {
         .as_ref()?
         .get(&names.annotations.devices_allocated)?
         .clone();
-    let mut bookings = match gpusched_hami::decode_pod_devices(&annotation) {
+    let all = match gpusched_hami::decode_pod_devices(&annotation) {
         Ok(b) => b,
         Err(e) => {
             tracing::warn!(
@@ -238,15 +272,84 @@ pub fn pod_usage(pod: &Pod, names: &Names) -> Option<PodUsage> {
             return None;
         }
     };
-    if init_done(pod) {
-        let n = spec.init_containers.as_ref().map_or(0, Vec::len);
-        bookings.drain(..n.min(bookings.len()));
-    }
+    let reservations = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|m| m.get(&names.annotations.mig_allocations))
+        .map_or(Ok(Vec::new()), |v| gpusched_hami::decode_mig_allocations(v));
+    let (mut bookings, mig, problem) = match reservations
+        .map_err(|e| e.to_string())
+        .and_then(|r| mig::pair(all.clone(), &r))
+    {
+        Ok((bookings, mig)) => (bookings, mig, None),
+        Err(e) => (
+            all,
+            Vec::new(),
+            Some(format!("{}: {e}", names.annotations.mig_allocations)),
+        ),
+    };
+    let n = spec
+        .init_containers
+        .as_ref()
+        .map_or(0, Vec::len)
+        .min(bookings.len());
+    let init = if init_done(pod) {
+        bookings.drain(..n);
+        0
+    } else {
+        n
+    };
     Some(PodUsage {
         node,
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         bookings,
+        init,
+        mig,
+        owner: owner(pod),
         annotation,
+        problem,
     })
+}
+
+/// What a decision holds, as [`PodUsage`] counts it: the hami-core bookings of the result
+/// (per container) and its MIG instances.
+pub fn decision_usage(
+    result: &v1::AllocationResult,
+) -> Result<(Vec<Vec<Booking>>, Vec<Reservation>), String> {
+    mig::pair(
+        gpusched_hami::bookings(result),
+        &gpusched_hami::mig_allocations(result),
+    )
+}
+
+/// A schedulable node for the service from its inventory and the pods counted on it: their
+/// hami-core bookings on the cards' usage, their MIG instances on the MIG cards' layouts. A
+/// pod whose decision contradicts the node (see [`PodUsage::problem`], [`crate::mig::hold`],
+/// [`crate::mig::booking_on_mig_card`]) makes the node fail, with
+/// `InvalidNode: pod <namespace/name>: <what>`.
+pub fn node_with_pods(
+    name: &str,
+    inv: &Inventory,
+    pods: &[Arc<PodUsage>],
+    names: &Names,
+) -> Result<v1::Node, String> {
+    let invalid = |u: &PodUsage, what: &str| format!("InvalidNode: pod {}: {what}", u.owner);
+    for u in pods {
+        if let Some(p) = &u.problem {
+            return Err(invalid(u, p));
+        }
+        if let Some(p) = mig::booking_on_mig_card(&inv.cards, &u.bookings) {
+            return Err(invalid(u, &p));
+        }
+    }
+    let mut node = node_with_usage(name, inv, pods.iter().map(|u| u.bookings.as_slice()), names);
+    for u in pods {
+        mig::hold(&mut node.cards, &u.owner, &u.mig)
+            .map_err(|e| invalid(u, &format!("{} {e}", names.annotations.mig_allocations)))?;
+    }
+    mig::sort_instances(&mut node.cards);
+    Ok(node)
 }
 
 /// A schedulable node for the service: its cards with the usage of `usages` added.
@@ -274,7 +377,10 @@ pub fn node_with_usage<'a>(
     }
 }
 
-/// The pod annotations of a bind decision (HAMi's protocol), with `now` in unix seconds.
+/// The pod annotations of a bind decision (HAMi's protocol), with `now` in unix seconds: the
+/// devices (a MIG instance's device books its profile's memory and cores, as HAMi writes it)
+/// and, when the decision holds MIG instances, their reservations
+/// (`hami.io/vgpu-mig-allocations`, as HAMi's device plugin reads them).
 pub fn bind_annotations(
     result: &v1::AllocationResult,
     node: &str,
@@ -284,6 +390,13 @@ pub fn bind_annotations(
     let a = &names.annotations;
     let devices = gpusched_hami::encode_pod_devices(&gpusched_hami::bookings(result));
     let mut m = BTreeMap::new();
+    let reservations = gpusched_hami::mig_allocations(result);
+    if !reservations.is_empty() {
+        m.insert(
+            a.mig_allocations.clone(),
+            gpusched_hami::encode_mig_allocations(&reservations),
+        );
+    }
     m.insert(a.devices_to_allocate.clone(), devices.clone());
     m.insert(a.devices_allocated.clone(), devices);
     m.insert(a.vgpu_node.clone(), node.to_owned());
@@ -472,6 +585,7 @@ mod tests {
         let u = pod_usage(&bound("gpusched-scheduler", "Pending", None), &n).unwrap();
         assert_eq!(u.node, "n1");
         assert_eq!(u.bookings.len(), 2, "init segment counts while init runs");
+        assert_eq!((u.namespace.as_str(), u.init), ("ns", 1));
         assert_eq!(u.bookings[1].len(), 2);
         // Another scheduler's pod cannot forge usage.
         assert!(pod_usage(&bound("default-scheduler", "Running", None), &n).is_none());
@@ -480,7 +594,7 @@ mod tests {
         assert!(pod_usage(&bound("gpusched-scheduler", "Failed", None), &n).is_none());
         // Init bookings are released once every init container succeeded.
         let done = pod_usage(&bound("gpusched-scheduler", "Running", Some(0)), &n).unwrap();
-        assert_eq!(done.bookings.len(), 1);
+        assert_eq!((done.bookings.len(), done.init), (1, 0));
         assert_eq!(done.bookings[0][0].uuid, "GPU-b");
         let failed_init = pod_usage(&bound("gpusched-scheduler", "Pending", Some(1)), &n).unwrap();
         assert_eq!(failed_init.bookings.len(), 2);

@@ -181,6 +181,7 @@ async fn shim(nodes: Vec<Node>) -> (gpusched_service::Running, Shim) {
         reserve: false,
         metrics: Metrics::default(),
         traces: gpusched_kube::traces::PodTraces::off(),
+        preemptor: None,
     };
     (server, shim)
 }

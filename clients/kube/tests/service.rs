@@ -2,41 +2,20 @@
 //! with the cluster view fed from reflector stores (no Kubernetes API needed).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
 
-use gpusched_client::{ClientBuilder, v1};
+use std::sync::Arc;
+
+use common::gpu_node;
+use gpusched_client::v1;
 use gpusched_kube::admission::{self, WebhookOptions};
-use gpusched_kube::config::Names;
 use gpusched_kube::extender_v1::ExtenderArgs;
 use gpusched_kube::leader::Leadership;
 use gpusched_kube::metrics::Metrics;
 use gpusched_kube::shim::Shim;
-use gpusched_kube::view::ClusterView;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::core::admission::AdmissionReview;
-use kube::runtime::reflector;
-use kube::runtime::watcher::Event;
 use serde_json::json;
-
-async fn server() -> gpusched_service::Running {
-    gpusched_service::testing::start_server(&[("metrics.enabled", "false")]).await
-}
-
-fn names() -> Names {
-    Names {
-        scheduler_name: "gpusched-scheduler".into(),
-        ..Names::default()
-    }
-}
-
-fn gpu_node(name: &str, cards: u32) -> Node {
-    let cards = gpusched_client::node(name, cards, 16384, "NVIDIA-A100").cards;
-    serde_json::from_value(json!({"metadata": {"name": name, "annotations": {
-        "hami.io/node-nvidia-register": gpusched_hami::encode_register(&cards)
-    }}}))
-    .unwrap()
-}
 
 fn pod(name: &str, ann: serde_json::Value, limits: serde_json::Value) -> Pod {
     serde_json::from_value(json!({
@@ -67,34 +46,20 @@ struct Fixture {
 }
 
 async fn fixture(nodes: Vec<Node>, pods: Vec<Pod>, leader: Arc<Leadership>) -> Fixture {
-    let server = server().await;
-    let service = ClientBuilder::new(server.grpc_addr.to_string())
-        .timeout(Some(Duration::from_secs(5)))
-        .connect()
-        .await
-        .unwrap();
-    let (nr, mut nw) = reflector::store::<Node>();
-    let (pr, mut pw) = reflector::store::<Pod>();
-    for n in nodes {
-        nw.apply_watcher_event(&Event::Apply(n));
-    }
-    for p in pods {
-        pw.apply_watcher_event(&Event::Apply(p));
-    }
-    let view = Arc::new(ClusterView::new(nr, pr, names(), Duration::from_secs(60)));
-    view.mark_synced();
+    let l = common::live(&[], nodes, pods).await;
     let shim = Arc::new(Shim {
-        view,
-        service,
+        view: l.view,
+        service: l.service,
         kube: None,
         leader: leader.clone(),
         recorder: None,
         reserve: true,
         metrics: Metrics::default(),
         traces: gpusched_kube::traces::PodTraces::off(),
+        preemptor: None,
     });
     Fixture {
-        _server: server,
+        _server: l.server,
         shim,
         leader,
     }

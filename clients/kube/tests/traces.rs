@@ -132,6 +132,7 @@ async fn extender_spans_share_the_pods_trace_and_parent_the_service_spans() {
         reserve: true,
         metrics: Metrics::default(),
         traces: PodTraces::new(telemetry.tracer()),
+        preemptor: None,
     };
 
     let uid = "3f1c6f0e-8d2a-4b1e-9c3a-5e7d2f4a6b8c";

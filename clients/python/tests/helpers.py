@@ -80,3 +80,6 @@ class AllocateOnlyPlacement(v1.PlacementServiceServicer):
         self, request: v1.ValidateWorkloadRequest, context: grpc.ServicerContext
     ) -> v1.ValidateWorkloadResponse:
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "validate")
+
+    def Preempt(self, request: v1.PreemptRequest, context: grpc.ServicerContext) -> v1.PreemptResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "preempt")

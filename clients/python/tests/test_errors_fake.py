@@ -117,6 +117,9 @@ class FakePlacement(v1.PlacementServiceServicer):
     ) -> v1.ValidateWorkloadResponse:
         self._unimplemented(context)
 
+    def Preempt(self, request: v1.PreemptRequest, context: grpc.ServicerContext) -> v1.PreemptResponse:
+        self._unimplemented(context)
+
 
 @pytest.fixture(scope="module")
 def fake_address() -> Iterator[str]:

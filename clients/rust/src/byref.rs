@@ -469,7 +469,8 @@ nodes_request!(
     v1::FilterRequest,
     v1::ScoreRequest,
     v1::AllocateRequest,
-    v1::AllocateBatchRequest
+    v1::AllocateBatchRequest,
+    v1::PreemptRequest
 );
 
 /// `node_refs[j].inventory...` / `node_refs[j]...` back to `nodes[i]...`, where reference `j`

@@ -345,6 +345,35 @@ impl Client {
             .ok_or(Error::Malformed("AllocateResponse.result"))
     }
 
+    /// Who must leave which node so that a pending workload of higher priority fits
+    /// (docs/placement-semantics.md section 9); nothing is evicted. Nodes go by reference and
+    /// as node-set changes like Filter and Allocate.
+    pub async fn preempt_request(
+        &self,
+        req: v1::PreemptRequest,
+    ) -> Result<v1::PreemptResponse, Error> {
+        let c = self.placement.clone();
+        self.with_nodes(req, move |r| {
+            let mut c = c.clone();
+            async move { c.preempt(r).await }
+        })
+        .await
+    }
+
+    /// [`Client::preempt_request`] over prepared nodes (see [`Client::filter_prepared`]).
+    pub async fn preempt_prepared(
+        &self,
+        req: v1::PreemptRequest,
+        nodes: &[Arc<PreparedNode>],
+    ) -> Result<v1::PreemptResponse, Error> {
+        let c = self.placement.clone();
+        self.with_prepared(req, nodes, move |r| {
+            let mut c = c.clone();
+            async move { c.preempt(r).await }
+        })
+        .await
+    }
+
     /// A list of workloads placed one after another.
     pub async fn allocate_batch(
         &self,

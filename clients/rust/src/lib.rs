@@ -22,8 +22,10 @@ mod builder;
 pub mod byref;
 mod client;
 mod error;
+pub mod measure;
 pub mod mix;
 mod pod;
+mod preempt;
 mod retry;
 
 pub use builder::{ClientBuilder, TlsOptions};
@@ -34,4 +36,5 @@ pub use error::{
 };
 pub use gpusched_api::v1;
 pub use pod::{PodBuilder, node, node_from_cards};
+pub use preempt::chosen_victims;
 pub use retry::RetryPolicy;

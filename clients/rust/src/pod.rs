@@ -78,6 +78,7 @@ impl PodBuilder {
     /// The workload message.
     pub fn build(self) -> v1::Workload {
         v1::Workload {
+            quota: None,
             namespace: self.namespace,
             name: self.name,
             uid: self.uid,
@@ -97,6 +98,7 @@ pub fn node(name: &str, cards: u32, mem_mib: u64, card_type: &str) -> v1::Node {
         name,
         (0..cards)
             .map(|i| v1::Card {
+                mig: None,
                 id: format!("{name}-gpu{i}"),
                 index: i,
                 r#type: card_type.to_owned(),

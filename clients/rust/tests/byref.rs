@@ -280,6 +280,12 @@ impl v1::placement_service_server::PlacementService for OldServer {
     ) -> Result<tonic::Response<v1::ValidateWorkloadResponse>, tonic::Status> {
         Err(tonic::Status::unimplemented("validate"))
     }
+    async fn preempt(
+        &self,
+        _: tonic::Request<v1::PreemptRequest>,
+    ) -> Result<tonic::Response<v1::PreemptResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("preempt"))
+    }
 }
 
 #[tokio::test]

@@ -159,6 +159,12 @@ impl PlacementService for Scripted {
     ) -> Result<Response<v1::ValidateWorkloadResponse>, Status> {
         Err(Status::unimplemented("validate"))
     }
+    async fn preempt(
+        &self,
+        _: Request<v1::PreemptRequest>,
+    ) -> Result<Response<v1::PreemptResponse>, Status> {
+        Err(Status::unimplemented("preempt"))
+    }
 }
 
 async fn scripted(peer: Scripted) -> std::net::SocketAddr {
@@ -431,4 +437,48 @@ async fn gpuschedctl_allocate_explain_and_errors() {
             .unwrap()
             .contains("\"totalMemMib\":\"215656\"")
     );
+    // Preempt, explained: the choice, each node's verdict and every eligible workload's reprieve.
+    let a = addr.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        run(vec![
+            "--addr".into(),
+            a,
+            "preempt".into(),
+            "--explain".into(),
+            format!("{examples}/preempt.json"),
+        ])
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    for needle in [
+        "evict on n1",
+        "victims low (0 violate a budget; 2 eligible)",
+        "GPU-0 (20000 MiB, 0% cores)",
+        "not a candidate (no_lower_priority): 1/1 CardInsufficientMemory",
+        "kept",
+        "evicted: with it back, 1/1 CardInsufficientMemory",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+    // A MIG card's choice, explained: the instance and every profile considered.
+    let a = addr.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        run(vec![
+            "--addr".into(),
+            a,
+            "allocate".into(),
+            "--explain".into(),
+            format!("{examples}/allocate-mig-h200.json"),
+        ])
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    for needle in [
+        "GPU-h200 (MIG 1g.18gb at 0, reused; 16384 MiB, 13% cores)",
+        "MIG: 1g.18gb chosen at 0 (reused) | 1g.18gb+me not reached",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
 }

@@ -57,6 +57,10 @@ async fn call(client: &Client, method: &str, request: &Value) -> Result<Value, V
                 .await
                 .map(|r| to_json("gpusched.v1.ValidateWorkloadResponse", &r, false).unwrap())
         }
+        "/gpusched.v1.PlacementService/Preempt" => client
+            .preempt_request(from_json("gpusched.v1.PreemptRequest", &req).unwrap())
+            .await
+            .map(|r| to_json("gpusched.v1.PreemptResponse", &r, false).unwrap()),
         "/gpusched.v1.InventoryService/NormalizeInventory" => client
             .normalize_inventory(from_json("gpusched.v1.NormalizeInventoryRequest", &req).unwrap())
             .await
@@ -104,6 +108,7 @@ fn response_type(method: &str) -> &'static str {
         "Allocate" => "gpusched.v1.AllocateResponse",
         "AllocateBatch" => "gpusched.v1.AllocateBatchResponse",
         "ValidateWorkload" => "gpusched.v1.ValidateWorkloadResponse",
+        "Preempt" => "gpusched.v1.PreemptResponse",
         _ => "gpusched.v1.NormalizeInventoryResponse",
     }
 }
@@ -136,6 +141,11 @@ fn canonical(method: &str, v: &Value) -> Value {
             &from_json::<v1::ValidateWorkloadResponse>(t, &json).unwrap(),
             false,
         ),
+        "gpusched.v1.PreemptResponse" => to_json(
+            t,
+            &from_json::<v1::PreemptResponse>(t, &json).unwrap(),
+            false,
+        ),
         _ => to_json(
             t,
             &from_json::<v1::NormalizeInventoryResponse>(t, &json).unwrap(),
@@ -156,6 +166,7 @@ fn by_reference_requests() -> Vec<(&'static str, &'static str, v1::AllocateReque
         function: 0,
     };
     let card = |id: &str, index: u32| v1::Card {
+        mig: None,
         id: id.into(),
         index,
         r#type: "NVIDIA-A100-SXM4-40GB".into(),
@@ -205,6 +216,7 @@ fn by_reference_requests() -> Vec<(&'static str, &'static str, v1::AllocateReque
         node_set: None,
         nodes,
         workload: Some(v1::Workload {
+            quota: None,
             namespace: "default".into(),
             name: "exchange".into(),
             uid: String::new(),

@@ -103,6 +103,35 @@ pub struct Args {
     /// a rare 8-card shape weighs what its cards do) or `pods` (its pod count, the artifact's).
     #[arg(long, default_value = "demand")]
     pub mix_weight: String,
+    /// Also replay every set-up with priorities (openb `qos`, JSON Lines `priority`) and the
+    /// service's preemption off, on, or both (see `crate::preempt`); `none`: not at all.
+    #[arg(long, value_enum, default_value_t = PreemptionMode::None)]
+    pub preemption: PreemptionMode,
+}
+
+/// `--preemption`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PreemptionMode {
+    /// No replay with priorities.
+    None,
+    /// Priorities, no preemption (the baseline).
+    Off,
+    /// Priorities and preemption.
+    On,
+    /// Both, side by side.
+    Both,
+}
+
+impl PreemptionMode {
+    /// The modes to replay (preemption off, on).
+    pub fn modes(self) -> &'static [bool] {
+        match self {
+            PreemptionMode::None => &[],
+            PreemptionMode::Off => &[false],
+            PreemptionMode::On => &[true],
+            PreemptionMode::Both => &[false, true],
+        }
+    }
 }
 
 /// The seeds of `--seed` / `--seeds` (`42-51`, `42,43`), or none.
@@ -371,6 +400,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Outcome> {
         } else {
             crate::artifact::typical_pods(&trace.jobs, 0.95)
         },
+        quotas: trace.quotas.clone(),
     };
     anyhow::ensure!(
         opts.mix.is_some() || !setups.iter().any(crate::setup::Setup::uses_fgd),
@@ -456,6 +486,22 @@ pub async fn run(args: &Args) -> anyhow::Result<Outcome> {
             .collect(),
     });
     let results: Vec<SetupResult> = runs.into_iter().next().unwrap_or_default();
+    let mut priorities = Vec::new();
+    for s in &setups {
+        for &on in args.preemption.modes() {
+            priorities.push(
+                crate::preempt::replay_priorities(
+                    &client,
+                    &cluster.nodes,
+                    &trace.jobs,
+                    s,
+                    on,
+                    args.fill,
+                )
+                .await?,
+            );
+        }
+    }
     let timing = TimingReport {
         load_s,
         server: if server.is_some() {
@@ -483,6 +529,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Outcome> {
             read.slots,
         ),
         setups: results,
+        priorities,
     };
     let files = crate::report::write_all(&args.out, &report, &timing, !args.no_png)?;
     if let Some(s) = server {

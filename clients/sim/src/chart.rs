@@ -40,7 +40,8 @@ impl XAxis {
     }
 }
 
-const COLORS: [RGBColor; 8] = [
+/// The series colours (shared with the priorities chart).
+pub const COLORS: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -62,7 +63,8 @@ const PANELS: [Metric; 6] = [
     ("workloads unplaced (cumulative)", |s| s.unplaced as f64),
 ];
 
-fn err<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> anyhow::Error {
+/// A chart error naming the part being drawn.
+pub fn err<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> anyhow::Error {
     move |e| anyhow!("chart {what}: {e}")
 }
 
@@ -131,6 +133,18 @@ where
     Ok(())
 }
 
+/// Fills `root` white and writes the chart's title; the area below it.
+pub fn titled<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+) -> anyhow::Result<DrawingArea<DB, Shift>>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(err("background"))?;
+    root.titled(title, ("sans-serif", 20)).map_err(err("title"))
+}
+
 /// Draws the six panels (two rows of three) on `root`.
 pub fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
@@ -141,10 +155,7 @@ pub fn draw<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE).map_err(err("background"))?;
-    let root = root
-        .titled(title, ("sans-serif", 20))
-        .map_err(err("title"))?;
+    let root = titled(root, title)?;
     for (i, (area, metric)) in root
         .split_evenly((2, 3))
         .iter()

@@ -3,20 +3,25 @@
 use std::collections::{BTreeSet, HashMap};
 
 use gpusched_api::v1;
+use gpusched_client::measure;
 use prost::Message as _;
-use serde::Serialize;
 
 use crate::trace::Need;
+
+pub use gpusched_client::measure::{CardStates, card_may_fit};
 
 /// What one placement booked: released exactly on departure.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Booking {
     /// Node index.
     pub node: usize,
-    /// (card index within the node, MiB, cores percent), one entry per card assignment.
+    /// (card index within the node, MiB, cores percent), one entry per card assignment on a
+    /// card without a MIG layout.
     pub cards: Vec<(usize, u64, u32)>,
     /// Host CPU (millicores) and memory (MiB) booked on the node.
     pub host: (u64, u64),
+    /// The MIG instances held, one per card assignment on a MIG card ([`crate::mig`]).
+    pub mig: Vec<crate::mig::MigHeld>,
 }
 
 /// Nodes and their usage.
@@ -48,43 +53,6 @@ fn node_key(n: &v1::Node) -> Vec<u8> {
     let mut k = n.clone();
     k.name.clear();
     k.encode_to_vec()
-}
-
-/// Counts of cards by state.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct CardStates {
-    /// Cards with nothing booked.
-    pub idle: usize,
-    /// Cards with something booked that can still take more.
-    pub partial: usize,
-    /// Cards with all cores, all memory or all slots booked.
-    pub full: usize,
-}
-
-fn usage(c: &v1::Card) -> v1::CardUsage {
-    c.usage.unwrap_or_default()
-}
-
-/// Memory a need books on a card (percent of the card floored, as HAMi does), or its MiB.
-fn need_mem(n: &Need, c: &v1::Card) -> u64 {
-    if n.mem_mib > 0 {
-        n.mem_mib
-    } else {
-        c.total_mem_mib.saturating_mul(u64::from(n.mem_percent)) / 100
-    }
-}
-
-/// Whether a card could take one card of `n` right now: a free slot, enough free cores and
-/// memory. A necessary condition of the service's fit rules (used to narrow candidates and for
-/// the fragmentation measure; the service decides).
-pub fn card_may_fit(c: &v1::Card, n: &Need) -> bool {
-    let u = usage(c);
-    if c.health != v1::CardHealth::Healthy as i32 || u.used_slots >= c.slots {
-        return false;
-    }
-    let free_cores = c.total_cores.saturating_sub(u.used_cores);
-    let free_mem = c.total_mem_mib.saturating_sub(u.used_mem_mib);
-    free_cores >= n.cores && free_mem >= need_mem(n, c)
 }
 
 impl Cluster {
@@ -215,7 +183,10 @@ impl Cluster {
             let free_gpu: u64 = self.nodes[i]
                 .cards
                 .iter()
-                .map(|c| u64::from(c.total_cores.saturating_sub(usage(c).used_cores)))
+                .map(|c| {
+                    let used = c.usage.unwrap_or_default().used_cores;
+                    u64::from(c.total_cores.saturating_sub(used))
+                })
                 .sum();
             let free_cpu = self.host_free(i).map_or(u64::MAX, |h| h.0);
             let key = (free_gpu, std::cmp::Reverse(free_cpu), self.rank[i], i);
@@ -230,8 +201,8 @@ impl Cluster {
         self.rekey(i);
         Ok(Some(Booking {
             node: i,
-            cards: Vec::new(),
             host,
+            ..Booking::default()
         }))
     }
 
@@ -282,8 +253,8 @@ impl Cluster {
         let n = &mut self.nodes[node];
         let mut b = Booking {
             node,
-            cards: Vec::new(),
             host,
+            ..Booking::default()
         };
         for ca in r.containers.iter().flat_map(|c| &c.cards) {
             let ci = n
@@ -297,6 +268,11 @@ impl Cluster {
                         r.node_name
                     )
                 })?;
+            if let Some(m) = &ca.mig {
+                let who = format!("sim/{}", r.node_name);
+                b.mig.push(crate::mig::book(&mut n.cards[ci], ci, m, &who)?);
+                continue;
+            }
             let u = n.cards[ci].usage.get_or_insert_with(v1::CardUsage::default);
             u.used_slots += 1;
             u.used_mem_mib += ca.mem_mib;
@@ -328,6 +304,9 @@ impl Cluster {
             if *u == v1::CardUsage::default() {
                 n.cards[ci].usage = None;
             }
+        }
+        for h in &b.mig {
+            crate::mig::release(&mut n.cards[h.card], h)?;
         }
         self.host_book(b.node, b.host, false)?;
         self.rekey(b.node);
@@ -390,68 +369,20 @@ impl Cluster {
             .collect()
     }
 
-    /// Cards by state.
+    /// Cards by state (the shared measure, `gpusched_client::measure`).
     pub fn card_states(&self) -> CardStates {
-        let mut s = CardStates::default();
-        for c in self.nodes.iter().flat_map(|n| &n.cards) {
-            let u = usage(c);
-            if u.used_slots == 0 && u.used_cores == 0 && u.used_mem_mib == 0 {
-                s.idle += 1;
-            } else if u.used_cores >= c.total_cores
-                || u.used_mem_mib >= c.total_mem_mib
-                || u.used_slots >= c.slots
-            {
-                s.full += 1;
-            } else {
-                s.partial += 1;
-            }
-        }
-        s
+        measure::card_states(&self.nodes)
     }
 
-    /// Booked compute over all compute (cores percent summed), 0..1.
+    /// Booked compute over all compute (cores percent summed), 0..1 (the shared measure).
     pub fn allocation_ratio(&self) -> f64 {
-        let (used, total) =
-            self.nodes
-                .iter()
-                .flat_map(|n| &n.cards)
-                .fold((0u64, 0u64), |(u, t), c| {
-                    (
-                        u + u64::from(usage(c).used_cores.min(c.total_cores)),
-                        t + u64::from(c.total_cores),
-                    )
-                });
-        if total == 0 {
-            0.0
-        } else {
-            used as f64 / total as f64
-        }
+        measure::allocation_ratio(&self.nodes)
     }
 
-    /// Expected fragmentation (the card-level form of Weng et al.'s measure): of the free
-    /// compute, the share that sits on cards where a request drawn from `classes` (per-card
-    /// needs with their popularity) could not fit. 0..1; 0 when nothing is free.
+    /// Expected fragmentation of the free compute for request `classes`, 0..1 (the shared
+    /// measure, `gpusched_client::measure::fragmentation`).
     pub fn fragmentation(&self, classes: &[(Need, f64)]) -> f64 {
-        let mut free_total = 0.0;
-        let mut frag = 0.0;
-        for c in self.nodes.iter().flat_map(|n| &n.cards) {
-            let free = f64::from(c.total_cores.saturating_sub(usage(c).used_cores));
-            if free <= 0.0 {
-                continue;
-            }
-            free_total += free;
-            let miss: f64 = classes
-                .iter()
-                .filter(|(n, _)| !card_may_fit(c, n))
-                .map(|(_, p)| p)
-                .sum();
-            frag += free * miss;
-        }
-        if free_total > 0.0 {
-            frag / free_total
-        } else {
-            0.0
-        }
+        measure::fragmentation(&self.nodes, classes)
     }
 }
 

@@ -129,6 +129,7 @@ mod tests {
             host: (0, 0),
             cpu_only: false,
             openb: None,
+            priority: 0,
         }
     }
 

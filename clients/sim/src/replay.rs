@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::artifact::ArtifactFrag;
 use crate::cluster::{Booking, CardStates, Cluster};
+use crate::quota::{Hard, Ledger, NamespaceReport};
 use crate::setup::Setup;
 use crate::trace::{Job, Need};
 
@@ -37,6 +38,8 @@ pub struct ReplayOptions {
     /// The artifact's typical pods, for its fragmentation measure per event (empty: not
     /// measured).
     pub artifact_mix: Vec<crate::artifact::TypicalPod>,
+    /// Hard GPU limits per namespace (the trace's `quota` lines).
+    pub quotas: BTreeMap<String, Hard>,
 }
 
 impl Default for ReplayOptions {
@@ -51,6 +54,7 @@ impl Default for ReplayOptions {
             mix: None,
             host_mix: None,
             artifact_mix: Vec::new(),
+            quotas: BTreeMap::new(),
         }
     }
 }
@@ -104,6 +108,9 @@ pub struct Sample {
     pub unplaced: usize,
     /// Workloads on the cluster now.
     pub running: usize,
+    /// MIG cards: slices used and stranded (absent without MIG cards).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig: Option<crate::mig::MigSample>,
 }
 
 /// A workload the service could not place.
@@ -176,7 +183,11 @@ pub struct SetupResult {
     pub samples: Vec<Sample>,
     /// Every unplaced workload.
     pub unplaced_workloads: Vec<Unplaced>,
-    /// Where each job went: `node/card,card` or None (not in the JSON report).
+    /// Per namespace with a quota: what it cost (absent without quotas).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<BTreeMap<String, NamespaceReport>>,
+    /// Where each job went: `node/card,card` (a MIG instance as `card[profile@start]`) or None
+    /// (not in the JSON report).
     #[serde(skip)]
     pub placements: Vec<Option<String>>,
     /// Every decision in event order (not in the JSON report; `--placements`).
@@ -207,26 +218,23 @@ enum Kind {
 
 /// The per-card request classes of a trace with their popularity (fragmentation measure).
 pub fn request_classes(jobs: &[Job]) -> Vec<(Need, f64)> {
-    let mut counts: BTreeMap<Need, usize> = BTreeMap::new();
-    let mut n = 0usize;
-    for needs in jobs.iter().filter_map(|j| j.needs.as_ref()) {
-        for need in needs {
-            *counts.entry(Need { count: 1, ..*need }).or_default() += 1;
-            n += 1;
-        }
-    }
-    counts
-        .into_iter()
-        .map(|(k, c)| (k, c as f64 / n.max(1) as f64))
-        .collect()
+    gpusched_client::measure::request_classes(
+        jobs.iter()
+            .filter_map(|j| j.needs.as_ref())
+            .flatten()
+            .copied(),
+    )
 }
 
 fn describe(r: &v1::AllocationResult) -> String {
-    let cards: Vec<&str> = r
+    let cards: Vec<String> = r
         .containers
         .iter()
         .flat_map(|c| &c.cards)
-        .map(|c| c.card_id.as_str())
+        .map(|c| match &c.mig {
+            Some(m) => format!("{}[{}@{}]", c.card_id, m.profile, m.start),
+            None => c.card_id.clone(),
+        })
         .collect();
     format!("{}/{}", r.node_name, cards.join(","))
 }
@@ -277,10 +285,31 @@ struct Run<'a> {
     setup: &'a Setup,
     cluster: Cluster,
     workloads: Vec<v1::Workload>,
+    quotas: Ledger,
     timing: Timing,
 }
 
 impl Run<'_> {
+    /// Workload `j` as sent now: with the budget its namespace has left, when it has a quota.
+    fn workload(&self, j: usize) -> v1::Workload {
+        let mut w = self.workloads[j].clone();
+        if let Some(b) = self.quotas.budget(&w.namespace) {
+            w.quota = Some(b);
+        }
+        w
+    }
+
+    /// Books placement `r` of workload `j` on the cluster and against its namespace.
+    fn book(
+        &mut self,
+        j: usize,
+        r: &v1::AllocationResult,
+        host: (u64, u64),
+    ) -> anyhow::Result<Option<Booking>> {
+        self.quotas.book(j, &self.workloads[j].namespace, r);
+        self.cluster.book_with_host(r, host)
+    }
+
     async fn call(
         &mut self,
         nodes: Vec<v1::Node>,
@@ -296,7 +325,7 @@ impl Run<'_> {
                 .allocate_request(v1::AllocateRequest {
                     node_set: None,
                     nodes,
-                    workload: Some(self.workloads[jobs[0]].clone()),
+                    workload: Some(self.workload(jobs[0])),
                     options: Some(options),
                     restrict_to_node_names: vec![],
                     node_refs: vec![],
@@ -310,7 +339,7 @@ impl Run<'_> {
                 .allocate_batch(v1::AllocateBatchRequest {
                     node_set: None,
                     nodes,
-                    workloads: jobs.iter().map(|&j| self.workloads[j].clone()).collect(),
+                    workloads: jobs.iter().map(|&j| self.workload(j)).collect(),
                     options: Some(options),
                     all_or_nothing: false,
                     return_updated_nodes: false,
@@ -577,6 +606,7 @@ pub async fn replay_with_hosts(
         setup,
         cluster,
         workloads,
+        quotas: Ledger::new(&opts.quotas),
         timing: Timing::default(),
     };
     run.timing.build_s += t.elapsed().as_secs_f64();
@@ -610,6 +640,7 @@ pub async fn replay_with_hosts(
             unplaced_by_reason: BTreeMap::new(),
             samples: Vec::new(),
             unplaced_workloads: Vec::new(),
+            quota: None,
             placements: Vec::new(),
             log: Vec::new(),
             by_demand: Vec::new(),
@@ -646,6 +677,7 @@ pub async fn replay_with_hosts(
             if let Some(b) = tally.bookings[j].take() {
                 run.cluster.release(&b)?;
                 tally.measure(&run.cluster, b.node);
+                run.quotas.release(j);
                 tally.res.departures += 1;
             }
             i += 1;
@@ -800,7 +832,7 @@ pub async fn replay_with_hosts(
             tally.res.arrivals += 1;
             tally.arrived += jobs[jj].demand;
             if answer.placed {
-                let b = run.cluster.book_with_host(&answer, jobs[jj].host)?;
+                let b = run.book(jj, &answer, jobs[jj].host)?;
                 if let Some(b) = &b {
                     tally.measure(&run.cluster, b.node);
                 }
@@ -813,6 +845,7 @@ pub async fn replay_with_hosts(
                 tally.res.placed += 1;
                 tally.unplaced_in_row = 0;
             } else {
+                run.quotas.unplaced(&run.workloads[jj].namespace, &answer);
                 let (node_reasons, unresolvable_nodes, top) = reasons(&answer);
                 *tally.res.unplaced_by_reason.entry(top.clone()).or_default() += 1;
                 tally.res.unplaced += 1;
@@ -889,6 +922,7 @@ pub async fn replay_with_hosts(
         3,
     );
     res.placements = tally.placements;
+    res.quota = std::mem::take(&mut run.quotas).report();
     run.timing.total_s = started.elapsed().as_secs_f64();
     res.timing = run.timing;
     Ok(res)
@@ -941,6 +975,7 @@ fn sample(
         placed: res.placed,
         unplaced: res.unplaced,
         running: res.placed.saturating_sub(res.departures),
+        mig: crate::mig::measure(&c.nodes),
     }
 }
 

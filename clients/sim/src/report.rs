@@ -45,6 +45,9 @@ pub struct Report {
     /// The paper's experiment (`--seed`/`--seeds`): measures by arrived demand over seeds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paper: Option<PaperReport>,
+    /// With `--preemption`: each set-up replayed with priorities, preemption off and/or on.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub priorities: Vec<crate::preempt::PriorityResult>,
 }
 
 /// The paper's experiment over seeds: per set-up, the measures at 100% arrived demand
@@ -241,6 +244,40 @@ impl Input {
     }
 }
 
+/// What the namespaces' quotas cost, per set-up and namespace (nothing without quotas).
+fn quota_table(s: &mut String, r: &Report) {
+    let rows: Vec<(&str, &String, &crate::quota::NamespaceReport)> = r
+        .setups
+        .iter()
+        .flat_map(|x| {
+            x.quota
+                .iter()
+                .flatten()
+                .map(move |(ns, q)| (x.setup.name.as_str(), ns, q))
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let limit = |l: Option<u64>| l.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    s.push_str(
+        "\n| set-up | namespace | MiB limit | cores limit | placed | refused by quota | peak MiB | peak cores |\n",
+    );
+    s.push_str("|---|---|---:|---:|---:|---:|---:|---:|\n");
+    for (setup, ns, q) in rows {
+        let _ = writeln!(
+            s,
+            "| {setup} | {ns} | {} | {} | {} | {} | {} | {} |",
+            limit(q.hard.mem_mib),
+            limit(q.hard.cores),
+            q.placed,
+            q.refused_by_quota,
+            q.peak_mem_mib,
+            q.peak_cores
+        );
+    }
+}
+
 /// The Markdown summary: one row per set-up.
 pub fn markdown(r: &Report) -> String {
     let mut s = String::new();
@@ -290,6 +327,7 @@ pub fn markdown(r: &Report) -> String {
             top
         );
     }
+    quota_table(&mut s, r);
     s.push_str(
         "\nalloc: booked compute (cores) / all compute; frag: share of the free compute on cards \
          where a request drawn from the trace's per-card request mix could not fit; means over \
@@ -297,6 +335,17 @@ pub fn markdown(r: &Report) -> String {
          could take the workload were they emptier (count = workloads). Charts: `by-demand.svg`, \
          `by-time.svg` (and .png).\n",
     );
+    let mig: Vec<(&str, Vec<crate::mig::MigSample>)> = r
+        .setups
+        .iter()
+        .map(|x| {
+            (
+                x.setup.name.as_str(),
+                x.samples.iter().filter_map(|p| p.mig).collect(),
+            )
+        })
+        .collect();
+    s.push_str(&crate::mig::summary(&mig));
     s
 }
 
@@ -358,12 +407,14 @@ pub fn write_all(
         std::fs::write(&p, text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
         Ok(name.to_owned())
     };
+    let openb = r.input.trace.ends_with(".csv");
+    let mut summary = markdown(r);
+    if !r.priorities.is_empty() {
+        summary.push_str(&crate::priority_chart::markdown(&r.priorities, openb));
+    }
     let mut out = vec![
         w("report.json", &(serde_json::to_string_pretty(r)? + "\n"))?,
-        w(
-            "summary.md",
-            &(markdown(r) + &r.paper.as_ref().map(paper_markdown).unwrap_or_default()),
-        )?,
+        w("summary.md", &summary)?,
         w("timing.json", &(serde_json::to_string_pretty(t)? + "\n"))?,
     ];
     let title = |x: &str| format!("gpusched-sim {} of {}: {}", r.input.mode, r.input.trace, x);
@@ -401,6 +452,15 @@ pub fn write_all(
             &title,
             &alloc,
             &frag,
+            png,
+        )?);
+    }
+    if !r.priorities.is_empty() {
+        out.extend(crate::priority_chart::write(
+            dir,
+            &title("by priority class"),
+            &r.priorities,
+            openb,
             png,
         )?);
     }

@@ -22,18 +22,8 @@ pub struct BadRow {
 
 /// Per-card needs of one GPU container, as far as the simulator knows them (used to narrow
 /// the candidate nodes and to classify requests for the fragmentation measure, never to
-/// decide).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Need {
-    /// Cards wanted.
-    pub count: u32,
-    /// Cores per card, percent (0 = not known).
-    pub cores: u32,
-    /// Memory per card, MiB (0 = not fixed).
-    pub mem_mib: u64,
-    /// Memory per card, percent of the card (0 = not given).
-    pub mem_percent: u32,
-}
+/// decide): the shared measures' type.
+pub use gpusched_client::measure::Need;
 
 /// What an openb row said of a pod (for the artifact's measure and the host filter).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -72,6 +62,9 @@ pub struct Job {
     pub cpu_only: bool,
     /// The openb row, when the trace is an openb pod list.
     pub openb: Option<OpenbPod>,
+    /// Priority (higher is more important; see [`crate::priority`]): openb `qos`, a JSON Lines
+    /// `priority`; 0 when the trace has none.
+    pub priority: i32,
 }
 
 /// What reading a trace found.
@@ -138,6 +131,8 @@ pub struct Trace {
     pub jobs: Vec<Job>,
     /// Counts.
     pub stats: LoadStats,
+    /// Hard GPU limits per namespace (JSON Lines `quota` lines; see [`crate::quota`]).
+    pub quotas: BTreeMap<String, crate::quota::Hard>,
 }
 
 /// A cluster and what reading found.
@@ -236,6 +231,7 @@ fn time(rec: &csv::StringRecord, idx: usize, name: &str) -> Result<Option<f64>, 
 /// cores and `pct` percent of its memory, on the allowed models.
 pub fn openb_workload(name: &str, num_gpu: u32, pct: u32, gpu_types: &[String]) -> v1::Workload {
     v1::Workload {
+        quota: None,
         namespace: "openb".into(),
         name: name.to_owned(),
         uid: String::new(),
@@ -294,6 +290,8 @@ pub fn parse_openb_pods(path: &str, text: &str, opts: &ReadOptions) -> anyhow::R
         cpu: optional("cpu_milli"),
         mem: optional("memory_mib"),
     };
+    // Optional: older lists have no `qos`.
+    let qos = optional("qos");
     let mut rows = Rows {
         path,
         opts,
@@ -316,7 +314,7 @@ pub fn parse_openb_pods(path: &str, text: &str, opts: &ReadOptions) -> anyhow::R
         rows.stats.rows += 1;
         // Without creation times, the file order (row number) is the arrival order.
         let order = rows.stats.rows as f64;
-        match openb_row(&rec, &cols, order, opts.cpu_only) {
+        match openb_row(&rec, &cols, order, opts.cpu_only, qos) {
             Ok(Some(job)) => jobs.push(job),
             Ok(None) => rows.stats.skipped_no_gpu += 1,
             Err(m) => rows.bad(line, m)?,
@@ -324,7 +322,11 @@ pub fn parse_openb_pods(path: &str, text: &str, opts: &ReadOptions) -> anyhow::R
     }
     let mut stats = rows.stats;
     stats.gpu_jobs = jobs.iter().filter(|j| !j.cpu_only).count();
-    Ok(Trace { jobs, stats })
+    Ok(Trace {
+        jobs,
+        stats,
+        ..Trace::default()
+    })
 }
 
 fn optional_num(rec: &csv::StringRecord, idx: Option<usize>, name: &str) -> Result<u64, String> {
@@ -340,6 +342,7 @@ fn openb_row(
     col: &PodColumns,
     order: f64,
     keep_cpu_only: bool,
+    qos: Option<usize>,
 ) -> Result<Option<Job>, String> {
     let name = field(rec, col.name, "name")?.to_owned();
     if name.is_empty() {
@@ -377,6 +380,11 @@ fn openb_row(
         gpu_milli: if num_gpu == 0 { 0 } else { gpu_milli },
         gpu_spec: types.clone(),
     };
+    let priority = match qos {
+        Some(i) => crate::priority::of_qos(field(rec, i, "qos")?)
+            .map_err(|e| format!("column `qos`: {e}"))?,
+        None => 0,
+    };
     if num_gpu == 0 {
         if !keep_cpu_only {
             return Ok(None);
@@ -395,6 +403,7 @@ fn openb_row(
             host,
             cpu_only: true,
             openb: Some(openb),
+            priority,
         }));
     }
     if gpu_milli == 0 || gpu_milli > 1000 {
@@ -421,12 +430,14 @@ fn openb_row(
         host,
         cpu_only: false,
         openb: Some(openb),
+        priority,
     }))
 }
 
 /// One card of a node built from a node list.
 pub fn card(index: u32, model: &str, mem_mib: u64, slots: u32) -> v1::Card {
     v1::Card {
+        mig: None,
         id: format!("gpu{index}"),
         index,
         r#type: model.to_owned(),
@@ -613,13 +624,27 @@ pub fn parse_jsonl_jobs(path: &str, text: &str, opts: &ReadOptions) -> anyhow::R
         stats: LoadStats::default(),
     };
     let mut jobs = Vec::new();
+    let mut quotas = BTreeMap::new();
     for (i, l) in text.lines().enumerate() {
         let l = l.trim();
         if l.is_empty() || l.starts_with('#') {
             continue;
         }
-        rows.stats.rows += 1;
         let line = i as u64 + 1;
+        match crate::quota::line(l) {
+            Some(Ok((namespace, hard))) => {
+                if quotas.insert(namespace.clone(), hard).is_some() {
+                    rows.bad(line, format!("a second quota for namespace `{namespace}`"))?;
+                }
+                continue;
+            }
+            Some(Err(m)) => {
+                rows.bad(line, m)?;
+                continue;
+            }
+            None => {}
+        }
+        rows.stats.rows += 1;
         match jsonl_job(l, line) {
             Ok(Some(j)) => jobs.push(j),
             Ok(None) => rows.stats.skipped_no_gpu += 1,
@@ -628,7 +653,11 @@ pub fn parse_jsonl_jobs(path: &str, text: &str, opts: &ReadOptions) -> anyhow::R
     }
     let mut stats = rows.stats;
     stats.gpu_jobs = jobs.len();
-    Ok(Trace { jobs, stats })
+    Ok(Trace {
+        jobs,
+        stats,
+        quotas,
+    })
 }
 
 fn jsonl_time(v: &serde_json::Value, key: &str) -> Result<Option<f64>, String> {
@@ -648,6 +677,7 @@ fn jsonl_job(l: &str, line: u64) -> Result<Option<Job>, String> {
     }
     let arrive = jsonl_time(&v, "arrive")?.ok_or_else(|| "`arrive` is missing".to_owned())?;
     let leave = jsonl_time(&v, "leave")?;
+    let priority = crate::priority::of_json(v.get("priority"))?;
     let w = v
         .get("workload")
         .ok_or_else(|| "`workload` is missing".to_owned())?;
@@ -676,6 +706,7 @@ fn jsonl_job(l: &str, line: u64) -> Result<Option<Job>, String> {
         host: (0, 0),
         cpu_only: false,
         openb: None,
+        priority,
     }))
 }
 

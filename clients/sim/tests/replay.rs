@@ -390,6 +390,7 @@ fn args(files: &Files, trace: &Path, nodes: &Path, out: &str) -> Args {
         mix_coverage: 0.95,
         mix_shapes: 64,
         mix_weight: "demand".into(),
+        preemption: gpusched_sim::app::PreemptionMode::None,
     }
 }
 

@@ -115,6 +115,9 @@ pub struct Settings {
     pub lock_file: Option<PathBuf>,
     /// Print the decision and the sbatch command; submit nothing.
     pub dry_run: bool,
+    /// When nothing fits, requeue the jobs the service names (`--gpusched-preempt`; needs root
+    /// or a Slurm operator: other users' jobs).
+    pub preempt: bool,
 }
 
 /// A parsed command line.
@@ -124,6 +127,10 @@ pub struct SubmitArgs {
     pub request: GpuRequest,
     /// Partitions named with `-p/--partition` (candidate nodes are limited to them).
     pub partitions: Vec<String>,
+    /// `-A/--account` (whose GPU limits apply; default: the user's default account).
+    pub account: Option<String>,
+    /// `-q/--qos` (default: the association's default QOS).
+    pub qos: Option<String>,
     /// Arguments for sbatch, in order, without the gpu gres and the wrapper's options.
     pub sbatch_args: Vec<String>,
     /// `--gres` entries other than gpu, to pass on with gpusched's own.
@@ -202,6 +209,8 @@ pub fn parse(args: &[String], env: &Env) -> Result<SubmitArgs, ArgsError> {
     let mut out = SubmitArgs {
         request: GpuRequest::default(),
         partitions: vec![],
+        account: None,
+        qos: None,
         sbatch_args: vec![],
         other_gres: vec![],
         user_hold: false,
@@ -224,6 +233,7 @@ pub fn parse(args: &[String], env: &Env) -> Result<SubmitArgs, ArgsError> {
                     .unwrap_or_else(|| DEFAULT_LOCK.to_owned()),
             )),
             dry_run: false,
+            preempt: false,
         },
     };
     let mut i = 0;
@@ -249,7 +259,9 @@ pub fn parse(args: &[String], env: &Env) -> Result<SubmitArgs, ArgsError> {
         let takes_value = match name.strip_prefix("--") {
             Some(long) => {
                 LONG_WITH_VALUE.contains(&long)
-                    || long.starts_with("gpusched") && long != "gpusched-dry-run"
+                    || long.starts_with("gpusched")
+                        && long != "gpusched-dry-run"
+                        && long != "gpusched-preempt"
             }
             None => name
                 .chars()
@@ -297,12 +309,13 @@ pub fn parse(args: &[String], env: &Env) -> Result<SubmitArgs, ArgsError> {
                 out.settings.timeout = Duration::from_secs_f64(secs);
             }
             "--gpusched-dry-run" => out.settings.dry_run = true,
+            "--gpusched-preempt" => out.settings.preempt = true,
             n if n.starts_with("--gpusched") => {
                 return Err(refused(
                     n,
                     "unknown gpusched-sbatch option; known: --gpusched KEY=VALUE, \
                      --gpusched-address, --gpusched-inventory, --gpusched-timeout, \
-                     --gpusched-lock, --gpusched-dry-run",
+                     --gpusched-lock, --gpusched-dry-run, --gpusched-preempt",
                 ));
             }
             "--gres" => out.other_gres.extend(request.add_gres(&val)?),
@@ -335,6 +348,14 @@ pub fn parse(args: &[String], env: &Env) -> Result<SubmitArgs, ArgsError> {
             }
             "-N" | "--nodes" if val != "1" && val != "1-1" => {
                 return Err(refused(&name, "a gpusched job runs on exactly one node"));
+            }
+            "-A" | "--account" => {
+                out.account = Some(val.clone());
+                passthrough(&mut out);
+            }
+            "-q" | "--qos" => {
+                out.qos = Some(val.clone());
+                passthrough(&mut out);
             }
             "-p" | "--partition" => {
                 out.partitions

@@ -117,16 +117,19 @@ mod tests {
                 id: 1,
                 state: "RUNNING".into(),
                 comment: d.encode(),
+                ..Job::default()
             },
             Job {
                 id: 2,
                 state: "COMPLETED".into(),
                 comment: d.encode(),
+                ..Job::default()
             },
             Job {
                 id: 3,
                 state: "PENDING".into(),
                 comment: "not ours".into(),
+                ..Job::default()
             },
         ];
         let ds = decisions(&jobs).unwrap();
@@ -146,6 +149,7 @@ mod tests {
             id: 42,
             state: "RUNNING".into(),
             comment: "gpusched/v1 node=n1".into(),
+            ..Job::default()
         }];
         let e = decisions(&jobs).unwrap_err().to_string();
         assert!(e.contains("job 42"), "{e}");

@@ -3,7 +3,9 @@
 //! Slurm counts three count-only GRES per node, the sums over the node's cards: `gpuslot`
 //! (virtual slots), `gpumem` (MiB) and `gpucore` (percent). Every job that gpusched-sbatch
 //! submits holds exactly what its decision books, so Slurm's accounting agrees with gpusched's
-//! per-card decision: a per-card fit always fits the node's sums.
+//! per-card decision: a per-card fit always fits the node's sums. Cards in MIG mode are left
+//! out of the sums: gpusched-sbatch places no MIG instance (`request.rs`, `RequestError::Mig`),
+//! and a hami-core job never lands on a MIG card.
 
 use std::collections::BTreeMap;
 
@@ -24,12 +26,17 @@ pub struct NodeGres {
 }
 
 impl NodeGres {
-    /// The sums over a node's cards.
+    /// The sums over a node's cards that are not in MIG mode.
     pub fn of(inv: &NodeInventory) -> NodeGres {
+        let cards = || {
+            inv.cards
+                .iter()
+                .filter(|c| c.mode != gpusched_client::v1::CardMode::Mig as i32)
+        };
         NodeGres {
-            slots: inv.cards.iter().map(|c| u64::from(c.slots)).sum(),
-            mem_mib: inv.cards.iter().map(|c| c.total_mem_mib).sum(),
-            cores: inv.cards.iter().map(|c| u64::from(c.total_cores)).sum(),
+            slots: cards().map(|c| u64::from(c.slots)).sum(),
+            mem_mib: cards().map(|c| c.total_mem_mib).sum(),
+            cores: cards().map(|c| u64::from(c.total_cores)).sum(),
         }
     }
 
@@ -101,5 +108,10 @@ mod tests {
             g.slots
         )));
         assert!(conf.contains("GresTypes=gpuslot,gpumem,gpucore"));
+        // A card in MIG mode is not in the sums.
+        let mut mixed = invs["node1"].clone();
+        mixed.cards[3].mode = gpusched_client::v1::CardMode::Mig as i32;
+        let m = NodeGres::of(&mixed);
+        assert_eq!((m.mem_mib, m.cores), (3 * 81920, 300));
     }
 }

@@ -16,6 +16,20 @@ use gpusched_hami::{Booking, decode_pod_devices, encode_pod_devices};
 /// The first word of every recorded decision.
 pub const MARKER: &str = "gpusched/v1";
 
+/// The second word of a preempted job's comment (`gpusched/v1 preempted by=<job>`): it holds
+/// nothing (its cards went to job `<job>`) and waits, held, to be placed again.
+pub const PREEMPTED: &str = "preempted";
+
+/// The comment of a job requeued by a preemption for job `by`, naming what it held.
+pub fn preempted_comment(by: u64, was: &Decision) -> String {
+    let gpus: Vec<String> = was.cards.iter().map(|c| c.index.to_string()).collect();
+    format!(
+        "{MARKER} {PREEMPTED} by={by} was-node={} was-gpus={}",
+        was.node,
+        gpus.join(",")
+    )
+}
+
 /// One card booked by a job.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BookedCard {
@@ -106,6 +120,9 @@ impl Decision {
     pub fn parse(comment: &str) -> Result<Option<Decision>, DecisionError> {
         let mut words = comment.split_whitespace();
         if words.next() != Some(MARKER) {
+            return Ok(None);
+        }
+        if comment.split_whitespace().nth(1) == Some(PREEMPTED) {
             return Ok(None);
         }
         let bad = |why: String| DecisionError {
@@ -222,6 +239,13 @@ mod tests {
         assert!(
             Decision::parse("gpusched/v1 node=n1 gpus=0 devices=GPU-a,NVIDIA,1,0:; x").is_err()
         );
+    }
+
+    #[test]
+    fn a_preempted_job_holds_nothing() {
+        let c = preempted_comment(42, &decision());
+        assert_eq!(c, "gpusched/v1 preempted by=42 was-node=node1 was-gpus=2,0");
+        assert_eq!(Decision::parse(&c).unwrap(), None);
     }
 
     #[test]

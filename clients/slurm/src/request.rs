@@ -58,6 +58,18 @@ pub enum RequestError {
     /// No GPU asked for.
     #[error("no GPU requested: add --gres=gpu:<count> (gpusched-sbatch only places GPU jobs)")]
     NoGpu,
+    /// A MIG instance asked for (`vgpu-mode` naming `mig`): not placed under Slurm.
+    #[error(
+        "--gpusched vgpu-mode={0}: gpusched-sbatch does not place MIG instances. A MIG decision \
+         names a profile and a placement that must exist as a GPU instance on the card before \
+         the job starts (in Kubernetes HAMi's device plugin creates it from \
+         hami.io/vgpu-mig-allocations); on a Slurm node nothing creates it (gpusched-agent only \
+         reads NVML, Slurm 22.05 has no dynamic MIG) and a job could not name it \
+         (CUDA_VISIBLE_DEVICES needs the instance's MIG UUID, known only once it exists). Run \
+         MIG jobs through Slurm's own gres/gpu on MIG cards (instances made beforehand, \
+         AutoDetect=nvml); gpusched jobs take hami-core cards only, never a MIG card"
+    )]
+    Mig(String),
 }
 
 /// The typed GPU request of one job (one node, one task group: one "container").
@@ -105,6 +117,9 @@ impl GpuRequest {
         } else {
             &mut self.annotations
         };
+        if full == "nvidia.com/vgpu-mode" && value.split(',').any(|m| m.trim() == "mig") {
+            return Err(RequestError::Mig(value.to_owned()));
+        }
         if map.insert(full.to_owned(), value.to_owned()).is_some() {
             return Err(RequestError::Duplicate(full.to_owned()));
         }
@@ -178,6 +193,7 @@ impl GpuRequest {
         let mut limits: BTreeMap<String, String> = self.limits.clone();
         limits.insert("nvidia.com/gpu".to_owned(), self.gpus.to_string());
         v1::Workload {
+            quota: None,
             namespace: "slurm".to_owned(),
             name: name.to_owned(),
             uid: String::new(),
@@ -246,6 +262,22 @@ mod tests {
             r.add_option("nvidia.com/gpumem=4000"),
             Err(RequestError::Duplicate("nvidia.com/gpumem".into()))
         );
+        // MIG is refused, saying why; other modes pass to the service.
+        for v in ["mig", "hami-core,mig", " mig "] {
+            let e = GpuRequest::default()
+                .add_option(&format!("vgpu-mode={v}"))
+                .unwrap_err();
+            assert_eq!(e, RequestError::Mig(v.to_owned()));
+            let text = e.to_string();
+            assert!(
+                text.contains("does not place MIG instances")
+                    && text.contains("nothing creates it"),
+                "{text}"
+            );
+        }
+        let mut r = GpuRequest::default();
+        r.add_option("nvidia.com/vgpu-mode=hami-core").unwrap();
+        assert_eq!(r.annotations["nvidia.com/vgpu-mode"], "hami-core");
     }
 
     #[test]

@@ -82,7 +82,7 @@ where
 }
 
 /// One job as `squeue --json` shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Job {
     /// Job id.
     pub id: u64,
@@ -90,6 +90,24 @@ pub struct Job {
     pub state: String,
     /// The job's comment (where gpusched records its decision).
     pub comment: String,
+    /// Its partition (a pending job submitted to several lists them, comma-separated).
+    pub partition: String,
+    /// When it started, seconds since the epoch (0: not started).
+    pub start_time: i64,
+    /// Its account, QOS and user (whose GPU limits its booking counts against).
+    pub owner: Owner,
+}
+
+/// Whose limits a job's booking counts against (`squeue --json`'s `account`, `qos`,
+/// `user_name`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Owner {
+    /// Account.
+    pub account: String,
+    /// QOS.
+    pub qos: String,
+    /// User name.
+    pub user: String,
 }
 
 /// States in which a job holds nothing any more.
@@ -148,7 +166,36 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, SlurmError> {
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned();
-            Ok(Job { id, state, comment })
+            let partition = j
+                .get("partition")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            // 22.05: a number; newer Slurm: {"set": bool, "number": n}.
+            let start_time = match j.get("start_time") {
+                Some(Value::Object(o)) => o.get("number").and_then(Value::as_i64),
+                Some(v) => v.as_i64(),
+                None => None,
+            }
+            .unwrap_or(0);
+            let text = |k: &str| {
+                j.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            Ok(Job {
+                id,
+                state,
+                comment,
+                partition,
+                start_time,
+                owner: Owner {
+                    account: text("account"),
+                    qos: text("qos"),
+                    user: text("user_name"),
+                },
+            })
         })
         .collect()
 }
@@ -248,6 +295,49 @@ pub async fn nodes(timeout: Duration) -> Result<Vec<SlurmNode>, SlurmError> {
     parse_nodes(&run("sinfo", ["--json"], timeout).await?)
 }
 
+/// One partition as `scontrol show partition -o` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Partition {
+    /// Its name.
+    pub name: String,
+    /// `PriorityTier` (Slurm's partition-based preemption ranks partitions by it).
+    pub priority_tier: i32,
+    /// `Default=YES`.
+    pub default: bool,
+}
+
+/// Parses `scontrol show partition -o` (one partition per line, `Key=Value` words).
+pub fn parse_partitions(text: &str) -> Result<Vec<Partition>, SlurmError> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let get = |k: &str| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix(k)?.strip_prefix('='))
+            };
+            let name = get("PartitionName")
+                .ok_or_else(|| output("scontrol show partition", "a line without PartitionName"))?;
+            let tier = get("PriorityTier").unwrap_or("1");
+            let priority_tier = tier.parse().map_err(|_| {
+                output(
+                    "scontrol show partition",
+                    format!("partition {name}: PriorityTier={tier} is not a number"),
+                )
+            })?;
+            Ok(Partition {
+                name: name.to_owned(),
+                priority_tier,
+                default: get("Default") == Some("YES"),
+            })
+        })
+        .collect()
+}
+
+/// The partitions slurmctld knows.
+pub async fn partitions(timeout: Duration) -> Result<Vec<Partition>, SlurmError> {
+    parse_partitions(&run("scontrol", ["show", "partition", "-o"], timeout).await?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,7 +345,8 @@ mod tests {
     #[test]
     fn squeue_json_of_slurm_22_05() {
         let text = r#"{"meta":{},"errors":[],"jobs":[
-          {"job_id":7,"job_state":"RUNNING","comment":"gpusched/v1 node=n1 gpus=0 devices=x"},
+          {"job_id":7,"job_state":"RUNNING","comment":"gpusched/v1 node=n1 gpus=0 devices=x",
+           "account":"team-q","qos":"normal","user_name":"alice"},
           {"job_id":8,"job_state":"COMPLETED","comment":""},
           {"job_id":9,"job_state":["PENDING"]}]}"#;
         let jobs = parse_jobs(text).unwrap();
@@ -264,8 +355,50 @@ mod tests {
         assert!(!jobs[1].holds_booking());
         assert_eq!(jobs[2].state, "PENDING");
         assert_eq!(jobs[2].comment, "");
+        assert_eq!(
+            jobs[0].owner,
+            Owner {
+                account: "team-q".into(),
+                qos: "normal".into(),
+                user: "alice".into()
+            }
+        );
+        assert_eq!(jobs[1].owner, Owner::default());
         assert!(parse_jobs("{}").is_err());
         assert!(parse_jobs(r#"{"jobs":[{"job_state":"RUNNING"}]}"#).is_err());
+    }
+
+    #[test]
+    fn squeue_partitions_and_start_times() {
+        let text = r#"{"jobs":[
+          {"job_id":1,"job_state":"RUNNING","partition":"low","start_time":1700000000},
+          {"job_id":2,"job_state":"RUNNING","partition":"high","start_time":{"set":true,"number":5}},
+          {"job_id":3,"job_state":"PENDING"}]}"#;
+        let jobs = parse_jobs(text).unwrap();
+        let got: Vec<(&str, i64)> = jobs
+            .iter()
+            .map(|j| (j.partition.as_str(), j.start_time))
+            .collect();
+        assert_eq!(got, [("low", 1_700_000_000), ("high", 5), ("", 0)]);
+    }
+
+    #[test]
+    fn scontrol_partitions() {
+        let text = "PartitionName=gpu AllowGroups=ALL Default=YES PriorityJobFactor=1 PriorityTier=1 State=UP\n\
+                    PartitionName=high Default=NO PriorityTier=10 State=UP\n\
+                    PartitionName=old State=UP\n";
+        let p = parse_partitions(text).unwrap();
+        let got: Vec<(&str, i32, bool)> = p
+            .iter()
+            .map(|p| (p.name.as_str(), p.priority_tier, p.default))
+            .collect();
+        assert_eq!(
+            got,
+            [("gpu", 1, true), ("high", 10, false), ("old", 1, false)]
+        );
+        let e = parse_partitions("PartitionName=x PriorityTier=top").unwrap_err();
+        assert!(e.to_string().contains("PriorityTier=top"), "{e}");
+        assert!(parse_partitions("State=UP").is_err());
     }
 
     #[test]

@@ -20,6 +20,8 @@ use crate::args::SubmitArgs;
 use crate::cluster::{UsageError, candidate_nodes, decisions};
 use crate::decision::Decision;
 use crate::inventory::{InventoryError, NodeInventory, read_dir};
+use crate::preempt::{self, Plan, Tiers};
+use crate::quota;
 use crate::request::{GpuRequest, USE_GPUTYPE, option_of_field};
 use crate::slurm::{self, SlurmError};
 
@@ -71,6 +73,9 @@ pub enum SubmitError {
     /// No node can take the job now.
     #[error("no node can take the job now: {0}")]
     NoFit(String),
+    /// Who submits is not known (no `USER`, `LOGNAME` nor `id -un`).
+    #[error("cannot tell who submits (USER, LOGNAME, id -un): {0}")]
+    User(String),
     /// The decision kept losing races with concurrent submissions.
     #[error(
         "gave up after {MAX_ATTEMPTS} attempts: concurrent submissions kept taking the chosen cards"
@@ -79,6 +84,17 @@ pub enum SubmitError {
     /// The lock file is held too long.
     #[error("lock {0}: held by another gpusched-sbatch for over {LOCK_WAIT:?}")]
     Lock(PathBuf),
+    /// Slurm refused to requeue a victim of the preemption (the job was cancelled again).
+    #[error(
+        "preemption: requeueing job {job}: {why} (only root and Slurm operators may requeue \
+         other users' jobs)"
+    )]
+    Preempt {
+        /// The victim.
+        job: u64,
+        /// Slurm's answer.
+        why: String,
+    },
 }
 
 /// The outcome of a submission.
@@ -98,6 +114,10 @@ pub struct Submitted {
     pub check: Duration,
     /// Attempts used.
     pub attempts: u32,
+    /// The jobs requeued to make room (`--gpusched-preempt`), most important first.
+    pub preempted: Vec<u64>,
+    /// Victims still running when the job was released (they did not stop in time).
+    pub still_running: Vec<u64>,
 }
 
 /// Holds the local lock (released on drop, when the file is closed).
@@ -213,7 +233,7 @@ pub fn check_gpu_types(
     })
 }
 
-fn no_fit(nodes: &[v1::Node], r: &v1::AllocationResult) -> SubmitError {
+fn no_fit(nodes: &[v1::Node], r: &v1::AllocationResult, quota_note: &str) -> SubmitError {
     if nodes.is_empty() {
         return SubmitError::NoFit(
             "no usable Slurm node has a gpusched inventory (check sinfo and the inventory \
@@ -226,7 +246,30 @@ fn no_fit(nodes: &[v1::Node], r: &v1::AllocationResult) -> SubmitError {
         .iter()
         .map(|f| format!("{}: {}", f.node_name, f.message))
         .collect();
-    SubmitError::NoFit(reasons.join("; "))
+    let by_quota = r.failed_nodes.iter().any(|f| {
+        f.reasons.iter().any(|c| {
+            c.reason == v1::Reason::QuotaMemoryExceeded as i32
+                || c.reason == v1::Reason::QuotaCoresExceeded as i32
+        })
+    });
+    let mut text = reasons.join("; ");
+    if by_quota && !quota_note.is_empty() {
+        text = format!("{text} ({quota_note})");
+    }
+    SubmitError::NoFit(text)
+}
+
+/// Who submits: `USER`, else `LOGNAME`, else `id -un`.
+async fn submitting_user(t: Duration) -> Result<String, SubmitError> {
+    for k in ["USER", "LOGNAME"] {
+        if let Some(u) = std::env::var(k).ok().filter(|u| !u.is_empty()) {
+            return Ok(u);
+        }
+    }
+    let u = slurm::run("id", ["-un"], t).await?;
+    Some(u.trim().to_owned())
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| SubmitError::User("id -un printed nothing".to_owned()))
 }
 
 fn same_cards(a: &Decision, b: &Decision) -> bool {
@@ -240,6 +283,45 @@ fn same_cards(a: &Decision, b: &Decision) -> bool {
         v
     };
     a.node == b.node && key(a) == key(b)
+}
+
+/// The preemption that would make room for the job when nothing fits (section "Preemption"
+/// of the README): Ok(plan) or why there is none.
+async fn preemption(
+    args: &SubmitArgs,
+    client: &gpusched_client::Client,
+    workload: &v1::Workload,
+    nodes: &[v1::Node],
+    jobs: &[slurm::Job],
+    booked: &BTreeMap<u64, Decision>,
+) -> Result<Result<Plan, String>, SubmitError> {
+    let s = &args.settings;
+    let tiers = Tiers::new(&slurm::partitions(s.timeout).await?);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let req = v1::PreemptRequest {
+        nodes: nodes.to_vec(),
+        workload: Some(workload.clone()),
+        options: None,
+        priority: tiers.priority(&args.partitions.join(",")),
+        placed: preempt::placed(nodes, jobs, booked, &tiers, now_ms),
+        node_refs: vec![],
+        node_set: None,
+    };
+    let resp = match tokio::time::timeout(s.timeout * 3, client.preempt_request(req)).await {
+        Ok(r) => r.map_err(|e| service_error(&s.address, e, &args.request))?,
+        Err(_) => {
+            return Err(SubmitError::Service {
+                address: s.address.clone(),
+                why: format!(
+                    "no answer within {:?}; nothing was submitted",
+                    s.timeout * 3
+                ),
+            });
+        }
+    };
+    Ok(preempt::plan(&resp))
 }
 
 /// Places and submits one job.
@@ -273,11 +355,16 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
         }
     };
 
+    let user = submitting_user(t).await?;
+    let limits = quota::limits(&user, args.account.as_deref(), args.qos.as_deref(), t).await?;
     let _guard = lock(s.lock_file.as_deref()).await?;
     for attempt in 1..=MAX_ATTEMPTS {
         let t0 = Instant::now();
         let (slurm_nodes, jobs) = tokio::try_join!(slurm::nodes(t), slurm::jobs(t))?;
         let booked = decisions(&jobs)?;
+        let (budget, quota_note) = quota::budget(&limits, &jobs, &booked, None);
+        let mut workload = workload.clone();
+        workload.quota = (!limits.is_empty()).then_some(budget);
         let nodes = candidate_nodes(
             &inventories,
             &slurm_nodes,
@@ -297,8 +384,29 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
             node_refs: vec![],
         })
         .await?;
-        let Some(decision) = Decision::from_result(&result) else {
-            return Err(no_fit(&nodes, &result));
+        let (decision, victims) = match Decision::from_result(&result) {
+            Some(d) => (d, Vec::new()),
+            None => {
+                let SubmitError::NoFit(why) = no_fit(&nodes, &result, &quota_note) else {
+                    return Err(no_fit(&nodes, &result, &quota_note));
+                };
+                if nodes.is_empty() {
+                    return Err(SubmitError::NoFit(why));
+                }
+                match preemption(args, &client, &workload, &nodes, &jobs, &booked).await? {
+                    Ok(plan) if s.preempt => (plan.decision, plan.victims),
+                    Ok(plan) => {
+                        return Err(SubmitError::NoFit(format!(
+                            "{why}; preemption: requeueing {} would make room \
+                             (gpusched-sbatch --gpusched-preempt, as root or a Slurm operator)",
+                            plan.describe(&booked)
+                        )));
+                    }
+                    Err(reason) => {
+                        return Err(SubmitError::NoFit(format!("{why}; {reason}")));
+                    }
+                }
+            }
         };
         let decide = t0.elapsed();
 
@@ -321,6 +429,8 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
                 sbatch: Duration::ZERO,
                 check: Duration::ZERO,
                 attempts: attempt,
+                preempted: victims,
+                still_running: vec![],
             });
         }
         let t1 = Instant::now();
@@ -337,7 +447,16 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
         let sbatch = t1.elapsed();
 
         let t2 = Instant::now();
-        let fits = match recheck(args, &inventories, &decision, job_id, &call).await {
+        // The victims are requeued held and hold nothing from now on; the re-check below then
+        // finds their cards free.
+        if let Err((job, e)) = preempt::requeue(&victims, &booked, job_id, t).await {
+            cancel(job_id, t).await;
+            return Err(SubmitError::Preempt {
+                job,
+                why: e.to_string(),
+            });
+        }
+        let fits = match recheck(args, &inventories, &limits, &decision, job_id, &call).await {
             Ok(fits) => fits,
             Err(e) => {
                 cancel(job_id, t).await;
@@ -348,6 +467,13 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
             cancel(job_id, t).await;
             continue;
         }
+        // Released once the victims have stopped (their resources back in Slurm's sums), so
+        // that Slurm never has to make room for it by its own means.
+        let still_running = if victims.is_empty() {
+            Vec::new()
+        } else {
+            preempt::wait_stopped(&victims, t, t * 12).await
+        };
         if !args.user_hold
             && let Err(e) = slurm::run("scontrol", ["release", &job_id.to_string()], t).await
         {
@@ -362,15 +488,19 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
             sbatch,
             check: t2.elapsed(),
             attempts: attempt,
+            preempted: victims,
+            still_running,
         });
     }
     Err(SubmitError::Conflict)
 }
 
-/// Whether `decision` still fits with the bookings of every job submitted before `job_id`.
+/// Whether `decision` still fits with the bookings of every job submitted before `job_id`
+/// (on its cards, and within the GPU limits that apply to it).
 async fn recheck<F, Fut>(
     args: &SubmitArgs,
     inventories: &BTreeMap<String, NodeInventory>,
+    limits: &[quota::Limit],
     decision: &Decision,
     job_id: u64,
     call: &F,
@@ -385,10 +515,13 @@ where
     let earlier = booked.range(..job_id).map(|(_, d)| d);
     let nodes = candidate_nodes(inventories, &slurm_nodes, &args.partitions, earlier);
     let pinned = args.request.pinned_to(&decision.uuids());
+    let mut workload = pinned.workload(&args.job_name);
+    workload.quota =
+        (!limits.is_empty()).then(|| quota::budget(limits, &jobs, &booked, Some(job_id)).0);
     let result = call(v1::AllocateRequest {
         node_set: None,
         nodes,
-        workload: Some(pinned.workload(&args.job_name)),
+        workload: Some(workload),
         // Only the placement is compared.
         options: Some(v1::PlacementOptions {
             failed_nodes: v1::FailedNodes::None as i32,

@@ -76,6 +76,7 @@ async fn two_jobs(policy: &str) -> Vec<Vec<u32>> {
             id,
             state: "RUNNING".into(),
             comment: d.encode(),
+            ..Job::default()
         });
     }
     chosen

@@ -145,6 +145,12 @@ pub struct WorkloadArgs {
     /// The RPC.
     #[arg(long, value_enum, default_value_t = Rpc::Allocate)]
     pub rpc: Rpc,
+    /// `--rpc preempt`: placed workloads per node (each node's usage split among them).
+    #[arg(long, default_value_t = 10)]
+    pub placed_per_node: usize,
+    /// `--rpc preempt`: the pending workloads' priority (placed ones have 0, 100, 500 or 1000).
+    #[arg(long, default_value_t = 800)]
+    pub preempt_priority: i32,
     /// Nodes by reference (gRPC and `--target pipeline` runs): `warm` = every node by digest
     /// except the one whose usage changed since the last decision (cache primed first), `sets`
     /// = only that node, as a change to a kept node set (what the clients send), `cold` = every

@@ -25,6 +25,10 @@ pub(super) fn run(a: RunArgs) -> anyhow::Result<()> {
     match a.target {
         RunTarget::Engine | RunTarget::Pipeline => {
             anyhow::ensure!(a.rate.is_empty(), "--rate is for --target grpc");
+            anyhow::ensure!(
+                a.workload.rpc != crate::wire::Rpc::Preempt,
+                "--rpc preempt runs over gRPC (the engine's preemption has its criterion bench)"
+            );
             let what = if a.target == RunTarget::Engine {
                 InProc::Engine
             } else {

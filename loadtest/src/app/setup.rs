@@ -23,6 +23,26 @@ pub(super) fn build_pool(
     if let Some(o) = workload.failed_nodes.options() {
         pool.set_options(o);
     }
+    if workload.rpc == Rpc::Preempt {
+        anyhow::ensure!(
+            workload.placed_per_node > 0,
+            "--placed-per-node must be at least 1"
+        );
+        anyhow::ensure!(
+            workload.by_reference == crate::byref::ByRefMode::Off,
+            "--rpc preempt sends nodes inline (--by-reference off)"
+        );
+        crate::placed::apply(
+            &mut pool,
+            workload.placed_per_node,
+            workload.preempt_priority,
+            cluster.seed,
+        );
+        eprintln!(
+            "preempt: {} placed workloads per node, pending priority {}",
+            workload.placed_per_node, workload.preempt_priority
+        );
+    }
     eprintln!(
         "cluster: {} nodes x {} cards, {} requests of {:.1} KiB (mean), mix {mix}",
         pool.nodes.len(),

@@ -18,6 +18,10 @@ use crate::wire::Rpc;
 
 pub(super) fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     anyhow::ensure!(!a.sizes.is_empty(), "--sizes: give at least one size");
+    anyhow::ensure!(
+        a.workload.rpc != Rpc::Preempt,
+        "sweep runs in process too: measure --rpc preempt with `run` (over gRPC)"
+    );
     let w = Window {
         warmup: a.warmup.duration(),
         duration: a.duration.duration(),
@@ -225,6 +229,7 @@ fn chart_sweep(path: &Path, a: &SweepArgs, points: &[SweepPoint]) -> anyhow::Res
             Rpc::Allocate => "Allocate",
             Rpc::Filter => "Filter",
             Rpc::Score => "Score",
+            Rpc::Preempt => "Preempt",
         },
         cpus(),
         bytes.join(", ")

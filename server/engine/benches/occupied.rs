@@ -34,6 +34,7 @@ pub fn occupied_cluster(nodes: usize, seed: u64) -> (Snapshot, Vec<NodeWorkloads
             .map(|k| {
                 let card = k % CARDS as usize;
                 let booking = Booking {
+                    mig_instance_start: None,
                     card_id: cards[card].id.clone(),
                     slots: 1,
                     mem_mib: 30000 + rng.below(20001),

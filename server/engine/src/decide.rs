@@ -124,14 +124,32 @@ pub struct Placement {
 
 impl Placement {
     /// What the placement consumes against its workload's budget: memory and cores of
-    /// [`Placement::booked`] summed over the node's cards (section 10.2).
+    /// [`Placement::booked`] summed over the node's cards (section 10.2), a MIG card's
+    /// instances counted at their profiles' memory and cores (section 11.5).
     pub fn quota_use(&self) -> QuotaUse {
-        self.booked.iter().fold(QuotaUse::default(), |sum, b| {
-            sum.plus(QuotaUse {
-                mem_mib: b.used_mem_mib,
-                cores: u64::from(b.used_cores),
+        // A MIG card's instances consume their profiles' memory and cores (what the
+        // assignments report, section 11.5), not the slices they book.
+        let mut instances = QuotaUse::default();
+        let mut mig_cards: Vec<usize> = Vec::new();
+        for k in self.containers.iter().flat_map(|c| &c.cards) {
+            if k.mig.is_some() {
+                instances = instances.plus(QuotaUse {
+                    mem_mib: k.mem_mib,
+                    cores: u64::from(k.cores),
+                });
+                mig_cards.push(k.card);
+            }
+        }
+        self.booked
+            .iter()
+            .enumerate()
+            .filter(|(pos, _)| !mig_cards.contains(pos))
+            .fold(instances, |sum, (_, b)| {
+                sum.plus(QuotaUse {
+                    mem_mib: b.used_mem_mib,
+                    cores: u64::from(b.used_cores),
+                })
             })
-        })
     }
 }
 

@@ -7,6 +7,7 @@ use crate::frag::{FragScratch, PreparedMix};
 use crate::mig::choose::{MigChoice, MigExplanation, MigTaken, choose};
 use crate::model::{Card, CardMode, CardUsage, Node};
 use crate::policy::{NodePolicy, SortKey, VisitPlan};
+use crate::quota::QuotaUse;
 use crate::quota_tally::QuotaTally;
 use crate::reason::{Reason, ReasonCounts};
 use crate::score::{booking_key, booking_score, device_key, device_score};
@@ -237,8 +238,9 @@ fn mig_choice(
     })
 }
 
-/// Checks 5-7q of a MIG card, then its choice (section 11.4). The quota counts the
-/// request's memory and cores, as HAMi's `fitQuota` does.
+/// Checks 5-7 of a MIG card, its choice (section 11.4), then 7q on the chosen instance: it
+/// consumes its profile's memory and cores (what the assignment reports and the caller counts
+/// against the quota), not the request's as HAMi's `fitQuota` counts (section 11.9).
 fn mig_post_checks(
     card: &Card,
     pos: usize,
@@ -248,10 +250,25 @@ fn mig_post_checks(
     quota: Option<&QuotaTally>,
     choice: Result<MigChoice, Reason>,
 ) -> Result<MigChoice, Reason> {
-    match checks_5_to_7q(card, pos, u, req, prep, quota) {
-        Some(r) => Err(r),
-        None => choice,
+    if let Some(r) = checks_5_to_7q(card, pos, u, req, prep, None) {
+        return Err(r);
     }
+    let c = choice?;
+    match quota.and_then(|q| q.refuse_instance(instance_amount(card, &c))) {
+        Some(r) => Err(r),
+        None => Ok(c),
+    }
+}
+
+/// What a MIG instance consumes against a quota: its profile's memory and cores.
+pub(crate) fn instance_amount(card: &Card, c: &MigChoice) -> QuotaUse {
+    card.mig
+        .as_deref()
+        .and_then(|l| l.profiles.get(c.profile))
+        .map_or(QuotaUse::default(), |p| QuotaUse {
+            mem_mib: p.mem_mib,
+            cores: u64::from(p.cores),
+        })
 }
 
 /// The `FragAsc` key of a card's `Δ_card`: saturates only on nodes far beyond any real one
@@ -479,7 +496,7 @@ pub(crate) fn place_container(
                 .profiles
                 .get(c.profile)
                 .map_or((0, 0), |p| (p.mem_mib, p.cores));
-            scratch.quota.commit(pos, req, req.booked_mem(card));
+            scratch.quota.commit_instance(instance_amount(card, &c));
             *u = add_usage(*u, c.booked);
             picks.push(Pick {
                 container: position,
@@ -732,7 +749,17 @@ fn visit_in_order(
         if !plan.topology {
             // Topology-aware candidates are checked one by one and chosen within budget
             // together (placement-semantics section 10.4).
-            scratch.quota.collect(pos, card, req);
+            match scratch
+                .mig_choice
+                .get(pos)
+                .copied()
+                .flatten()
+                .and_then(Result::ok)
+                .filter(|_| prep.admits_mig)
+            {
+                Some(c) => scratch.quota.collect_instance(instance_amount(card, &c)),
+                None => scratch.quota.collect(pos, card, req),
+            }
         }
         if !plan.topology && scratch.collected.len() == need {
             done = true;
@@ -783,14 +810,21 @@ fn choose_collected(
     reasons: &mut ReasonCounts,
 ) -> Result<(), Reason> {
     let quota = &scratch.quota;
-    let within = |combo: &[usize]| quota.fits_together(node, combo, req);
+    let choices = &scratch.mig_choice;
+    // Only a MIG card has an instance (a workload that does not ask for MIG collects none).
+    let instance = |pos: usize| {
+        let card = node.cards.get(pos).filter(|c| c.mig.is_some())?;
+        let c = choices.get(pos).copied().flatten().and_then(Result::ok)?;
+        Some(instance_amount(card, &c))
+    };
+    let within = |combo: &[usize]| quota.fits_together(node, combo, req, &instance);
     let within: Option<Within<'_>> = quota.is_active().then_some(&within);
     let chosen = choose_by_topology(node, &scratch.collected, need, within);
     if chosen.len() == need {
         scratch.chosen.extend(chosen);
         return Ok(());
     }
-    let reason = quota.combination_reason(node, &scratch.collected, need, req);
+    let reason = quota.combination_reason(node, &scratch.collected, need, req, &instance);
     reasons.add(
         reason,
         u32::try_from(scratch.collected.len()).unwrap_or(u32::MAX),

@@ -139,6 +139,29 @@ impl QuotaTally {
         self.budget.refusal(total).map(QuotaResource::reason)
     }
 
+    /// Check 7q for a MIG instance (section 11.4): it consumes `amount` (its profile's memory
+    /// and cores) whatever else the workload holds on the card (instances add up, no init
+    /// peak).
+    #[inline(never)]
+    pub(crate) fn refuse_instance(&self, amount: QuotaUse) -> Option<Reason> {
+        let total = self.used.plus(self.pending).plus(amount);
+        self.budget.refusal(total).map(QuotaResource::reason)
+    }
+
+    /// The container collected a MIG instance that consumes `amount`.
+    pub(crate) fn collect_instance(&mut self, amount: QuotaUse) {
+        if self.active {
+            self.pending = self.pending.plus(amount);
+        }
+    }
+
+    /// The container was given a MIG instance that consumes `amount`.
+    pub(crate) fn commit_instance(&mut self, amount: QuotaUse) {
+        if self.active {
+            self.used = self.used.plus(amount);
+        }
+    }
+
     /// The container collected the card at `pos` (its growth now counts for the next cards).
     #[inline]
     pub(crate) fn collect(&mut self, pos: usize, card: &Card, req: &ContainerRequest) {
@@ -179,13 +202,13 @@ impl QuotaTally {
         node: &Node,
         cards: &[usize],
         req: &ContainerRequest,
+        instance: &dyn Fn(usize) -> Option<QuotaUse>,
     ) -> bool {
         if !self.active {
             return true;
         }
         let total = cards.iter().fold(self.used, |sum, &pos| {
-            let mem = node.cards.get(pos).map_or(0, |c| req.booked_mem(c));
-            sum.plus(self.growth(pos, req, mem))
+            sum.plus(self.card_growth(node, pos, req, instance))
         });
         self.budget.refusal(total).is_none()
     }
@@ -198,13 +221,11 @@ impl QuotaTally {
         candidates: &[usize],
         need: usize,
         req: &ContainerRequest,
+        instance: &dyn Fn(usize) -> Option<QuotaUse>,
     ) -> Reason {
         let mut mem: Vec<u64> = candidates
             .iter()
-            .map(|&pos| {
-                let booked = node.cards.get(pos).map_or(0, |c| req.booked_mem(c));
-                self.growth(pos, req, booked).mem_mib
-            })
+            .map(|&pos| self.card_growth(node, pos, req, instance).mem_mib)
             .collect();
         mem.sort_unstable();
         let least = mem
@@ -222,6 +243,24 @@ impl QuotaTally {
         match memory.refusal(only_mem) {
             Some(_) => Reason::QuotaMemoryExceeded,
             None => Reason::QuotaCoresExceeded,
+        }
+    }
+
+    /// The growth of giving the container the card at `pos`: its MIG instance's amount when
+    /// `instance` has one for the card, else its booking there.
+    fn card_growth(
+        &self,
+        node: &Node,
+        pos: usize,
+        req: &ContainerRequest,
+        instance: &dyn Fn(usize) -> Option<QuotaUse>,
+    ) -> QuotaUse {
+        match instance(pos) {
+            Some(amount) => amount,
+            None => {
+                let mem = node.cards.get(pos).map_or(0, |c| req.booked_mem(c));
+                self.growth(pos, req, mem)
+            }
         }
     }
 

@@ -643,31 +643,37 @@ fn filter_reports_each_node() {
     assert!(!e.failed[0].failure.unresolvable);
 }
 
-/// 11.4: with a quota budget, check 7q counts a MIG container's request (HAMi's `fitQuota`),
-/// before the profile is chosen.
+/// 11.4: with a quota budget, check 7q counts the chosen instance's profile (its memory and
+/// cores, what the assignment reports and the caller counts), not the request (HAMi's
+/// `fitQuota`): a request of 15,000 MiB gets a `1g.20gb` of 20,096 MiB.
 #[test]
-fn quota_check_7q_applies_to_mig_cards() {
+fn quota_check_7q_counts_the_chosen_profile_on_mig_cards() {
     let s = snapshot(vec![one(h100("GPU-0", 0, h100_profiles()))]);
     let w = mig_pod("q", &[("mem", "15000")]);
-    let within = w
-        .clone()
-        .with_quota(gpusched_engine::QuotaBudget {
-            mem_mib: Some(15_000),
-            cores: None,
-        })
-        .unwrap();
-    let a = allocate(&s, &within, DecideOptions::default());
+    let budget = |mem: u64, cores: Option<u64>| {
+        w.clone()
+            .with_quota(gpusched_engine::QuotaBudget {
+                mem_mib: Some(mem),
+                cores,
+            })
+            .unwrap()
+    };
+    let a = allocate(&s, &budget(20_096, Some(20)), DecideOptions::default());
     assert_eq!(choice(&a), Some(("1g.20gb".into(), 6, false)));
-    let over = w
-        .with_quota(gpusched_engine::QuotaBudget {
-            mem_mib: Some(14_999),
-            cores: None,
-        })
-        .unwrap();
-    let a = allocate(&s, &over, DecideOptions::default());
-    assert!(a.placement.is_none());
-    assert_eq!(
-        a.failed[0].failure.reasons.get(Reason::QuotaMemoryExceeded),
-        1
-    );
+    let used = a.placement.as_ref().unwrap().quota_use();
+    assert_eq!((used.mem_mib, used.cores), (20_096, 20));
+    for (mem, cores, reason) in [
+        (20_095, None, Reason::QuotaMemoryExceeded),
+        (15_000, None, Reason::QuotaMemoryExceeded),
+        (20_096, Some(19), Reason::QuotaCoresExceeded),
+    ] {
+        let a = allocate(&s, &budget(mem, cores), DecideOptions::default());
+        assert!(a.placement.is_none(), "{mem} {cores:?}");
+        assert_eq!(
+            a.failed[0].failure.reasons.get(reason),
+            1,
+            "{mem} {cores:?}"
+        );
+        assert_eq!(a.failed[0].failure.hami_text(), "1/1 ResourceQuotaNotFit");
+    }
 }

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod mig_common;
 
 use common::placed::{PlacedExt, held, occupied};
 use common::{CardExt, card, pod, snapshot};
@@ -661,6 +662,7 @@ fn a_valid_occupancy_gives_back_what_was_placed() {
     assert_eq!(
         got[0].bookings,
         vec![Booking {
+            mig_instance_start: None,
             card_id: "GPU-0".into(),
             slots: 2,
             mem_mib: 100,
@@ -699,4 +701,145 @@ fn equal_priority_and_start_fall_to_the_id() {
     );
     let (s, p) = decide(vec![n2], &w, 10, PreemptOptions::default());
     assert_eq!(victims(&s, &p, "n2").0, ids(&["c", "d"]));
+}
+
+/// An H100 in MIG mode, every profile allowed, with `2g.20gb` at 0 (`mid`), `1g.10gb` at 2
+/// (`top`) and 3 (`top2`), `3g.40gb` at 4 (`low`) in use, and their placed workloads.
+fn mig_node() -> (NodeSpec, NodeWorkloads) {
+    use gpusched_engine::MigInstance;
+    use mig_common::{at, h100, h100_profiles};
+    let mut c = h100("GPU-0", 0, h100_profiles());
+    if let Some(l) = c.mig.as_deref_mut() {
+        l.instances = vec![
+            MigInstance::in_use("2g.20gb", at(0, 2), "team/mid"),
+            MigInstance::in_use("1g.10gb", at(2, 1), "team/top"),
+            MigInstance::in_use("1g.10gb", at(3, 1), "team/top2"),
+            MigInstance::in_use("3g.40gb", at(4, 4), "team/low"),
+        ];
+    }
+    occupied(
+        "n1",
+        vec![c],
+        vec![
+            held("mid", 5).instance("GPU-0", 0),
+            held("top", 100).instance("GPU-0", 2),
+            held("top2", 100).instance("GPU-0", 3),
+            held("low", 1).instance("GPU-0", 4),
+        ],
+    )
+}
+
+#[test]
+fn mig_instances_are_evicted_whole_9_8_8() {
+    let w = mig_common::mig_pod("p", &[("mem", "30000")]);
+    let (s, p) = decide(vec![mig_node()], &w, 50, PreemptOptions::explained());
+    let PreemptVerdict::Victims(v) = verdict(&s, &p, "n1") else {
+        panic!("{:?}", verdict(&s, &p, "n1"));
+    };
+    assert_eq!(v.ids, ids(&["low"]));
+    let k = &v.placement.containers[0].cards[0];
+    let m = k.mig.as_ref().unwrap();
+    assert_eq!(
+        (m.profile.as_str(), m.placement.start, m.reused),
+        ("3g.40gb", 4, false)
+    );
+    assert_eq!(v.placement.final_usage[0], usage(4, 81_556, 98));
+    assert_eq!(chosen(&s, &p).as_deref(), Some("n1"));
+    let n = p.node(s.id_of("n1").unwrap()).unwrap();
+    let outcomes: Vec<(&str, bool)> = n
+        .reprieves
+        .iter()
+        .map(|r| (r.id.as_str(), matches!(r.outcome, ReprieveOutcome::Kept)))
+        .collect();
+    assert_eq!(outcomes, [("mid", true), ("low", false)]);
+    // Priority 5: only `low` is eligible; it suffices.
+    let (s, p) = decide(vec![mig_node()], &w, 5, PreemptOptions::default());
+    assert_eq!(victims(&s, &p, "n1").0, ids(&["low"]));
+    // Priority 1: nothing lower; the instances stay.
+    let (s, p) = decide(vec![mig_node()], &w, 1, PreemptOptions::default());
+    assert!(matches!(
+        verdict(&s, &p, "n1"),
+        PreemptVerdict::NotCandidate(n) if n.reason == NotCandidateReason::NoLowerPriority
+    ));
+    // A request only the whole card serves needs every instance but the unaccounted ones gone:
+    // `top` and `top2` outrank it, so the node is not a candidate.
+    let whole = mig_common::mig_pod("q", &[("mem", "80000")]);
+    let (s, p) = decide(vec![mig_node()], &whole, 50, PreemptOptions::default());
+    assert!(matches!(
+        verdict(&s, &p, "n1"),
+        PreemptVerdict::NotCandidate(n) if n.reason == NotCandidateReason::InsufficientAfterEviction
+    ));
+}
+
+#[test]
+fn mig_bookings_name_their_instance() {
+    use gpusched_engine::MigInstance;
+    use mig_common::{at, h100, h100_profiles};
+    let mut c = h100("GPU-0", 0, h100_profiles());
+    if let Some(l) = c.mig.as_deref_mut() {
+        l.instances = vec![
+            MigInstance::in_use("2g.20gb", at(0, 2), "team/a"),
+            MigInstance::free("3g.40gb", at(4, 4)),
+        ];
+    }
+    let spec = NodeSpec::new("n1", vec![c, card("GPU-1", 1, MIB).used(1, 1000, 0)]);
+    let e = invalid(
+        vec![spec],
+        vec![entry(
+            "n1",
+            vec![
+                held("a", 0).on("GPU-0", 1, 0, 0),
+                held("b", 0).instance("GPU-0", 4),
+                held("c", 0).instance("GPU-1", 0),
+                held("d", 0).instance("GPU-0", 0),
+                held("e", 0).instance("GPU-0", 0),
+                held("f", 0).on("GPU-0", 0, 20000, 0),
+            ],
+        )],
+        PreemptLimits::default(),
+    );
+    assert_eq!(
+        fields(&e),
+        vec![
+            (
+                ViolationKind::MissingField,
+                "placed[0].workloads[0].bookings[0].mig_instance_start"
+            ),
+            (
+                ViolationKind::UnknownReference,
+                "placed[0].workloads[1].bookings[0].mig_instance_start"
+            ),
+            (
+                ViolationKind::UnknownReference,
+                "placed[0].workloads[2].bookings[0].mig_instance_start"
+            ),
+            (
+                ViolationKind::DuplicateId,
+                "placed[0].workloads[4].bookings[0].mig_instance_start"
+            ),
+            (
+                ViolationKind::MissingField,
+                "placed[0].workloads[5].bookings[0].mig_instance_start"
+            ),
+        ]
+    );
+    // A MIG booking that also gives numbers is refused too.
+    let mut c = h100("GPU-0", 0, h100_profiles());
+    if let Some(l) = c.mig.as_deref_mut() {
+        l.instances = vec![MigInstance::in_use("2g.20gb", at(0, 2), "team/a")];
+    }
+    let mut w = held("a", 0).instance("GPU-0", 0);
+    w.bookings[0].mem_mib = 20096;
+    let e = invalid(
+        vec![NodeSpec::new("n1", vec![c])],
+        vec![entry("n1", vec![w])],
+        PreemptLimits::default(),
+    );
+    assert_eq!(
+        fields(&e),
+        vec![(
+            ViolationKind::OutOfRange,
+            "placed[0].workloads[0].bookings[0].mem_mib"
+        )]
+    );
 }

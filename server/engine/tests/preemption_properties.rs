@@ -69,6 +69,7 @@ fn arb_placed(node: usize, cards: usize, k: usize) -> impl Strategy<Value = Plac
                 .into_iter()
                 .zip(sizes)
                 .map(|(c, (slots, mem_mib, cores))| Booking {
+                    mig_instance_start: None,
                     card_id: format!("GPU-{node}-{c}"),
                     slots,
                     mem_mib,
@@ -457,6 +458,7 @@ fn arb_any_placed() -> impl Strategy<Value = Vec<NodeWorkloads>> {
         prop::sample::select(vec![0u32, 10, u32::MAX]),
     )
         .prop_map(|(card_id, slots, mem_mib, cores)| Booking {
+            mig_instance_start: None,
             card_id: card_id.to_owned(),
             slots,
             mem_mib,
@@ -543,6 +545,7 @@ fn bookings_sum_exactly_to_usage_is_valid_and_one_more_is_not() {
             violates_budget: false,
             start_time_ms: 0,
             bookings: vec![Booking {
+                mig_instance_start: None,
                 card_id: "GPU-0".into(),
                 slots: 1,
                 mem_mib: u64::MAX / 2,

@@ -29,6 +29,7 @@ fn request(nodes: usize) -> v1::AllocateRequest {
             name: format!("node-{n:05}"),
             cards: (0..8u32)
                 .map(|i| v1::Card {
+                    mig: None,
                     id: format!("GPU-{n:05}-{i}-0000-0000-000000000000"),
                     index: i,
                     r#type: "NVIDIA-A100-SXM4-80GB".into(),
@@ -57,6 +58,7 @@ fn request(nodes: usize) -> v1::AllocateRequest {
         node_set: None,
         nodes,
         workload: Some(v1::Workload {
+            quota: None,
             namespace: "default".into(),
             name: "bench".into(),
             uid: "uid".into(),

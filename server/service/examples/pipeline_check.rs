@@ -69,6 +69,7 @@ fn nodes(n: usize) -> Vec<v1::Node> {
             name: format!("node-{n:05}"),
             cards: (0..8u32)
                 .map(|i| v1::Card {
+                    mig: None,
                     id: format!("GPU-{n:05}-{i}-0000-0000-000000000000"),
                     index: i,
                     r#type: if n % 3 == 0 {
@@ -105,6 +106,7 @@ fn kube(name: &str, limits: &[(&str, &str)], annotations: &[(&str, &str)]) -> v1
             .collect()
     };
     v1::Workload {
+        quota: None,
         namespace: "default".into(),
         name: name.into(),
         uid: format!("uid-{name}"),

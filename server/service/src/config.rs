@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use gpusched_engine::{
     AnnotationNames, Defaults, GpuPolicy, KubeNames, MAX_MIX_SHAPES, MixShape, NodePolicy,
-    NormalizationConfig, NormalizationOverride, ResourceNames, WorkloadMix,
+    NormalizationConfig, NormalizationOverride, PreemptLimits, ResourceNames, WorkloadMix,
 };
 use gpusched_runtime::checks::{non_empty, nonzero_duration};
 use gpusched_runtime::tls::{ServerTlsFiles, readable};
@@ -130,6 +130,12 @@ pub struct LimitsConfig {
     pub max_concurrent_streams: std::num::NonZeroU32,
     /// Most shapes in a workload mix (request or `policy.workload_mix`), at most 64.
     pub max_mix_shapes: NonZeroUsize,
+    /// Preempt: most placed workloads on one node.
+    pub max_placed_workloads_per_node: NonZeroUsize,
+    /// Preempt: most placed workloads over all nodes of one request.
+    pub max_placed_workloads: NonZeroUsize,
+    /// Preempt: most bytes of a placed workload's id.
+    pub max_placed_id_bytes: NonZeroUsize,
 }
 
 /// `[policy]`.
@@ -403,6 +409,8 @@ pub struct Limits {
     pub body_timeout: Duration,
     /// HTTP/2 streams per connection.
     pub max_concurrent_streams: u32,
+    /// Preempt: placed workloads per node, in all, and id bytes.
+    pub preempt: PreemptLimits,
 }
 
 fn err(key: &str, message: impl Into<String>) -> ConfigError {
@@ -484,6 +492,11 @@ impl FileConfig {
             max_in_flight_bytes: l.max_in_flight_bytes.get(),
             body_timeout: nonzero_duration("limits.body_timeout", l.body_timeout)?,
             max_concurrent_streams: l.max_concurrent_streams.get(),
+            preempt: PreemptLimits {
+                max_workloads_per_node: l.max_placed_workloads_per_node.get(),
+                max_workloads: l.max_placed_workloads.get(),
+                max_id_bytes: l.max_placed_id_bytes.get(),
+            },
         };
         // A request of the largest size must be admissible: receiving it is charged twice its
         // size (see `intake`).
@@ -699,6 +712,7 @@ mod tests {
             ("listen", "nowhere"),
             ("limits.max_nodes", "0"),
             ("limits.max_nodes", "-1"),
+            ("limits.max_placed_workloads", "0"),
             ("telemetry.log_format", "xml"),
             ("telemetry.log_level", "verbose"),
             ("inventory.split_count", "0"),

@@ -166,6 +166,7 @@ pub struct Metrics {
     rejections: Family<ReasonLabels, Counter>,
     nodes: Family<RpcOnly, Histogram, fn() -> Histogram>,
     request_bytes: Family<RpcOnly, Histogram, fn() -> Histogram>,
+    victims: Histogram,
     in_flight: Gauge,
     /// Accept errors of the gRPC listener (`gpusched_accept_errors_total`).
     pub accept_errors: Counter,
@@ -225,6 +226,12 @@ impl Metrics {
             "Size of the decoded gRPC request message (protobuf encoding) by RPC",
             request_bytes.clone(),
         );
+        let victims = Histogram::new([0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]);
+        registry.register(
+            "preemption_victims",
+            "Victims on the chosen node per Preempt call that chose one (result evict)",
+            victims.clone(),
+        );
         let in_flight = Gauge::default();
         registry.register(
             "requests_in_flight",
@@ -242,6 +249,7 @@ impl Metrics {
         Metrics {
             accept_errors,
             request_bytes,
+            victims,
             in_flight,
             node_cache,
             node_sets,
@@ -297,6 +305,11 @@ impl Metrics {
                 result,
             })
             .inc();
+    }
+
+    /// The victims of one Preempt call that chose a node.
+    pub fn victims(&self, n: usize) {
+        self.victims.observe(n as f64);
     }
 
     /// Rejected nodes per reason (already summed over a request).

@@ -23,6 +23,8 @@ pub enum Rpc {
     ValidateWorkload,
     /// `InventoryService/NormalizeInventory`.
     NormalizeInventory,
+    /// `PlacementService/Preempt`.
+    Preempt,
 }
 
 /// One row of the table: the RPC, its service, its method and its path.
@@ -31,7 +33,7 @@ type Row = (Rpc, &'static str, &'static str, &'static str);
 /// Writes the table once: the path is the service and the method joined.
 macro_rules! table {
     ($($rpc:ident: $service:literal / $method:literal),* $(,)?) => {
-        const TABLE: [Row; 6] = [$((
+        const TABLE: [Row; 7] = [$((
             Rpc::$rpc,
             $service,
             $method,
@@ -47,6 +49,7 @@ table! {
     AllocateBatch: "gpusched.v1.PlacementService" / "AllocateBatch",
     ValidateWorkload: "gpusched.v1.PlacementService" / "ValidateWorkload",
     NormalizeInventory: "gpusched.v1.InventoryService" / "NormalizeInventory",
+    Preempt: "gpusched.v1.PlacementService" / "Preempt",
 }
 
 /// Labels of the paths tonic serves itself (health, reflection v1 and v1alpha).
@@ -65,13 +68,14 @@ const OTHER_LABELS: [(&str, &str); 4] = [
 
 impl Rpc {
     /// Every RPC, in table order.
-    pub const ALL: [Rpc; 6] = [
+    pub const ALL: [Rpc; 7] = [
         Rpc::Filter,
         Rpc::Score,
         Rpc::Allocate,
         Rpc::AllocateBatch,
         Rpc::ValidateWorkload,
         Rpc::NormalizeInventory,
+        Rpc::Preempt,
     ];
 
     fn row(self) -> &'static Row {

@@ -392,3 +392,59 @@ async fn shutdown_turns_health_not_serving_and_drains_in_flight_calls() {
             .is_err()
     );
 }
+
+/// A Preempt that chose a node counts a decision with result `evict` and its victims.
+#[tokio::test]
+async fn preemption_is_counted() {
+    let server = TestServer::start(&[]).await;
+    let mut client = server.placement();
+    let card_id = "n-gpu0";
+    let booking = |mib| v1::Booking {
+        mig_instance_start: None,
+        card_id: card_id.into(),
+        slots: 1,
+        mem_mib: mib,
+        cores: 0,
+    };
+    let r = client
+        .preempt(v1::PreemptRequest {
+            nodes: vec![node_with(
+                "n",
+                vec![used(card(card_id, 0, 40960), 2, 36000, 0)],
+            )],
+            workload: Some(pod(
+                &[],
+                &[&[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "30000")]],
+            )),
+            priority: 10,
+            placed: vec![v1::NodePlaced {
+                node: "n".into(),
+                workloads: vec![
+                    v1::PlacedWorkload {
+                        id: "a".into(),
+                        bookings: vec![booking(18000)],
+                        ..Default::default()
+                    },
+                    v1::PlacedWorkload {
+                        id: "b".into(),
+                        bookings: vec![booking(18000)],
+                        ..Default::default()
+                    },
+                ],
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.node_name, "n");
+    let text = scrape(server.running.metrics_addr.unwrap()).await;
+    for needle in [
+        "gpusched_decisions_total{rpc=\"Preempt\",node_policy=\"binpack\",gpu_policy=\"spread\",result=\"evict\"} 1",
+        "gpusched_preemption_victims_count 1",
+        "gpusched_preemption_victims_sum 2.0",
+        "gpusched_requests_total{rpc=\"Preempt\",outcome=\"ok\"} 1",
+    ] {
+        assert!(text.contains(needle), "missing {needle} in\n{text}");
+    }
+}

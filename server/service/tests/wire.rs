@@ -290,6 +290,7 @@ fn arb_card() -> impl Strategy<Value = v1::Card> {
     )
         .prop_map(
             |(id, index, slots, mem, cores, health, mode, usage)| v1::Card {
+                mig: None,
                 id,
                 index,
                 r#type: "NVIDIA-X".into(),

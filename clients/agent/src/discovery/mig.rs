@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use gpusched_api::v1;
 use gpusched_hami::{MigPlacement as HamiPlacement, MigProfile as HamiProfile};
 
 /// A card's MIG state as read.
@@ -204,6 +205,40 @@ impl MigFacts {
             .collect()
     }
 
+    /// The whole layout as the v1 API carries it (`Card.mig`): every profile (those outside the
+    /// allowlist `not_allowed`, so that their instances can be described) and every instance,
+    /// free (NVML cannot tell who holds one). What `gpusched.io/node-mig-layouts` publishes.
+    pub fn layout(&self) -> v1::MigLayout {
+        v1::MigLayout {
+            compute_slices: self.compute_slices,
+            memory_slices: self.memory_slices,
+            profiles: self
+                .profiles
+                .iter()
+                .map(|p| v1::MigProfile {
+                    name: p.name.clone(),
+                    mem_mib: p.mem_mib,
+                    compute_slices: p.compute_slices,
+                    memory_slices: p.memory_slices,
+                    cores: p.cores,
+                    max_instances: p.max_instances,
+                    placements: p.placements.clone(),
+                    not_allowed: !p.allowed,
+                })
+                .collect(),
+            instances: self
+                .instances
+                .iter()
+                .map(|i| v1::MigInstance {
+                    profile: i.profile.clone(),
+                    start: i.start,
+                    size: i.size,
+                    in_use_by: String::new(),
+                })
+                .collect(),
+        }
+    }
+
     /// HAMi's `count` of a MIG card: the largest instance count of the allowed profiles.
     pub fn hami_count(&self) -> u32 {
         self.profiles
@@ -280,6 +315,31 @@ mod tests {
         let hami = f.hami_profiles();
         assert_eq!(hami.len(), 2);
         assert_eq!(hami[1].placements[1], HamiPlacement { start: 4, size: 4 });
+        // The whole layout keeps the profile outside the allowlist and the instance, free.
+        let l = f.layout();
+        assert_eq!((l.compute_slices, l.memory_slices), (7, 8));
+        let names: Vec<(&str, u32, bool)> = l
+            .profiles
+            .iter()
+            .map(|p| (p.name.as_str(), p.max_instances, p.not_allowed))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("1g.10gb", 7, false),
+                ("3g.40gb", 2, false),
+                ("7g.80gb", 1, true)
+            ]
+        );
+        assert_eq!(
+            l.instances,
+            vec![v1::MigInstance {
+                profile: "3g.40gb".into(),
+                start: 4,
+                size: 4,
+                in_use_by: String::new()
+            }]
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use gpusched_hami::Booking;
 
+use crate::mig::Reservation;
 use crate::translate::PodUsage;
 
 /// A bind decision written by this instance and not yet confirmed by the informer.
@@ -20,8 +21,12 @@ pub struct Assumed {
     pub uid: String,
     /// Chosen node.
     pub node: String,
-    /// Per container bookings.
+    /// Per container hami-core bookings.
     pub bookings: Vec<Vec<Booking>>,
+    /// The MIG instances it holds.
+    pub mig: Vec<Reservation>,
+    /// How many of the first `bookings` are init containers' (for the namespace's quota).
+    pub init: usize,
     /// The `-allocated` annotation written.
     pub annotation: String,
     /// When it was assumed.
@@ -177,14 +182,20 @@ impl AssumeCache {
                             Some(u)
                                 if u.node == a.node
                                     && u.annotation == a.annotation
-                                    && u.bookings == a.bookings =>
+                                    && u.bookings == a.bookings
+                                    && u.mig == a.mig =>
                             {
                                 u
                             }
                             _ => Arc::new(PodUsage {
                                 node: a.node.clone(),
+                                namespace: a.namespace.clone(),
                                 bookings: a.bookings.clone(),
+                                mig: a.mig.clone(),
+                                owner: format!("{}/{}", a.namespace, a.name),
+                                init: a.init,
                                 annotation: a.annotation.clone(),
+                                problem: None,
                             }),
                         };
                         assumed_usage.insert(uid.clone(), u);

@@ -28,8 +28,9 @@ pub(super) struct PreparedEntry {
     source: Option<Arc<Node>>,
     inventory: Arc<Inventory>,
     usages: Vec<Arc<PodUsage>>,
-    node: Arc<v1::Node>,
-    prepared: Arc<PreparedNode>,
+    /// The forms, or why the pods counted on the node contradict it
+    /// ([`translate::node_with_pods`]).
+    forms: Result<(Arc<v1::Node>, Arc<PreparedNode>), String>,
 }
 
 impl PreparedForms {
@@ -68,19 +69,15 @@ impl PreparedEntry {
         usages: Vec<Arc<PodUsage>>,
         names: &Names,
     ) -> Self {
-        let node = Arc::new(translate::node_with_usage(
-            name,
-            &inventory,
-            usages.iter().map(|u| u.bookings.as_slice()),
-            names,
-        ));
-        let prepared = Arc::new(PreparedNode::new(&node));
+        let forms = translate::node_with_pods(name, &inventory, &usages, names).map(|node| {
+            let prepared = Arc::new(PreparedNode::new(&node));
+            (Arc::new(node), prepared)
+        });
         PreparedEntry {
             source,
             inventory,
             usages,
-            node,
-            prepared,
+            forms,
         }
     }
 
@@ -104,8 +101,9 @@ impl PreparedEntry {
                 .all(|(a, b)| Arc::ptr_eq(a, b))
     }
 
-    /// The whole and the prepared form.
-    pub(super) fn forms(&self) -> (Arc<v1::Node>, Arc<PreparedNode>) {
-        (self.node.clone(), self.prepared.clone())
+    /// The whole and the prepared form, or why the node cannot be sent (an `InvalidNode: ...`
+    /// naming the pod whose decision contradicts it).
+    pub(super) fn forms(&self) -> Result<(Arc<v1::Node>, Arc<PreparedNode>), String> {
+        self.forms.clone()
     }
 }

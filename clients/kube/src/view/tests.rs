@@ -16,7 +16,7 @@ fn names() -> Names {
     }
 }
 
-fn gpu_node(name: &str, cards: u32) -> Node {
+pub(super) fn gpu_node(name: &str, cards: u32) -> Node {
     let cards = gpusched_client::node(name, cards, 10000, "NVIDIA-T4").cards;
     serde_json::from_value(json!({"metadata": {"name": name, "annotations": {
         "hami.io/node-nvidia-register": gpusched_hami::encode_register(&cards)
@@ -26,7 +26,13 @@ fn gpu_node(name: &str, cards: u32) -> Node {
 
 /// A GPU pod; bound to `node` with `devices` as the shim writes a decision (the Binding
 /// sets spec.nodeName and hami.io/vgpu-node together).
-fn pod(name: &str, uid: &str, scheduler: &str, node: Option<&str>, devices: &str) -> Pod {
+pub(super) fn pod(
+    name: &str,
+    uid: &str,
+    scheduler: &str,
+    node: Option<&str>,
+    devices: &str,
+) -> Pod {
     let mut ann = serde_json::Map::new();
     if !devices.is_empty() {
         ann.insert("hami.io/vgpu-devices-allocated".into(), json!(devices));
@@ -43,7 +49,10 @@ fn pod(name: &str, uid: &str, scheduler: &str, node: Option<&str>, devices: &str
     .unwrap()
 }
 
-fn view(nodes: Vec<Node>, pods: Vec<Pod>) -> (ClusterView, reflector::store::Writer<Pod>) {
+pub(super) fn view(
+    nodes: Vec<Node>,
+    pods: Vec<Pod>,
+) -> (ClusterView, reflector::store::Writer<Pod>) {
     let (nr, mut nw) = reflector::store::<Node>();
     let (pr, mut pw) = reflector::store::<Pod>();
     for n in nodes {
@@ -167,13 +176,15 @@ fn forged_decisions_hold_nothing() {
     assert_eq!(used(&s, "n1", 1), (0, 0, 0));
 }
 
-fn assumed(uid: &str, name: &str, node: &str, annotation: &str) -> Assumed {
+pub(super) fn assumed(uid: &str, name: &str, node: &str, annotation: &str) -> Assumed {
     Assumed {
         namespace: "ns".into(),
         name: name.into(),
         uid: uid.into(),
         node: node.into(),
         bookings: gpusched_hami::decode_pod_devices(annotation).unwrap(),
+        mig: vec![],
+        init: 0,
         annotation: annotation.into(),
         at: Instant::now(),
         seen: false,
@@ -307,8 +318,13 @@ fn assumed_fate_rules() {
     // Confirmed: the store counts it.
     let confirmed = PodUsage {
         node: "n1".into(),
+        namespace: "ns".into(),
         bookings: vec![],
+        mig: vec![],
+        owner: "ns/p".into(),
+        init: 0,
         annotation: ann.into(),
+        problem: None,
     };
     assert_eq!(
         assumed_fate(
@@ -338,8 +354,13 @@ fn assumed_fate_rules() {
     r.tentative = true;
     let real = PodUsage {
         node: "n2".into(),
+        namespace: "ns".into(),
         bookings: vec![],
+        mig: vec![],
+        owner: "ns/p".into(),
+        init: 0,
         annotation: ann.into(),
+        problem: None,
     };
     assert_eq!(
         assumed_fate(&mut r, &Observed::Present(Some(real)), now, ttl),

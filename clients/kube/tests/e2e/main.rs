@@ -11,9 +11,9 @@
 //! and drops connections to a replica that stops being ready.
 //!
 //! Layout: `harness/` (environment, control-plane client and builders, waiting helpers,
-//! bursts, gpusched-kube processes, the Service stand-in) and `scenarios/` (one module per
+//! bursts, gpusched-kube and gpusched-agent processes, the Service stand-in) and `scenarios/` (one module per
 //! story). `E2E_FILTER` picks scenarios by name: admission, forgery, failclosed, seed, weights,
-//! mutex, badnodes, traces, burst, baseline, restart, replicas.
+//! mutex, badnodes, traces, preempt, mig, burst, baseline, quota, restart, replicas, opview.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod harness;
@@ -34,12 +34,17 @@ async fn e2e_on_a_real_control_plane() {
     h.proxy.add(&shim);
     let ready = shim.wait_ready(Duration::from_secs(60)).await;
     h.say(format!(
-        "gpusched-kube replica-a ready after {:.1}s (extender {}, webhook {})",
+        "gpusched-kube replica-a ready after {:.1}s (extender {}, webhook {}, web {})",
         ready.as_secs_f64(),
         shim.ext,
-        shim.webhook
+        shim.webhook,
+        shim.web
     ));
 
+    // First, on a quiet cluster: the page's screenshot shows only this scenario's nodes.
+    if h.env.wants("opview") {
+        scenarios::opview::run(&h, &shim).await;
+    }
     if h.env.wants("admission") {
         scenarios::admission::run(&h).await;
     }
@@ -65,6 +70,12 @@ async fn e2e_on_a_real_control_plane() {
     if h.env.wants("traces") {
         scenarios::traces::run(&h).await;
     }
+    if h.env.wants("preempt") {
+        scenarios::preempt::run(&h, &shim).await;
+    }
+    if h.env.wants("mig") {
+        scenarios::mig::run(&h).await;
+    }
     let mut ours = None;
     if h.env.wants("burst") {
         ours = Some(scenarios::burst::with_extender(&h, shim.pid()).await);
@@ -79,6 +90,9 @@ async fn e2e_on_a_real_control_plane() {
                 o.rate / base.rate
             ));
         }
+    }
+    if h.env.wants("quota") {
+        scenarios::quota::run(&h, &mut shim).await;
     }
     if h.env.wants("restart") {
         scenarios::restart::run(&h, &mut shim, "replica-a2").await;

@@ -94,6 +94,12 @@ METHODS: Final[dict[str, Method]] = {
             "validate_workload",
         ),
         Method(
+            "/gpusched.v1.PlacementService/Preempt",
+            v1.PreemptRequest,
+            v1.PreemptResponse,
+            "preempt",
+        ),
+        Method(
             "/gpusched.v1.InventoryService/NormalizeInventory",
             v1.NormalizeInventoryRequest,
             v1.NormalizeInventoryResponse,
@@ -436,6 +442,23 @@ class Client(_ByRefState):
             metadata,
         )
 
+    def preempt(
+        self,
+        request: v1.PreemptRequest,
+        *,
+        timeout: Timeout = DEFAULT,
+        metadata: Metadata | None = None,
+    ) -> v1.PreemptResponse:
+        """PlacementService.Preempt: which placed workloads must leave which node so that a pending
+        workload of higher priority fits (nothing is evicted; nodes by reference as for allocate)."""
+        return self._call_nodes(
+            self._placement.Preempt,
+            "/gpusched.v1.PlacementService/Preempt",
+            request,
+            timeout,
+            metadata,
+        )
+
     def validate_workload(
         self,
         request: v1.ValidateWorkloadRequest,
@@ -666,6 +689,23 @@ class AsyncClient(_ByRefState):
         return await self._call_nodes(
             self._placement.AllocateBatch,
             "/gpusched.v1.PlacementService/AllocateBatch",
+            request,
+            timeout,
+            metadata,
+        )
+
+    async def preempt(
+        self,
+        request: v1.PreemptRequest,
+        *,
+        timeout: Timeout = DEFAULT,
+        metadata: Metadata | None = None,
+    ) -> v1.PreemptResponse:
+        """PlacementService.Preempt: which placed workloads must leave which node so that a pending
+        workload of higher priority fits (nothing is evicted; nodes by reference as for allocate)."""
+        return await self._call_nodes(
+            self._placement.Preempt,
+            "/gpusched.v1.PlacementService/Preempt",
             request,
             timeout,
             metadata,

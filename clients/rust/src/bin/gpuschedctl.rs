@@ -59,6 +59,8 @@ enum Command {
     Validate(Input),
     /// Normalise raw card facts (NormalizeInventoryRequest).
     Normalize(Input),
+    /// Who must leave which node for a pending workload of higher priority (PreemptRequest).
+    Preempt(Input),
 }
 
 #[derive(Debug, clap::Args)]
@@ -143,6 +145,9 @@ fn table(
     }
     for e in explanations {
         out.push_str(&format!("\n{}\n", e.node_name));
+        if let Some(q) = &e.quota {
+            out.push_str(&format!("  {}\n", quota_line(q)));
+        }
         for c in &e.containers {
             out.push_str(&format!(
                 "  container {}{}\n",
@@ -177,7 +182,155 @@ fn table(
                     k.score,
                     outcome
                 ));
+                if !k.mig_profiles.is_empty() {
+                    out.push_str(&format!(
+                        "           MIG: {}\n",
+                        mig_profiles(&k.mig_profiles)
+                    ));
+                }
             }
+        }
+    }
+    out
+}
+
+/// `budget 10240 MiB, unlimited cores; this placement consumes 8192 MiB, 0 cores`.
+fn quota_line(q: &v1::QuotaExplanation) -> String {
+    let budget = q.budget.unwrap_or_default();
+    let used = q.consumed.unwrap_or_default();
+    let limit = |v: Option<u64>, unit: &str| {
+        v.map_or_else(|| format!("unlimited {unit}"), |v| format!("{v} {unit}"))
+    };
+    format!(
+        "quota: budget {}, {}; this placement consumes {} MiB, {} cores",
+        limit(budget.mem_mib, "MiB"),
+        limit(budget.cores, "cores"),
+        used.mem_mib,
+        used.cores
+    )
+}
+
+/// The profiles a MIG choice met, in its order: `1g.10gb chosen at 3 (new) | 2g.20gb not
+/// reached | ...`.
+fn mig_profiles(profiles: &[v1::MigProfileConsidered]) -> String {
+    profiles
+        .iter()
+        .map(|p| {
+            let what = match v1::MigOutcome::try_from(p.outcome) {
+                Ok(v1::MigOutcome::Chosen) => format!(
+                    "chosen at {} ({})",
+                    p.start,
+                    if p.reused { "reused" } else { "new" }
+                ),
+                Ok(v1::MigOutcome::TooSmall) => "too small".into(),
+                Ok(v1::MigOutcome::NotAllowed) => "not allowed".into(),
+                Ok(v1::MigOutcome::NoFreePlace) => "no free place".into(),
+                Ok(v1::MigOutcome::NotReached) => "not reached".into(),
+                _ => format!("outcome {}", p.outcome),
+            };
+            format!("{} {what}", p.profile)
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// One card of a placement: `GPU-1 (3000 MiB, 30% cores)`, with its MIG instance when it has
+/// one.
+fn card_text(k: &v1::CardAssignment) -> String {
+    match &k.mig {
+        Some(m) => format!(
+            "{} (MIG {} at {}, {}; {} MiB, {}% cores)",
+            k.card_id,
+            m.profile,
+            m.start,
+            if m.reused { "reused" } else { "new" },
+            k.mem_mib,
+            k.cores_percent
+        ),
+        None => format!(
+            "{} ({} MiB, {}% cores)",
+            k.card_id, k.mem_mib, k.cores_percent
+        ),
+    }
+}
+
+/// Cards per container, one line each.
+fn containers_text(containers: &[v1::ContainerAssignment]) -> String {
+    let mut s = String::new();
+    for c in containers {
+        let cards: Vec<String> = c.cards.iter().map(card_text).collect();
+        s.push_str(&format!(
+            "  {}{}: {}\n",
+            c.container_name,
+            if c.init { " (init)" } else { "" },
+            if cards.is_empty() {
+                "-".into()
+            } else {
+                cards.join(", ")
+            }
+        ));
+    }
+    s
+}
+
+/// A Preempt answer: the choice, then per node its verdict and (with --explain) every eligible
+/// workload's reprieve.
+fn preemption_table(r: &v1::PreemptResponse) -> String {
+    let mut out = match v1::PreemptChoiceKind::try_from(r.choice) {
+        Ok(v1::PreemptChoiceKind::NotNeeded) => {
+            "not needed: some node fits as it is (allocate as usual)\n".to_owned()
+        }
+        Ok(v1::PreemptChoiceKind::Evict) => format!("evict on {}\n", r.node_name),
+        Ok(v1::PreemptChoiceKind::NoCandidate) => "no candidate: no node can make room\n".into(),
+        _ => format!("choice {}\n", r.choice),
+    };
+    for n in &r.nodes {
+        use v1::node_preemption::Verdict;
+        match &n.verdict {
+            Some(Verdict::NotNeeded(score)) => out.push_str(&format!(
+                "node {:<24} not needed (node score {:.3})\n",
+                n.node_name, score.raw_score
+            )),
+            Some(Verdict::Victims(v)) => {
+                out.push_str(&format!(
+                    "node {:<24} victims {} ({} violate a budget; {} eligible)\n",
+                    n.node_name,
+                    v.ids.join(", "),
+                    v.budget_violations,
+                    n.eligible
+                ));
+                out.push_str(&containers_text(&v.containers));
+            }
+            Some(Verdict::NotCandidate(c)) => out.push_str(&format!(
+                "node {:<24} not a candidate ({}): {}\n",
+                n.node_name,
+                v1::NotCandidateReason::try_from(c.reason).map_or_else(
+                    |_| c.reason.to_string(),
+                    |x| x
+                        .as_str_name()
+                        .trim_start_matches("NOT_CANDIDATE_REASON_")
+                        .to_lowercase()
+                ),
+                c.failure.as_ref().map_or("", |f| f.message.as_str())
+            )),
+            None => {}
+        }
+        for p in &n.reprieves {
+            let what = match v1::ReprieveOutcome::try_from(p.outcome) {
+                Ok(v1::ReprieveOutcome::Kept) => "kept".to_owned(),
+                Ok(v1::ReprieveOutcome::KeptAtSecondLook) => "kept at the second look".into(),
+                Ok(v1::ReprieveOutcome::Evicted) => format!(
+                    "evicted: with it back, {}",
+                    p.failure.as_ref().map_or("", |f| f.message.as_str())
+                ),
+                _ => format!("outcome {}", p.outcome),
+            };
+            out.push_str(&format!(
+                "    {:<20} priority {:>11}{} {what}\n",
+                p.id,
+                p.priority,
+                if p.violates_budget { " (budget)" } else { "" }
+            ));
         }
     }
     out
@@ -190,28 +343,7 @@ fn allocation_table(r: &v1::AllocationResult) -> String {
             s.push_str(&format!(" (node score {:.3})", n.raw_score));
         }
         s.push('\n');
-        for c in &r.containers {
-            let cards: Vec<String> = c
-                .cards
-                .iter()
-                .map(|k| {
-                    format!(
-                        "{} ({} MiB, {}% cores)",
-                        k.card_id, k.mem_mib, k.cores_percent
-                    )
-                })
-                .collect();
-            s.push_str(&format!(
-                "  {}{}: {}\n",
-                c.container_name,
-                if c.init { " (init)" } else { "" },
-                if cards.is_empty() {
-                    "-".into()
-                } else {
-                    cards.join(", ")
-                }
-            ));
-        }
+        s.push_str(&containers_text(&r.containers));
         s
     } else if !r.requests_gpu {
         "no container requests a GPU: nothing to place\n".to_owned()
@@ -336,6 +468,19 @@ async fn run(cli: Cli) -> anyhow::Result<String> {
                 &r,
                 pretty(i.compact),
             )?
+        }
+        Command::Preempt(i) => {
+            let mut req: v1::PreemptRequest =
+                from_json("gpusched.v1.PreemptRequest", &read_input(&i.file)?)?;
+            if i.explain {
+                explain_on(&mut req.options);
+            }
+            let r = client.preempt_request(req).await?;
+            if i.explain {
+                preemption_table(&r)
+            } else {
+                to_json("gpusched.v1.PreemptResponse", &r, pretty(i.compact))?
+            }
         }
     })
 }

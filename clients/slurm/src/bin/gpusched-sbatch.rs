@@ -32,6 +32,10 @@ async fn main() -> ExitCode {
             if parsed.settings.dry_run {
                 println!("{}", d.encode());
                 println!("sbatch {}", shell_words(&s.sbatch_args));
+                if !s.preempted.is_empty() {
+                    let ids: Vec<String> = s.preempted.iter().map(u64::to_string).collect();
+                    println!("would requeue {}", ids.join(" "));
+                }
                 return ExitCode::SUCCESS;
             }
             if parsed.parsable {
@@ -50,6 +54,20 @@ async fn main() -> ExitCode {
                 s.check.as_millis(),
                 s.attempts
             );
+            if !s.preempted.is_empty() {
+                let ids: Vec<String> = s.preempted.iter().map(u64::to_string).collect();
+                let late: Vec<String> = s.still_running.iter().map(u64::to_string).collect();
+                eprintln!(
+                    "gpusched: preempted job(s) {}: requeued and held (resubmit them with \
+                     gpusched-sbatch){}",
+                    ids.join(", "),
+                    if late.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; still stopping: {}", late.join(", "))
+                    }
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

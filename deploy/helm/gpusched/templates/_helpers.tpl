@@ -11,6 +11,9 @@
 {{- define "gpusched.webhook.secretName" -}}
 {{- default (printf "%s-webhook-tls" (include "gpusched.kube.name" .)) .Values.webhook.certificates.secretName -}}
 {{- end -}}
+{{- define "gpusched.kube.webSecretName" -}}
+{{- default (printf "%s-web" (include "gpusched.kube.name" .)) .Values.kube.web.tokenSecret -}}
+{{- end -}}
 {{- define "gpusched.mtls.serverSecretName" -}}
 {{- default (printf "%s-server-tls" (include "gpusched.server.name" .)) .Values.mtls.serverSecretName -}}
 {{- end -}}

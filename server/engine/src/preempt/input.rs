@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 
 use crate::error::{InvalidInput, Violation, ViolationKind};
-use crate::model::{CardUsage, Node, NodeId, Snapshot};
+use crate::mig_layout::MigLayout;
+use crate::model::{Card, CardUsage, Node, NodeId, Snapshot};
 
 /// What a placed workload holds on one card of its node.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -18,6 +19,9 @@ pub struct Booking {
     pub mem_mib: u64,
     /// Cores, percent.
     pub cores: u32,
+    /// On a MIG card: the first memory slice of the instance the workload holds (then `slots`,
+    /// `mem_mib` and `cores` are 0: the instance says what it holds, section 9.1).
+    pub mig_instance_start: Option<u32>,
 }
 
 /// A workload placed on a node, as a preemption sees it.
@@ -73,6 +77,8 @@ pub(crate) struct Resident {
     pub(crate) workload: PlacedWorkload,
     /// `(card position, what it holds there)`, one per booking.
     pub(crate) holds: Vec<(usize, CardUsage)>,
+    /// `(card position, instance start)` of the MIG instances it holds.
+    pub(crate) instances: Vec<(usize, u32)>,
 }
 
 /// A snapshot with what each placed workload holds on each card, validated
@@ -248,6 +254,8 @@ fn resolve_node(
     // The last workload (position + 1) that booked each card: a repeat within one workload.
     let mut booked_by = vec![0usize; node.cards.len()];
     let mut resolved = Vec::with_capacity(entry.workloads.len());
+    // MIG instances named so far on the node: (card, start) -> the workload that named it.
+    let mut taken: HashMap<(usize, u32), String> = HashMap::new();
     for (k, w) in entry.workloads.iter().enumerate() {
         let id_field = || format!("placed[{i}].workloads[{k}].id");
         if w.id.chars().all(char::is_whitespace) {
@@ -283,6 +291,7 @@ fn resolve_node(
             ids.insert(w.id.as_str(), k);
         }
         let mut holds = Vec::with_capacity(w.bookings.len());
+        let mut instances = Vec::new();
         for (b, booking) in w.bookings.iter().enumerate() {
             let field = |name: &str| format!("placed[{i}].workloads[{k}].bookings[{b}].{name}");
             let Some(&pos) = positions.get(booking.card_id.as_str()) else {
@@ -310,6 +319,40 @@ fn resolve_node(
             if let Some(mark) = booked_by.get_mut(pos) {
                 *mark = k + 1;
             }
+            let card = node.cards.get(pos);
+            match (
+                card.and_then(|c| c.mig.as_deref()),
+                booking.mig_instance_start,
+            ) {
+                (Some(layout), start) => {
+                    let held = mig_booking(
+                        (pos, layout, card),
+                        &w.id,
+                        booking,
+                        start,
+                        &mut taken,
+                        &field,
+                        violations,
+                    );
+                    if let Some((start, usage)) = held {
+                        holds.push((pos, usage));
+                        instances.push((pos, start));
+                    }
+                    continue;
+                }
+                (None, Some(_)) => {
+                    violations.push(Violation::new(
+                        ViolationKind::UnknownReference,
+                        field("mig_instance_start"),
+                        format!(
+                            "card {:?} has no MIG layout: book slots, MiB and cores on it",
+                            booking.card_id
+                        ),
+                    ));
+                    continue;
+                }
+                (None, None) => {}
+            }
             if booking.slots == 0 {
                 violations.push(Violation::new(
                     ViolationKind::OutOfRange,
@@ -318,7 +361,7 @@ fn resolve_node(
                 ));
                 continue;
             }
-            if let (Some(card), Some(sum)) = (node.cards.get(pos), sums.get_mut(pos)) {
+            if let (Some(card), Some(sum)) = (card, sums.get_mut(pos)) {
                 add_to_card(sum, booking, card.usage, &card.id, &field, violations);
             }
             holds.push((
@@ -330,15 +373,105 @@ fn resolve_node(
                 },
             ));
         }
-        resolved.push(holds);
+        resolved.push((holds, instances));
     }
     drop(ids);
     entry
         .workloads
         .into_iter()
         .zip(resolved)
-        .map(|(workload, holds)| Resident { workload, holds })
+        .map(|(workload, (holds, instances))| Resident {
+            workload,
+            holds,
+            instances,
+        })
         .collect()
+}
+
+/// A booking on a MIG card (section 9.1): the instance it names, in use and named by no other
+/// booking of the node, with slots, MiB and cores left 0; what it holds is the instance's share
+/// (11.5). `None` (with violations) when it is not such a booking.
+fn mig_booking(
+    card: (usize, &MigLayout, Option<&Card>),
+    owner: &str,
+    booking: &Booking,
+    start: Option<u32>,
+    taken: &mut HashMap<(usize, u32), String>,
+    field: &dyn Fn(&str) -> String,
+    violations: &mut Vec<Violation>,
+) -> Option<(u32, CardUsage)> {
+    let (pos, layout, card) = card;
+    let Some(start) = start else {
+        violations.push(Violation::new(
+            ViolationKind::MissingField,
+            field("mig_instance_start"),
+            format!(
+                "card {:?} is a MIG card: name the instance the workload holds (its first \
+                 memory slice)",
+                booking.card_id
+            ),
+        ));
+        return None;
+    };
+    let before = violations.len();
+    for (name, v) in [
+        ("slots", u64::from(booking.slots)),
+        ("mem_mib", booking.mem_mib),
+        ("cores", u64::from(booking.cores)),
+    ] {
+        if v != 0 {
+            violations.push(Violation::new(
+                ViolationKind::OutOfRange,
+                field(name),
+                format!(
+                    "a booking on MIG card {:?} names its instance and leaves {name} 0 (the \
+                     instance holds its profile's share), got {v}",
+                    booking.card_id
+                ),
+            ));
+        }
+    }
+    let instance = layout
+        .instances
+        .iter()
+        .find(|i| i.placement.start == start && i.is_in_use());
+    let (Some(instance), Some(card)) = (instance, card) else {
+        violations.push(Violation::new(
+            ViolationKind::UnknownReference,
+            field("mig_instance_start"),
+            format!(
+                "no instance in use starts at memory slice {start} on MIG card {:?}",
+                booking.card_id
+            ),
+        ));
+        return None;
+    };
+    if let Some(other) = taken.get(&(pos, start)) {
+        violations.push(Violation::new(
+            ViolationKind::DuplicateId,
+            field("mig_instance_start"),
+            format!(
+                "the instance at {start} on card {:?} is already booked by workload {other:?}",
+                booking.card_id
+            ),
+        ));
+        return None;
+    }
+    taken.insert((pos, start), owner.to_owned());
+    if violations.len() > before {
+        return None;
+    }
+    let (mem, cores) = layout.profile(&instance.profile).map_or((0, 0), |p| {
+        layout.share(p, card.total_mem_mib, card.total_cores)
+    });
+    Some((
+        start,
+        CardUsage {
+            used: 1,
+            used_mem_mib: mem,
+            used_cores: cores,
+        },
+    ))
 }
 
 /// Adds one booking to its card's sums; reports each dimension once, at the booking where the

@@ -87,13 +87,17 @@ pub(crate) fn node_preemption(
         return Some(answer(PreemptVerdict::NotCandidate(not), Vec::new()));
     }
     // Step 3: every eligible workload gone.
-    let mut usage: Vec<CardUsage> = node.cards.iter().map(|c| c.usage).collect();
+    let mut usage = Held {
+        usage: node.cards.iter().map(|c| c.usage).collect(),
+        gone: Vec::new(),
+        mig: eligible.iter().any(|r| !r.instances.is_empty()),
+    };
     for r in &eligible {
         take(&mut usage, r);
     }
     let mut work = node.clone();
     let mut trial = usage.clone();
-    if let Err(Some(failure)) = fits(&mut work, &trial, pending, scratch, true) {
+    if let Err(Some(failure)) = fits(&mut work, node, &trial, pending, scratch, true) {
         let not = NotCandidate {
             reason: NotCandidateReason::InsufficientAfterEviction,
             failure,
@@ -108,7 +112,7 @@ pub(crate) fn node_preemption(
     for (at, r) in eligible.iter().enumerate() {
         trial.clone_from(&usage);
         give(&mut trial, r);
-        match fits(&mut work, &trial, pending, scratch, why) {
+        match fits(&mut work, node, &trial, pending, scratch, why) {
             Ok(()) => {
                 std::mem::swap(&mut usage, &mut trial);
                 outcomes.extend(why.then_some(ReprieveOutcome::Kept));
@@ -129,7 +133,7 @@ pub(crate) fn node_preemption(
                 let Some(r) = eligible.get(at) else { continue };
                 trial.clone_from(&usage);
                 give(&mut trial, r);
-                if fits(&mut work, &trial, pending, scratch, false).is_ok() {
+                if fits(&mut work, node, &trial, pending, scratch, false).is_ok() {
                     std::mem::swap(&mut usage, &mut trial);
                     if let Some(o) = outcomes.get_mut(at) {
                         *o = ReprieveOutcome::KeptAtSecondLook;
@@ -142,7 +146,7 @@ pub(crate) fn node_preemption(
         }
     }
     // Step 6: the placement once the victims are gone.
-    work.set_usage(&usage);
+    usage.apply(&mut work, node);
     let placement = match placement_on(&work, id, pending.prep, scratch, None) {
         Ok(placement) => placement,
         // Not reached: `usage` is the last state that fitted, and fitting is deterministic.
@@ -182,17 +186,65 @@ pub(crate) fn node_preemption(
     Some(answer(PreemptVerdict::Victims(victims), reprieves))
 }
 
-/// Whether the workload fits `work` with its cards' usage set to `usage`; when it does not,
-/// the node failure (classified unresolvable or not, as for any failed node) only when `why`:
+/// What the node holds while victims are tried: each card's usage and the MIG instances taken
+/// away with the workloads that held them.
+#[derive(Debug)]
+struct Held {
+    usage: Vec<CardUsage>,
+    /// `(card position, instance start)` of the instances taken away.
+    gone: Vec<(usize, u32)>,
+    /// Some eligible workload holds a MIG instance: layouts follow `gone`.
+    mig: bool,
+}
+
+impl Clone for Held {
+    fn clone(&self) -> Self {
+        Held {
+            usage: self.usage.clone(),
+            gone: self.gone.clone(),
+            mig: self.mig,
+        }
+    }
+
+    /// Field by field, reusing the vectors (the reprieve copies the state once per workload).
+    fn clone_from(&mut self, source: &Self) {
+        self.usage.clone_from(&source.usage);
+        self.gone.clone_from(&source.gone);
+        self.mig = source.mig;
+    }
+}
+
+impl Held {
+    /// `work` (a copy of `base`) with this usage and, on MIG cards, `base`'s instances but the
+    /// ones taken away (their slices are free: section 9.1).
+    fn apply(&self, work: &mut Node, base: &Node) {
+        work.set_usage(&self.usage);
+        if !self.mig {
+            return;
+        }
+        for (pos, (card, from)) in work.cards.iter_mut().zip(&base.cards).enumerate() {
+            if let Some(layout) = from.mig.as_deref() {
+                let mut l = layout.clone();
+                l.instances
+                    .retain(|i| !self.gone.contains(&(pos, i.placement.start)));
+                card.mig = Some(Box::new(l));
+            }
+        }
+    }
+}
+
+/// Whether the workload fits `work` (a copy of `base`) holding `held`; when it does not, the
+/// node failure (classified unresolvable or not, as for any failed node) only when `why`:
 /// without, one evaluation instead of two.
 fn fits(
     work: &mut Node,
-    usage: &[CardUsage],
+    base: &Node,
+    held: &Held,
     pending: &Pending<'_, '_>,
     scratch: &mut Scratch,
     why: bool,
 ) -> Result<(), Option<NodeFailure>> {
-    work.set_usage(usage);
+    held.apply(work, base);
     let outcome = if why {
         evaluate_node(work, pending.prep, scratch, false, None)
     } else {
@@ -208,10 +260,12 @@ fn fits(
     }
 }
 
-/// Takes a resident's bookings away (validated: never more than the card holds).
-fn take(usage: &mut [CardUsage], r: &Resident) {
+/// Takes a resident's bookings away (validated: never more than the card holds), and its MIG
+/// instances.
+fn take(held: &mut Held, r: &Resident) {
+    held.gone.extend_from_slice(&r.instances);
     for &(pos, h) in &r.holds {
-        if let Some(u) = usage.get_mut(pos) {
+        if let Some(u) = held.usage.get_mut(pos) {
             u.used = u.used.saturating_sub(h.used);
             u.used_mem_mib = u.used_mem_mib.saturating_sub(h.used_mem_mib);
             u.used_cores = u.used_cores.saturating_sub(h.used_cores);
@@ -219,10 +273,11 @@ fn take(usage: &mut [CardUsage], r: &Resident) {
     }
 }
 
-/// Puts a resident's bookings back.
-fn give(usage: &mut [CardUsage], r: &Resident) {
+/// Puts a resident's bookings back, and its MIG instances.
+fn give(held: &mut Held, r: &Resident) {
+    held.gone.retain(|g| !r.instances.contains(g));
     for &(pos, h) in &r.holds {
-        if let Some(u) = usage.get_mut(pos) {
+        if let Some(u) = held.usage.get_mut(pos) {
             u.used = u.used.saturating_add(h.used);
             u.used_mem_mib = u.used_mem_mib.saturating_add(h.used_mem_mib);
             u.used_cores = u.used_cores.saturating_add(h.used_cores);

@@ -17,6 +17,8 @@ pub fn held(id: &str, priority: i32) -> PlacedWorkload {
 pub trait PlacedExt {
     /// Books `slots`, `mem` MiB and `cores` on card `card`.
     fn on(self, card: &str, slots: u32, mem: u64, cores: u32) -> PlacedWorkload;
+    /// Holds the MIG instance starting at `start` on card `card`.
+    fn instance(self, card: &str, start: u32) -> PlacedWorkload;
     /// Evicting it violates a budget.
     fn budget(self) -> PlacedWorkload;
     /// Started at `ms`.
@@ -26,10 +28,21 @@ pub trait PlacedExt {
 impl PlacedExt for PlacedWorkload {
     fn on(mut self, card: &str, slots: u32, mem: u64, cores: u32) -> PlacedWorkload {
         self.bookings.push(Booking {
+            mig_instance_start: None,
             card_id: card.to_owned(),
             slots,
             mem_mib: mem,
             cores,
+        });
+        self
+    }
+    fn instance(mut self, card: &str, start: u32) -> PlacedWorkload {
+        self.bookings.push(Booking {
+            card_id: card.to_owned(),
+            slots: 0,
+            mem_mib: 0,
+            cores: 0,
+            mig_instance_start: Some(start),
         });
         self
     }

@@ -87,14 +87,11 @@ pub fn reason_out(r: Reason) -> v1::Reason {
         Reason::AllocatedCardsInsufficientRequest => v1::Reason::AllocatedCardsInsufficientRequest,
         Reason::CardZeroCapacity => v1::Reason::CardZeroCapacity,
         Reason::InvalidNode => v1::Reason::InvalidNode,
-        // Issue 22 phase 2 adds the wire reasons; until then no request carries a quota budget,
-        // so the engine never gives these here.
-        Reason::QuotaMemoryExceeded | Reason::QuotaCoresExceeded => v1::Reason::Unspecified,
-        // Reasons 17-20 are reserved for them in the v1 API (issue 23, next phase); until then no
-        // request carries a MIG layout, so only a MIG-mode card without one gives the first.
-        Reason::MigNoProfileLargeEnough
-        | Reason::MigProfileNotAllowed
-        | Reason::MigNoFreePlacement => v1::Reason::Unspecified,
+        Reason::QuotaMemoryExceeded => v1::Reason::QuotaMemoryExceeded,
+        Reason::QuotaCoresExceeded => v1::Reason::QuotaCoresExceeded,
+        Reason::MigNoProfileLargeEnough => v1::Reason::MigNoProfileLargeEnough,
+        Reason::MigProfileNotAllowed => v1::Reason::MigProfileNotAllowed,
+        Reason::MigNoFreePlacement => v1::Reason::MigNoFreePlacement,
     }
 }
 
@@ -189,7 +186,7 @@ pub fn score_out(s: &Snapshot, f: &engine::FeasibleNode) -> v1::NodeScore {
 }
 
 /// A node score's fragmentation before and after (node policy fgd, section 12.3).
-fn fragmentation_out(score: &engine::NodeScore) -> Option<v1::Fragmentation> {
+pub fn fragmentation_out(score: &engine::NodeScore) -> Option<v1::Fragmentation> {
     score.fragmentation.map(|f| v1::Fragmentation {
         before: f.before(),
         after: f.after(),
@@ -252,11 +249,10 @@ pub fn explanations_out(
 ) -> Vec<v1::NodeExplanation> {
     ex.iter()
         .map(|e| {
-            // `quota`: no wire field before issue 22 phase 2 (no request carries a budget yet).
             let engine::NodeExplanation {
                 node,
                 containers,
-                quota: _,
+                quota,
                 fragmentation,
             } = e;
             let n = s.node(*node);
@@ -279,7 +275,7 @@ pub fn explanations_out(
                                         visit_position,
                                         rejected,
                                         chosen,
-                                        mig: _, // not in the v1 API yet (issue 23)
+                                        mig,
                                     } = k;
                                     let c = n.and_then(|n| n.cards().get(*card));
                                     v1::CardExplanation {
@@ -296,9 +292,124 @@ pub fn explanations_out(
                                             as i32,
                                         chosen: *chosen,
                                         visited: visit_position.is_some(),
+                                        mig_profiles: mig
+                                            .as_ref()
+                                            .map(mig_explanation_out)
+                                            .unwrap_or_default(),
                                     }
                                 })
                                 .collect(),
+                        }
+                    })
+                    .collect(),
+                quota: quota.as_ref().map(quota_explanation_out),
+            }
+        })
+        .collect()
+}
+
+/// A quota budget back to protobuf.
+pub fn quota_budget_out(b: &engine::QuotaBudget) -> v1::QuotaBudget {
+    let engine::QuotaBudget { mem_mib, cores } = b;
+    v1::QuotaBudget {
+        mem_mib: *mem_mib,
+        cores: *cores,
+    }
+}
+
+/// What a placement consumes against a quota.
+pub fn quota_use_out(u: &engine::QuotaUse) -> v1::QuotaUse {
+    let engine::QuotaUse { mem_mib, cores } = u;
+    v1::QuotaUse {
+        mem_mib: *mem_mib,
+        cores: *cores,
+    }
+}
+
+fn quota_explanation_out(q: &engine::QuotaExplanation) -> v1::QuotaExplanation {
+    let engine::QuotaExplanation { budget, consumed } = q;
+    v1::QuotaExplanation {
+        budget: Some(quota_budget_out(budget)),
+        consumed: Some(quota_use_out(consumed)),
+    }
+}
+
+/// The profiles a MIG choice considered, in its order.
+fn mig_explanation_out(m: &engine::MigExplanation) -> Vec<v1::MigProfileConsidered> {
+    let engine::MigExplanation { profiles } = m;
+    profiles
+        .iter()
+        .map(|p| {
+            let engine::MigProfileConsidered { profile, outcome } = p;
+            let mut out = v1::MigProfileConsidered {
+                profile: profile.clone(),
+                ..Default::default()
+            };
+            let o = match outcome {
+                engine::MigOutcome::TooSmall => v1::MigOutcome::TooSmall,
+                engine::MigOutcome::NotAllowed => v1::MigOutcome::NotAllowed,
+                engine::MigOutcome::NoFreePlace => v1::MigOutcome::NoFreePlace,
+                engine::MigOutcome::NotReached => v1::MigOutcome::NotReached,
+                engine::MigOutcome::Chosen { placement, reused } => {
+                    out.start = placement.start;
+                    out.size = placement.size;
+                    out.reused = *reused;
+                    v1::MigOutcome::Chosen
+                }
+            };
+            out.outcome = o as i32;
+            out
+        })
+        .collect()
+}
+
+/// A MIG assignment.
+fn mig_assignment_out(m: &engine::MigAssignment) -> v1::MigAssignment {
+    let engine::MigAssignment {
+        profile,
+        placement,
+        reused,
+        owner,
+    } = m;
+    v1::MigAssignment {
+        profile: profile.clone(),
+        start: placement.start,
+        size: placement.size,
+        reused: *reused,
+        owner: owner.clone(),
+    }
+}
+
+/// The cards of a placement's containers.
+pub fn containers_out(
+    n: Option<&engine::Node>,
+    w: &Workload,
+    containers: &[engine::ContainerAssignment],
+) -> Vec<v1::ContainerAssignment> {
+    containers
+        .iter()
+        .map(|c| {
+            let engine::ContainerAssignment { position, cards } = c;
+            v1::ContainerAssignment {
+                container_name: container_name(w, *position),
+                init: w.containers.get(*position).is_some_and(|c| c.init),
+                cards: cards
+                    .iter()
+                    .map(|k| {
+                        let engine::AssignedCard {
+                            card,
+                            mem_mib,
+                            cores,
+                            mig,
+                        } = k;
+                        let c = n.and_then(|n| n.cards().get(*card));
+                        v1::CardAssignment {
+                            card_id: c.map(|c| c.id.clone()).unwrap_or_default(),
+                            card_index: c.map_or(0, |c| c.index),
+                            card_type: c.map(|c| c.card_type.clone()).unwrap_or_default(),
+                            mem_mib: *mem_mib,
+                            cores_percent: *cores,
+                            mig: mig.as_ref().map(mig_assignment_out),
                         }
                     })
                     .collect(),
@@ -358,35 +469,7 @@ fn result_out(
             normalized_score: *normalized,
             fragmentation: fragmentation_out(score),
         });
-        out.containers = containers
-            .iter()
-            .map(|c| {
-                let engine::ContainerAssignment { position, cards } = c;
-                v1::ContainerAssignment {
-                    container_name: container_name(w, *position),
-                    init: w.containers.get(*position).is_some_and(|c| c.init),
-                    cards: cards
-                        .iter()
-                        .map(|k| {
-                            let engine::AssignedCard {
-                                card,
-                                mem_mib,
-                                cores,
-                                mig: _, // not in the v1 API yet (issue 23)
-                            } = k;
-                            let c = n.and_then(|n| n.cards().get(*card));
-                            v1::CardAssignment {
-                                card_id: c.map(|c| c.id.clone()).unwrap_or_default(),
-                                card_index: c.map_or(0, |c| c.index),
-                                card_type: c.map(|c| c.card_type.clone()).unwrap_or_default(),
-                                mem_mib: *mem_mib,
-                                cores_percent: *cores,
-                            }
-                        })
-                        .collect(),
-                }
-            })
-            .collect();
+        out.containers = containers_out(n, w, containers);
     }
     out
 }

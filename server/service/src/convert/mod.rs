@@ -9,11 +9,13 @@
 //! - `refs`: a node by reference's digests and usage part in.
 //! - `inventory`: NormalizeInventory's raw cards and settings, both ways.
 //! - `answer`: evaluations and allocations (with invalid nodes) out.
+//! - `preempt`: Preempt's placed workloads in, its answer (with invalid nodes) out.
 
 pub mod answer;
 pub mod inventory;
 pub mod mix;
 pub mod node;
 pub mod options;
+pub mod preempt;
 pub mod refs;
 pub mod workload;

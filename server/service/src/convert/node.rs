@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use gpusched_api::v1;
 use gpusched_engine as engine;
 use gpusched_engine::{
-    Card, CardMode, CardUsage, KubeNames, NodeSpec, PairScore, Violation, ViolationKind,
+    Card, CardMode, CardUsage, KubeNames, MigInstance, MigLayout, MigPlacement, MigProfile,
+    NodeSpec, PairScore, Violation, ViolationKind,
 };
 
 /// Where a node came from in the request, to name fields in violations: `nodes[i]` (sent
@@ -161,6 +162,7 @@ fn card_in(c: v1::Card, at: (NodeAt, usize), violations: &mut Vec<Violation>) ->
         health,
         mode,
         usage,
+        mig,
     } = c;
     let healthy = match v1::CardHealth::try_from(health) {
         Ok(v1::CardHealth::Healthy) => true,
@@ -207,8 +209,119 @@ fn card_in(c: v1::Card, at: (NodeAt, usize), violations: &mut Vec<Violation>) ->
         healthy,
         mode,
         usage,
-        // MIG layouts arrive with the MIG fields of the v1 API (issue 23, next phase).
-        mig: None,
+        mig: mig.map(|l| Box::new(mig_in(l))),
+    }
+}
+
+/// A MIG layout (validated with its node by the engine: `cards[j].mig...`).
+fn mig_in(l: v1::MigLayout) -> MigLayout {
+    let v1::MigLayout {
+        compute_slices,
+        memory_slices,
+        profiles,
+        instances,
+    } = l;
+    let profiles = profiles
+        .into_iter()
+        .map(|p| {
+            let v1::MigProfile {
+                name,
+                mem_mib,
+                compute_slices,
+                memory_slices,
+                cores,
+                max_instances,
+                placements,
+                not_allowed,
+            } = p;
+            MigProfile {
+                name,
+                mem_mib,
+                compute_slices,
+                memory_slices,
+                cores,
+                max_instances,
+                placements,
+                allowed: !not_allowed,
+            }
+        })
+        .collect();
+    let instances = instances
+        .into_iter()
+        .map(|i| {
+            let v1::MigInstance {
+                profile,
+                start,
+                size,
+                in_use_by,
+            } = i;
+            MigInstance {
+                profile,
+                placement: MigPlacement::new(start, size),
+                in_use_by: (!in_use_by.is_empty()).then_some(in_use_by),
+            }
+        })
+        .collect();
+    MigLayout {
+        compute_slices,
+        memory_slices,
+        profiles,
+        instances,
+    }
+}
+
+/// A MIG layout back to protobuf.
+fn mig_out(l: &MigLayout) -> v1::MigLayout {
+    let MigLayout {
+        compute_slices,
+        memory_slices,
+        profiles,
+        instances,
+    } = l;
+    v1::MigLayout {
+        compute_slices: *compute_slices,
+        memory_slices: *memory_slices,
+        profiles: profiles
+            .iter()
+            .map(|p| {
+                let MigProfile {
+                    name,
+                    mem_mib,
+                    compute_slices,
+                    memory_slices,
+                    cores,
+                    max_instances,
+                    placements,
+                    allowed,
+                } = p;
+                v1::MigProfile {
+                    name: name.clone(),
+                    mem_mib: *mem_mib,
+                    compute_slices: *compute_slices,
+                    memory_slices: *memory_slices,
+                    cores: *cores,
+                    max_instances: *max_instances,
+                    placements: placements.clone(),
+                    not_allowed: !allowed,
+                }
+            })
+            .collect(),
+        instances: instances
+            .iter()
+            .map(|i| {
+                let MigInstance {
+                    profile,
+                    placement,
+                    in_use_by,
+                } = i;
+                v1::MigInstance {
+                    profile: profile.clone(),
+                    start: placement.start,
+                    size: placement.size,
+                    in_use_by: in_use_by.clone().unwrap_or_default(),
+                }
+            })
+            .collect(),
     }
 }
 
@@ -225,7 +338,7 @@ pub fn card_out(c: &Card) -> v1::Card {
         healthy,
         mode,
         usage,
-        mig: _, // not in the v1 API yet (issue 23, next phase)
+        mig,
     } = c;
     let CardUsage {
         used,
@@ -255,6 +368,7 @@ pub fn card_out(c: &Card) -> v1::Card {
             used_mem_mib: *used_mem_mib,
             used_cores: *used_cores,
         }),
+        mig: mig.as_deref().map(mig_out),
     }
 }
 

@@ -19,7 +19,9 @@ pub struct Spec {
     pub spec: engine::WorkloadSpec,
     /// Where the spec's fields are named.
     pub prefix: String,
-    /// Unset or unknown enum numbers.
+    /// The quota budget the caller sent (validated with the spec's problems).
+    pub quota: Option<engine::QuotaBudget>,
+    /// Unset or unknown enum numbers, and an out-of-range quota budget.
     pub violations: Vec<Violation>,
 }
 
@@ -38,6 +40,7 @@ pub fn spec_in(w: Option<v1::Workload>, prefix: &str) -> Result<Spec, ServiceErr
         name,
         uid,
         spec,
+        quota,
     } = w;
     let meta = engine::WorkloadMeta {
         namespace,
@@ -89,10 +92,19 @@ pub fn spec_in(w: Option<v1::Workload>, prefix: &str) -> Result<Spec, ServiceErr
             )
         }
     };
+    let quota = quota.map(|q| {
+        let v1::QuotaBudget { mem_mib, cores } = q;
+        let budget = engine::QuotaBudget { mem_mib, cores };
+        if let Err(e) = budget.validate() {
+            violations.extend(e.prefixed(prefix).violations);
+        }
+        budget
+    });
     Ok(Spec {
         meta,
         spec,
         prefix: spec_prefix,
+        quota,
         violations,
     })
 }

@@ -182,6 +182,9 @@ where
     if result.is_ok() && record.decision {
         metrics.decision(rpc, record.node_policy, &record.gpu_policy, record.result);
         metrics.rejections(&record.rejections);
+        if let Some(n) = record.victims {
+            metrics.victims(n);
+        }
     }
     span.in_scope(|| match &result {
         Ok(_) if record.decision => tracing::info!(
@@ -191,6 +194,7 @@ where
             chosen = record.chosen.as_deref().unwrap_or(""),
             result = record.result,
             reasons = %record.summary(),
+            victims = record.victims,
             micros = started.elapsed().as_micros() as u64,
             "decision"
         ),

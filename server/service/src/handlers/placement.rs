@@ -165,4 +165,28 @@ impl PlacementService for PlacementApi {
         .await
         .map_or_else(|e| Err(advertised(e)), |r| Ok(advertised(r)))
     }
+
+    async fn preempt(
+        &self,
+        request: Request<v1::PreemptRequest>,
+    ) -> Result<Response<v1::PreemptResponse>, Status> {
+        let (metadata, extensions, msg) = request.into_parts();
+        self.state
+            .metrics
+            .observe_request_bytes(Rpc::Preempt.method(), prost::Message::encoded_len(&msg));
+        // Each placed workload may cost one more evaluation of its node.
+        let work = estimated_work(&extensions, || {
+            let placed: usize = msg.placed.iter().map(|p| p.workloads.len()).sum();
+            card_count(&msg.nodes, &msg.node_refs).saturating_mul(placed.max(1))
+        });
+        run(
+            Arc::clone(&self.state),
+            Rpc::Preempt,
+            &metadata,
+            work,
+            move |st, r, c| pipeline::preempt(st, msg, r, c),
+        )
+        .await
+        .map_or_else(|e| Err(advertised(e)), |r| Ok(advertised(r)))
+    }
 }

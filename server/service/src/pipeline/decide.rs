@@ -25,7 +25,7 @@ fn workload_label(w: &Workload) -> String {
     }
 }
 
-fn describe(record: &mut Record, w: &Workload, c: &Candidates) {
+pub(super) fn describe(record: &mut Record, w: &Workload, c: &Candidates) {
     record.workload = workload_label(w);
     record.nodes = c.len();
     record.cards = c.snapshot.card_count();
@@ -320,6 +320,7 @@ pub fn validate_workload(
                 requests_gpu,
                 effective_policy: requests_gpu.then(|| answer::effective_out(&w)),
                 containers: answer::resolved_out(&w),
+                quota_floor: requests_gpu.then(|| answer::quota_use_out(&w.quota_floor())),
             })
         }
         Err(ServiceError::InvalidArgument(v))
@@ -341,6 +342,7 @@ pub fn validate_workload(
                 requests_gpu: true,
                 effective_policy: None,
                 containers: Vec::new(),
+                quota_floor: None,
             })
         }
         Err(e) => Err(e),

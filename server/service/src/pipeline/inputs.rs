@@ -135,14 +135,21 @@ pub fn workload_in(
         meta,
         spec,
         prefix: spec_prefix,
+        quota,
         violations,
     } = spec_in(w, prefix)?;
     limits::containers(&spec, &spec_prefix, l)?;
     if !violations.is_empty() {
         return Err(ServiceError::InvalidArgument(violations));
     }
-    let w = Workload::parse(meta, &spec, defaults, names)
+    let mut w = Workload::parse(meta, &spec, defaults, names)
         .map_err(|e| ServiceError::from(e.prefixed(&spec_prefix)))?;
+    if let Some(budget) = quota {
+        // Validated with the spec's problems above.
+        w = w
+            .with_quota(budget)
+            .map_err(|e| ServiceError::from(e.prefixed(prefix)))?;
+    }
     limits::filter_lists(&w, &spec, &spec_prefix, names, l)?;
     Ok(w)
 }

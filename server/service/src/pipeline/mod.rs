@@ -21,6 +21,7 @@ mod inputs;
 pub(crate) mod limits;
 mod mix;
 mod normalize;
+mod preempt;
 mod record;
 pub(crate) mod resolve;
 
@@ -29,5 +30,6 @@ pub use cancel::Cancel;
 pub use decide::{allocate, allocate_batch, filter, score, validate_workload};
 pub use inputs::{Inputs, inputs, snapshot, workload};
 pub use normalize::normalize_inventory;
+pub use preempt::preempt;
 pub use record::Record;
 pub(crate) use resolve::refs::ASSUMED_CARDS_PER_REF;

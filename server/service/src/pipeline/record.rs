@@ -23,6 +23,8 @@ pub struct Record {
     pub rejections: Vec<(Reason, u64)>,
     /// Whether this call is a placement decision (logged at INFO).
     pub decision: bool,
+    /// Preempt: the victims on the chosen node, when it chose one.
+    pub victims: Option<usize>,
 }
 
 impl Record {

@@ -51,6 +51,7 @@ impl TestServer {
 
 pub fn card(id: &str, index: u32, mem: u64) -> v1::Card {
     v1::Card {
+        mig: None,
         id: id.into(),
         index,
         r#type: "NVIDIA-A100-SXM4-40GB".into(),
@@ -100,6 +101,7 @@ pub fn pod(annotations: &[(&str, &str)], containers: &[&[(&str, &str)]]) -> v1::
             .collect()
     };
     v1::Workload {
+        quota: None,
         namespace: "default".into(),
         name: "pod".into(),
         uid: "uid-1".into(),

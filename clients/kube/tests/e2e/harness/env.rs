@@ -18,7 +18,17 @@ pub struct Env {
     pub scheduler_kubeconfig: PathBuf,
     pub results: PathBuf,
     pub filter: Vec<String>,
+    /// gpusched-agent and the fake NVML library (built only when the MIG scenario runs).
+    pub agent_bin: Option<PathBuf>,
+    pub fake_nvml: Option<PathBuf>,
+    /// kubectl-gpusched (set by test.sh when the opview scenario runs).
+    pub ctl_bin: Option<PathBuf>,
+    /// Headless Chromium, Debian's `chromium` (likewise).
+    pub chromium: Option<PathBuf>,
 }
+
+/// The operator view's token in the e2e (written to a file, as a Secret's key would be).
+pub const WEB_TOKEN: &str = "e2e-operator-view-token-0123456789";
 
 fn var(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
@@ -52,7 +62,30 @@ impl Env {
                 .map(|s| s.trim().to_owned())
                 .filter(|s| !s.is_empty())
                 .collect(),
+            agent_bin: std::env::var("E2E_AGENT_BIN")
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            fake_nvml: std::env::var("E2E_FAKE_NVML")
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            ctl_bin: std::env::var_os("E2E_CTL_BIN").map(PathBuf::from),
+            chromium: std::env::var_os("E2E_CHROMIUM").map(PathBuf::from),
         })
+    }
+
+    /// Where the operator view's token is.
+    pub fn web_token_file(&self) -> PathBuf {
+        self.workdir.join("web-token")
+    }
+
+    /// Writes the operator view's token file (mode 0600).
+    pub fn write_web_token(&self) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let f = self.web_token_file();
+        std::fs::write(&f, format!("{WEB_TOKEN}\n")).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
 
     pub fn wants(&self, scenario: &str) -> bool {

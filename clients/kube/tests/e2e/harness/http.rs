@@ -8,10 +8,23 @@ use tokio::net::TcpStream;
 
 /// One request with `Connection: close`; None on any failure or after 5 s.
 pub async fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
+    http_with(addr, method, path, &[], body).await
+}
+
+/// [`http`] with extra header lines (`Name: value`); the answer's body includes nothing of the
+/// headers.
+pub async fn http_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[&str],
+    body: &str,
+) -> Option<(u16, String)> {
     let fut = async {
         let mut s = TcpStream::connect(addr).await.ok()?;
+        let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
         let req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         );
         s.write_all(req.as_bytes()).await.ok()?;

@@ -1,6 +1,9 @@
 //! The e2e harness: the environment from `deploy/e2e/test.sh`, the control-plane client and its
-//! builders, waiting helpers, bursts, gpusched-kube processes and the Service stand-in.
+//! builders, waiting helpers, bursts, gpusched-kube and gpusched-agent processes, the Service
+//! stand-in and a headless browser.
 
+pub mod agent;
+pub mod browser;
 pub mod burst;
 pub mod cluster;
 pub mod env;

@@ -20,6 +20,7 @@ pub struct Shape {
 pub fn cards_of(node: &str, shape: Shape) -> Vec<v1::Card> {
     (0..shape.cards)
         .map(|i| v1::Card {
+            mig: None,
             id: format!("GPU-{node}-{}", i + 1),
             index: i,
             r#type: "NVIDIA-A100-SXM4-40GB".into(),

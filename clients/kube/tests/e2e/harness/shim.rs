@@ -17,11 +17,14 @@ pub struct Shim {
     child: tokio::process::Child,
     pub ext: SocketAddr,
     pub webhook: SocketAddr,
+    /// The operator view (web listener; its token file is `Env::web_token_file`).
+    pub web: SocketAddr,
     log: PathBuf,
 }
 
 impl Shim {
     pub async fn start(env: &Env, identity: &str) -> Shim {
+        env.write_web_token();
         let log = env.workdir.join(format!("shim-{identity}.log"));
         let logf = std::fs::File::create(&log).unwrap();
         let mut child = tokio::process::Command::new(&env.shim_bin)
@@ -53,6 +56,10 @@ impl Shim {
             .env("GPUSCHED_KUBE_LEADER_ELECTION__LEASE_DURATION", "4s")
             .env("GPUSCHED_KUBE_LEADER_ELECTION__RENEW_DEADLINE", "3s")
             .env("GPUSCHED_KUBE_LEADER_ELECTION__RETRY_PERIOD", "500ms")
+            // The operator view, as the chart turns it on: a token from a file.
+            .env("GPUSCHED_KUBE_WEB__ENABLED", "true")
+            .env("GPUSCHED_KUBE_WEB__LISTEN", "127.0.0.1:0")
+            .env("GPUSCHED_KUBE_WEB__TOKEN_FILE", env.web_token_file())
             .env_remove("KUBECONFIG")
             .stdout(std::process::Stdio::piped())
             .stderr(logf)
@@ -83,12 +90,13 @@ impl Shim {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or_else(|| panic!("no {k}= in {first:?}"))
         };
-        let (ext, webhook) = (field("extender"), field("webhook"));
+        let (ext, webhook, web) = (field("extender"), field("webhook"), field("web"));
         Shim {
             identity: identity.to_owned(),
             child,
             ext,
             webhook,
+            web,
             log,
         }
     }

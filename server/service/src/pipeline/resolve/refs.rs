@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use gpusched_api::v1;
-use gpusched_engine::{Node, Violation, ViolationKind};
+use gpusched_engine::{CardUsage, Node, Violation, ViolationKind};
 use prost::Message;
 
 use crate::cache::digest::{Digest, Part};
@@ -247,7 +247,7 @@ pub fn candidates_in(
         // Clients list usage in card order: look from the card after the last match first.
         let node_cards = inv.cards();
         let n = node_cards.len();
-        let mut unknown = Vec::new();
+        let mut unknown = Vec::new(); // the node's problems: unknown cards, MIG usage
         let mut next = 0usize;
         let mut updates = Vec::with_capacity(usage.len());
         for (k, (id, u)) in usage.iter().enumerate() {
@@ -257,7 +257,30 @@ pub fn candidates_in(
             {
                 Some(j) => {
                     next = j + 1;
-                    updates.push((j, *u));
+                    match node_cards.get(j) {
+                        // A MIG card's usage is its instances' (contract section 11.5), which
+                        // travel with the inventory: a usage entry may only repeat it or be
+                        // zero.
+                        Some(c) if c.mig.is_some() => {
+                            if *u != CardUsage::default() && *u != c.usage {
+                                unknown.push(Violation::new(
+                                    ViolationKind::OutOfRange,
+                                    format!("usage.cards[{k}].usage"),
+                                    format!(
+                                        "card {id:?} of node {:?} is a MIG card: its usage is \
+                                         what its instances in use book ({} slots, {} MiB, {} \
+                                         cores); send its instances with the inventory and \
+                                         leave its usage unset",
+                                        inv.name(),
+                                        c.usage.used,
+                                        c.usage.used_mem_mib,
+                                        c.usage.used_cores
+                                    ),
+                                ));
+                            }
+                        }
+                        _ => updates.push((j, *u)),
+                    }
                 }
                 None => unknown.push(Violation::new(
                     ViolationKind::UnknownReference,

@@ -46,6 +46,22 @@ pub const WORKLOAD_COST: usize = 2 * size_of::<v1::Workload>()
 pub const CONTAINER_COST: usize = 2 * size_of::<v1::KubernetesContainer>()
     + 2 * size_of::<v1::ContainerRequest>()
     + size_of::<engine::ContainerRequest>();
+/// Memory of one MIG profile of a card: decoded (twice) and converted (its name and placements
+/// are counted as bytes and entries).
+pub const MIG_PROFILE_COST: usize =
+    2 * size_of::<v1::MigProfile>() + size_of::<engine::MigProfile>();
+/// Memory of one MIG instance of a card: decoded (twice) and converted.
+pub const MIG_INSTANCE_COST: usize =
+    2 * size_of::<v1::MigInstance>() + size_of::<engine::MigInstance>();
+/// A card is walked (for its MIG layout) only when its encoding is longer than this: a card
+/// without a layout is far shorter, so the common card costs the prescan nothing more.
+pub const CARD_WALK_BYTES: usize = 256;
+/// Memory of one placed workload of a Preempt: decoded (twice), converted, its reprieve entry.
+pub const PLACED_COST: usize = 2 * size_of::<v1::PlacedWorkload>()
+    + size_of::<engine::PlacedWorkload>()
+    + size_of::<engine::Reprieve>();
+/// Memory of one booking of a placed workload: decoded (twice) and converted.
+pub const BOOKING_COST: usize = 2 * size_of::<v1::Booking>() + size_of::<engine::Booking>() + 32;
 /// Memory of one usage entry of a node by reference.
 pub const USAGE_COST: usize =
     2 * size_of::<v1::CardUsageEntry>() + size_of::<(String, engine::CardUsage)>();
@@ -95,6 +111,8 @@ pub struct Counts {
     pub raw_cards: usize,
     pub overrides: usize,
     pub links: usize,
+    /// Placed workloads of a Preempt (each is re-evaluated in its node's reprieve).
+    pub placed: usize,
 }
 
 impl Counts {
@@ -138,6 +156,12 @@ impl Counts {
             .saturating_add(nodes)
             .saturating_mul(containers)
             .saturating_mul(explain);
+        // Preempt: each placed workload may cost one more evaluation of its node's cards.
+        let evaluation = evaluation.saturating_add(
+            self.placed
+                .saturating_mul(ASSUMED_CARDS_PER_REF)
+                .saturating_mul(containers),
+        );
         let filters = cards.saturating_mul(self.filter_entries);
         let inventory = self
             .raw_cards

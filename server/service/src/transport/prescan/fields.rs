@@ -19,14 +19,18 @@ macro_rules! fields {
 }
 
 fields! {
-    PLACEMENT_NODES = 1: [FilterRequest, ScoreRequest, AllocateRequest, AllocateBatchRequest].nodes;
-    PLACEMENT_WORKLOAD = 2: [FilterRequest, ScoreRequest, AllocateRequest].workload;
+    PLACEMENT_NODES = 1: [FilterRequest, ScoreRequest, AllocateRequest, AllocateBatchRequest, PreemptRequest].nodes;
+    PLACEMENT_WORKLOAD = 2: [FilterRequest, ScoreRequest, AllocateRequest, PreemptRequest].workload;
     BATCH_WORKLOADS = 2: [AllocateBatchRequest].workloads;
-    PLACEMENT_OPTIONS = 3: [FilterRequest, ScoreRequest, AllocateRequest, AllocateBatchRequest].options;
+    PLACEMENT_OPTIONS = 3: [FilterRequest, ScoreRequest, AllocateRequest, AllocateBatchRequest, PreemptRequest].options;
     ALLOCATE_RESTRICT = 4: [AllocateRequest].restrict_to_node_names;
     PLACEMENT_NODE_REFS = 5: [FilterRequest, ScoreRequest, AllocateRequest].node_refs;
     BATCH_UPDATED_NODES = 5: [AllocateBatchRequest].return_updated_nodes;
     BATCH_NODE_REFS = 6: [AllocateBatchRequest].node_refs;
+    PREEMPT_PLACED = 5: [PreemptRequest].placed;
+    PREEMPT_NODE_REFS = 6: [PreemptRequest].node_refs;
+    PLACED_WORKLOADS = 2: [NodePlaced].workloads;
+    PLACED_BOOKINGS = 5: [PlacedWorkload].bookings;
 
     VALIDATE_WORKLOAD = 1: [ValidateWorkloadRequest].workload;
     VALIDATE_OPTIONS = 2: [ValidateWorkloadRequest].options;
@@ -40,6 +44,10 @@ fields! {
     NODE_CORDONED = 3: [Node].cordoned_card_ids;
     NODE_PAIR_SCORES = 4: [Node].pair_scores;
     NODE_ANNOTATIONS = 5: [Node].annotations;
+    CARD_MIG = 11: [Card].mig;
+    MIG_PROFILES = 3: [MigLayout].profiles;
+    MIG_INSTANCES = 4: [MigLayout].instances;
+    MIG_PROFILE_PLACEMENTS = 7: [MigProfile].placements;
 
     REF_INVENTORY = 1: [NodeRef].inventory;
     REF_USAGE = 3: [NodeRef].usage;

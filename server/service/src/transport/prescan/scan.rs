@@ -32,7 +32,9 @@ pub fn scan(rpc: Rpc, message: &[u8], limits: &Limits) -> Result<Admission, Serv
     let mut s = Scan::new(limits);
     // A malformed encoding stops the count (see the module's documentation).
     let _ = match rpc {
-        Rpc::Filter | Rpc::Score | Rpc::Allocate | Rpc::AllocateBatch => s.placement(rpc, message),
+        Rpc::Filter | Rpc::Score | Rpc::Allocate | Rpc::AllocateBatch | Rpc::Preempt => {
+            s.placement(rpc, message)
+        }
         Rpc::ValidateWorkload => s.validate(message),
         Rpc::NormalizeInventory => s.normalize(message),
     };
@@ -152,11 +154,13 @@ impl<'l> Scan<'l> {
                     self.c.updated_nodes = true
                 }
                 (Rpc::AllocateBatch, (BATCH_NODE_REFS, v))
+                | (Rpc::Preempt, (PREEMPT_NODE_REFS, v))
                 | (Rpc::Filter | Rpc::Score | Rpc::Allocate, (PLACEMENT_NODE_REFS, v)) => {
                     let i = self.c.refs;
                     self.c.refs += 1;
                     self.node_ref(bytes(v)?, i)?;
                 }
+                (Rpc::Preempt, (PREEMPT_PLACED, v)) => self.node_placed(bytes(v)?)?,
                 _ => {}
             }
         }
@@ -238,9 +242,13 @@ impl<'l> Scan<'l> {
         let mut fields = Fields::new(message);
         while let Some(f) = fields.next() {
             match f? {
-                (NODE_CARDS, _) => {
+                (NODE_CARDS, v) => {
                     c.cards += 1;
                     self.add(1, CARD_COST);
+                    let b = bytes(v)?;
+                    if b.len() > CARD_WALK_BYTES {
+                        self.card(b)?;
+                    }
                 }
                 (NODE_CORDONED, _) => {
                     c.cordoned += 1;
@@ -255,6 +263,54 @@ impl<'l> Scan<'l> {
                     self.add(1, MAP_ENTRY_COST);
                 }
                 _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A long card: its MIG layout's profiles, placements and instances are charged (their
+    /// counts are bounded by the engine's validation, after decoding; the charge bounds the
+    /// decoding).
+    fn card(&mut self, message: &[u8]) -> Step {
+        let mut fields = Fields::new(message);
+        while let Some(f) = fields.next() {
+            if let (CARD_MIG, v) = f? {
+                let mut layout = Fields::new(bytes(v)?);
+                while let Some(f) = layout.next() {
+                    match f? {
+                        (MIG_PROFILES, v) => {
+                            self.add(1, MIG_PROFILE_COST);
+                            let mut profile = Fields::new(bytes(v)?);
+                            while let Some(f) = profile.next() {
+                                if let (MIG_PROFILE_PLACEMENTS, v) = f? {
+                                    self.add(enum_entries(v), ENUM_COST);
+                                }
+                            }
+                        }
+                        (MIG_INSTANCES, _) => self.add(1, MIG_INSTANCE_COST),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The placed workloads of one node of a Preempt: charged, and counted for the work
+    /// estimate (their number is bounded by the engine's validation, INVALID_ARGUMENT naming
+    /// the field; the charge bounds the decoding).
+    fn node_placed(&mut self, message: &[u8]) -> Step {
+        let mut fields = Fields::new(message);
+        while let Some(f) = fields.next() {
+            if let (PLACED_WORKLOADS, v) = f? {
+                self.c.placed += 1;
+                self.add(1, PLACED_COST);
+                let mut workload = Fields::new(bytes(v)?);
+                while let Some(f) = workload.next() {
+                    if let (PLACED_BOOKINGS, _) = f? {
+                        self.add(1, BOOKING_COST);
+                    }
+                }
             }
         }
         Ok(())

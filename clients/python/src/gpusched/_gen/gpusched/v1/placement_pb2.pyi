@@ -7,6 +7,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from gpusched._gen.gpusched.v1 import types_pb2 as _types_pb2
 import builtins as _builtins
 import sys
@@ -18,6 +19,94 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _NotCandidateReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _NotCandidateReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_NotCandidateReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    NOT_CANDIDATE_REASON_UNSPECIFIED: _NotCandidateReason.ValueType  # 0
+    """Never sent."""
+    NOT_CANDIDATE_REASON_NO_LOWER_PRIORITY: _NotCandidateReason.ValueType  # 1
+    """No placed workload has a lower priority than the pending one."""
+    NOT_CANDIDATE_REASON_INSUFFICIENT_AFTER_EVICTION: _NotCandidateReason.ValueType  # 2
+    """Even with every lower-priority workload gone, the workload does not fit."""
+    NOT_CANDIDATE_REASON_INVALID_NODE: _NotCandidateReason.ValueType  # 3
+    """The node is invalid itself (failure: REASON_INVALID_NODE); its placed workloads are not
+    looked at.
+    """
+
+class NotCandidateReason(_NotCandidateReason, metaclass=_NotCandidateReasonEnumTypeWrapper):
+    """Why a node is not a preemption candidate."""
+
+NOT_CANDIDATE_REASON_UNSPECIFIED: NotCandidateReason.ValueType  # 0
+"""Never sent."""
+NOT_CANDIDATE_REASON_NO_LOWER_PRIORITY: NotCandidateReason.ValueType  # 1
+"""No placed workload has a lower priority than the pending one."""
+NOT_CANDIDATE_REASON_INSUFFICIENT_AFTER_EVICTION: NotCandidateReason.ValueType  # 2
+"""Even with every lower-priority workload gone, the workload does not fit."""
+NOT_CANDIDATE_REASON_INVALID_NODE: NotCandidateReason.ValueType  # 3
+"""The node is invalid itself (failure: REASON_INVALID_NODE); its placed workloads are not
+looked at.
+"""
+Global___NotCandidateReason: _TypeAlias = NotCandidateReason  # noqa: Y015
+
+class _ReprieveOutcome:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ReprieveOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ReprieveOutcome.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    REPRIEVE_OUTCOME_UNSPECIFIED: _ReprieveOutcome.ValueType  # 0
+    """Never sent."""
+    REPRIEVE_OUTCOME_KEPT: _ReprieveOutcome.ValueType  # 1
+    """Put back: the pending workload still fits."""
+    REPRIEVE_OUTCOME_KEPT_AT_SECOND_LOOK: _ReprieveOutcome.ValueType  # 2
+    """Put back at the second look (section 9.3 step 5)."""
+    REPRIEVE_OUTCOME_EVICTED: _ReprieveOutcome.ValueType  # 3
+    """A victim: with it back, the pending workload does not fit (failure says why)."""
+
+class ReprieveOutcome(_ReprieveOutcome, metaclass=_ReprieveOutcomeEnumTypeWrapper):
+    """What happened to an eligible workload during the reprieve (explanations)."""
+
+REPRIEVE_OUTCOME_UNSPECIFIED: ReprieveOutcome.ValueType  # 0
+"""Never sent."""
+REPRIEVE_OUTCOME_KEPT: ReprieveOutcome.ValueType  # 1
+"""Put back: the pending workload still fits."""
+REPRIEVE_OUTCOME_KEPT_AT_SECOND_LOOK: ReprieveOutcome.ValueType  # 2
+"""Put back at the second look (section 9.3 step 5)."""
+REPRIEVE_OUTCOME_EVICTED: ReprieveOutcome.ValueType  # 3
+"""A victim: with it back, the pending workload does not fit (failure says why)."""
+Global___ReprieveOutcome: _TypeAlias = ReprieveOutcome  # noqa: Y015
+
+class _PreemptChoiceKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PreemptChoiceKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PreemptChoiceKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PREEMPT_CHOICE_KIND_UNSPECIFIED: _PreemptChoiceKind.ValueType  # 0
+    """Never sent."""
+    PREEMPT_CHOICE_KIND_NOT_NEEDED: _PreemptChoiceKind.ValueType  # 1
+    """Some node fits the workload as it is: evict nothing, allocate as usual."""
+    PREEMPT_CHOICE_KIND_EVICT: _PreemptChoiceKind.ValueType  # 2
+    """Evict the victims of node_name."""
+    PREEMPT_CHOICE_KIND_NO_CANDIDATE: _PreemptChoiceKind.ValueType  # 3
+    """No node can make room."""
+
+class PreemptChoiceKind(_PreemptChoiceKind, metaclass=_PreemptChoiceKindEnumTypeWrapper):
+    """Where to preempt."""
+
+PREEMPT_CHOICE_KIND_UNSPECIFIED: PreemptChoiceKind.ValueType  # 0
+"""Never sent."""
+PREEMPT_CHOICE_KIND_NOT_NEEDED: PreemptChoiceKind.ValueType  # 1
+"""Some node fits the workload as it is: evict nothing, allocate as usual."""
+PREEMPT_CHOICE_KIND_EVICT: PreemptChoiceKind.ValueType  # 2
+"""Evict the victims of node_name."""
+PREEMPT_CHOICE_KIND_NO_CANDIDATE: PreemptChoiceKind.ValueType  # 3
+"""No node can make room."""
+Global___PreemptChoiceKind: _TypeAlias = PreemptChoiceKind  # noqa: Y015
 
 @_typing.final
 class FilterRequest(_message.Message):
@@ -598,6 +687,7 @@ class ValidateWorkloadResponse(_message.Message):
     REQUESTS_GPU_FIELD_NUMBER: _builtins.int
     EFFECTIVE_POLICY_FIELD_NUMBER: _builtins.int
     CONTAINERS_FIELD_NUMBER: _builtins.int
+    QUOTA_FLOOR_FIELD_NUMBER: _builtins.int
     valid: _builtins.bool
     """True when the workload is valid (or asks for no GPU)."""
     requests_gpu: _builtins.bool
@@ -614,6 +704,13 @@ class ValidateWorkloadResponse(_message.Message):
     def containers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResolvedContainer]:
         """The resolved GPU containers, when valid."""
 
+    @_builtins.property
+    def quota_floor(self) -> _types_pb2.QuotaUse:
+        """When valid and asking a GPU: the least the workload consumes on any node against a quota
+        (docs/placement-semantics.md section 10.6). An admission webhook refuses the workload when
+        this is above a hard limit of its namespace, or when that hard limit is 0.
+        """
+
     def __init__(
         self,
         *,
@@ -622,11 +719,411 @@ class ValidateWorkloadResponse(_message.Message):
         requests_gpu: _builtins.bool = ...,
         effective_policy: _types_pb2.EffectivePolicy | None = ...,
         containers: _abc.Iterable[Global___ResolvedContainer] | None = ...,
+        quota_floor: _types_pb2.QuotaUse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["effective_policy", b"effective_policy"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["effective_policy", b"effective_policy", "quota_floor", b"quota_floor"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "effective_policy", b"effective_policy", "requests_gpu", b"requests_gpu", "valid", b"valid", "violations", b"violations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "effective_policy", b"effective_policy", "quota_floor", b"quota_floor", "requests_gpu", b"requests_gpu", "valid", b"valid", "violations", b"violations"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ValidateWorkloadResponse: _TypeAlias = ValidateWorkloadResponse  # noqa: Y015
+
+@_typing.final
+class PreemptRequest(_message.Message):
+    """Request of PlacementService.Preempt."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODES_FIELD_NUMBER: _builtins.int
+    WORKLOAD_FIELD_NUMBER: _builtins.int
+    OPTIONS_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    PLACED_FIELD_NUMBER: _builtins.int
+    NODE_REFS_FIELD_NUMBER: _builtins.int
+    NODE_SET_FIELD_NUMBER: _builtins.int
+    priority: _builtins.int
+    """The pending workload's priority (Kubernetes spec.priority): higher is more important."""
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Node]:
+        """Candidate nodes with their cards and usage (usage includes what the placed workloads hold)."""
+
+    @_builtins.property
+    def workload(self) -> _types_pb2.Workload:
+        """The pending workload."""
+
+    @_builtins.property
+    def options(self) -> _types_pb2.PlacementOptions:
+        """Optional defaults and explain flag (explain: per node with victims, what happened to every
+        eligible workload; and the card explanations of the placement).
+        """
+
+    @_builtins.property
+    def placed(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodePlaced]:
+        """Per node, the workloads placed there that preemption may consider; a node not listed has
+        none. Validated as section 9.2 says (fields `placed[i]...`).
+        """
+
+    @_builtins.property
+    def node_refs(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.NodeRef]:
+        """Candidate nodes by reference, as in AllocateRequest."""
+
+    @_builtins.property
+    def node_set(self) -> _types_pb2.NodeSetRef:
+        """Candidate nodes as changes to a node set, as in AllocateRequest."""
+
+    def __init__(
+        self,
+        *,
+        nodes: _abc.Iterable[_types_pb2.Node] | None = ...,
+        workload: _types_pb2.Workload | None = ...,
+        options: _types_pb2.PlacementOptions | None = ...,
+        priority: _builtins.int = ...,
+        placed: _abc.Iterable[Global___NodePlaced] | None = ...,
+        node_refs: _abc.Iterable[_types_pb2.NodeRef] | None = ...,
+        node_set: _types_pb2.NodeSetRef | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["node_set", b"node_set", "options", b"options", "workload", b"workload"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_refs", b"node_refs", "node_set", b"node_set", "nodes", b"nodes", "options", b"options", "placed", b"placed", "priority", b"priority", "workload", b"workload"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PreemptRequest: _TypeAlias = PreemptRequest  # noqa: Y015
+
+@_typing.final
+class NodePlaced(_message.Message):
+    """The placed workloads of one node."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_FIELD_NUMBER: _builtins.int
+    WORKLOADS_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    """The node's name: a candidate node of the request; at most once per request."""
+    @_builtins.property
+    def workloads(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlacedWorkload]:
+        """Its placed workloads; at most the server's preempt.max_workloads_per_node."""
+
+    def __init__(
+        self,
+        *,
+        node: _builtins.str = ...,
+        workloads: _abc.Iterable[Global___PlacedWorkload] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node", b"node", "workloads", b"workloads"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodePlaced: _TypeAlias = NodePlaced  # noqa: Y015
+
+@_typing.final
+class PlacedWorkload(_message.Message):
+    """A workload placed on a node (a pod, a job), as preemption sees it (section 9.1)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    VIOLATES_BUDGET_FIELD_NUMBER: _builtins.int
+    START_TIME_MS_FIELD_NUMBER: _builtins.int
+    BOOKINGS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """Its id, unique on its node (Kubernetes: the pod UID; Slurm: the job id); required."""
+    priority: _builtins.int
+    """Its priority."""
+    violates_budget: _builtins.bool
+    """Whether evicting it would violate a disruption budget (the caller decides)."""
+    start_time_ms: _builtins.int
+    """When it started, ms since the Unix epoch (not started: the caller's current time)."""
+    @_builtins.property
+    def bookings(self) -> _containers.RepeatedCompositeFieldContainer[Global___Booking]:
+        """What it holds, at most one entry per card; the card usage is at least their sum."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        priority: _builtins.int = ...,
+        violates_budget: _builtins.bool = ...,
+        start_time_ms: _builtins.int = ...,
+        bookings: _abc.Iterable[Global___Booking] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bookings", b"bookings", "id", b"id", "priority", b"priority", "start_time_ms", b"start_time_ms", "violates_budget", b"violates_budget"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlacedWorkload: _TypeAlias = PlacedWorkload  # noqa: Y015
+
+@_typing.final
+class Booking(_message.Message):
+    """What a placed workload holds on one card."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CARD_ID_FIELD_NUMBER: _builtins.int
+    SLOTS_FIELD_NUMBER: _builtins.int
+    MEM_MIB_FIELD_NUMBER: _builtins.int
+    CORES_FIELD_NUMBER: _builtins.int
+    MIG_INSTANCE_START_FIELD_NUMBER: _builtins.int
+    card_id: _builtins.str
+    """A card of the node."""
+    slots: _builtins.int
+    """Containers of the workload on the card (at least 1; 0 on a MIG card)."""
+    mem_mib: _builtins.int
+    """MiB (0 on a MIG card)."""
+    cores: _builtins.int
+    """Cores, percent (0 on a MIG card)."""
+    mig_instance_start: _builtins.int
+    """On a card with a MIG layout (required there, refused elsewhere): the first memory slice of
+    the instance in use that the workload holds; it holds what the instance books, and evicting
+    it frees the instance's slices (docs/placement-semantics.md section 9.1).
+    """
+    def __init__(
+        self,
+        *,
+        card_id: _builtins.str = ...,
+        slots: _builtins.int = ...,
+        mem_mib: _builtins.int = ...,
+        cores: _builtins.int = ...,
+        mig_instance_start: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_mig_instance_start", b"_mig_instance_start", "mig_instance_start", b"mig_instance_start"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_mig_instance_start", b"_mig_instance_start", "card_id", b"card_id", "cores", b"cores", "mem_mib", b"mem_mib", "mig_instance_start", b"mig_instance_start", "slots", b"slots"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__mig_instance_start: _TypeAlias = _typing.Literal["mig_instance_start"]  # noqa: Y015
+    _WhichOneofArgType__mig_instance_start: _TypeAlias = _typing.Literal["_mig_instance_start", b"_mig_instance_start"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__mig_instance_start) -> _WhichOneofReturnType__mig_instance_start | None: ...
+
+Global___Booking: _TypeAlias = Booking  # noqa: Y015
+
+@_typing.final
+class Reprieve(_message.Message):
+    """One eligible workload in reprieve order, with what happened to it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    VIOLATES_BUDGET_FIELD_NUMBER: _builtins.int
+    START_TIME_MS_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """Its id."""
+    priority: _builtins.int
+    """Its priority."""
+    violates_budget: _builtins.bool
+    """Whether evicting it violates a budget."""
+    start_time_ms: _builtins.int
+    """Its start, ms since the epoch."""
+    outcome: Global___ReprieveOutcome.ValueType
+    """What happened."""
+    @_builtins.property
+    def failure(self) -> _types_pb2.FailedNode:
+        """When evicted: the node failure met with it put back (reasons, HAMi text)."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        priority: _builtins.int = ...,
+        violates_budget: _builtins.bool = ...,
+        start_time_ms: _builtins.int = ...,
+        outcome: Global___ReprieveOutcome.ValueType = ...,
+        failure: _types_pb2.FailedNode | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "id", b"id", "outcome", b"outcome", "priority", b"priority", "start_time_ms", b"start_time_ms", "violates_budget", b"violates_budget"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Reprieve: _TypeAlias = Reprieve  # noqa: Y015
+
+@_typing.final
+class Victims(_message.Message):
+    """The victims on one node and the placement once they are gone."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IDS_FIELD_NUMBER: _builtins.int
+    BUDGET_VIOLATIONS_FIELD_NUMBER: _builtins.int
+    HIGHEST_PRIORITY_FIELD_NUMBER: _builtins.int
+    CONTAINERS_FIELD_NUMBER: _builtins.int
+    NODE_SCORE_FIELD_NUMBER: _builtins.int
+    FINAL_USAGE_FIELD_NUMBER: _builtins.int
+    budget_violations: _builtins.int
+    """How many of them violate a disruption budget."""
+    highest_priority: _builtins.int
+    """The highest victim priority."""
+    @_builtins.property
+    def ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Their ids, most important first (higher priority, then earlier start, then smaller id)."""
+
+    @_builtins.property
+    def containers(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.ContainerAssignment]:
+        """The placement once they are gone (as Allocate chooses it on the node): cards per
+        container, init containers first.
+        """
+
+    @_builtins.property
+    def node_score(self) -> _types_pb2.NodeScore:
+        """Node score after placement; normalized_score is the preference among the candidate nodes."""
+
+    @_builtins.property
+    def final_usage(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.CardUsageEntry]:
+        """Per card of the node, its usage after the victims leave and the workload is placed, in the
+        node's card order.
+        """
+
+    def __init__(
+        self,
+        *,
+        ids: _abc.Iterable[_builtins.str] | None = ...,
+        budget_violations: _builtins.int = ...,
+        highest_priority: _builtins.int = ...,
+        containers: _abc.Iterable[_types_pb2.ContainerAssignment] | None = ...,
+        node_score: _types_pb2.NodeScore | None = ...,
+        final_usage: _abc.Iterable[_types_pb2.CardUsageEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["node_score", b"node_score"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget_violations", b"budget_violations", "containers", b"containers", "final_usage", b"final_usage", "highest_priority", b"highest_priority", "ids", b"ids", "node_score", b"node_score"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Victims: _TypeAlias = Victims  # noqa: Y015
+
+@_typing.final
+class NodePreemption(_message.Message):
+    """One node's answer."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_NAME_FIELD_NUMBER: _builtins.int
+    ELIGIBLE_FIELD_NUMBER: _builtins.int
+    NOT_NEEDED_FIELD_NUMBER: _builtins.int
+    VICTIMS_FIELD_NUMBER: _builtins.int
+    NOT_CANDIDATE_FIELD_NUMBER: _builtins.int
+    REPRIEVES_FIELD_NUMBER: _builtins.int
+    node_name: _builtins.str
+    """Node name."""
+    eligible: _builtins.int
+    """How many of its placed workloads have a lower priority than the pending one."""
+    @_builtins.property
+    def not_needed(self) -> _types_pb2.NodeScore:
+        """The workload fits as it is: no eviction (raw node score after a tentative placement;
+        normalized_score is not set).
+        """
+
+    @_builtins.property
+    def victims(self) -> Global___Victims:
+        """It fits once these workloads are gone."""
+
+    @_builtins.property
+    def not_candidate(self) -> Global___NotCandidate:
+        """It does not fit even with every eligible workload gone."""
+
+    @_builtins.property
+    def reprieves(self) -> _containers.RepeatedCompositeFieldContainer[Global___Reprieve]:
+        """With options.explain, for a node with victims: every eligible workload in reprieve order."""
+
+    def __init__(
+        self,
+        *,
+        node_name: _builtins.str = ...,
+        eligible: _builtins.int = ...,
+        not_needed: _types_pb2.NodeScore | None = ...,
+        victims: Global___Victims | None = ...,
+        not_candidate: Global___NotCandidate | None = ...,
+        reprieves: _abc.Iterable[Global___Reprieve] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["not_candidate", b"not_candidate", "not_needed", b"not_needed", "verdict", b"verdict", "victims", b"victims"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["eligible", b"eligible", "node_name", b"node_name", "not_candidate", b"not_candidate", "not_needed", b"not_needed", "reprieves", b"reprieves", "verdict", b"verdict", "victims", b"victims"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_verdict: _TypeAlias = _typing.Literal["not_needed", "victims", "not_candidate"]  # noqa: Y015
+    _WhichOneofArgType_verdict: _TypeAlias = _typing.Literal["verdict", b"verdict"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_verdict) -> _WhichOneofReturnType_verdict | None: ...
+
+Global___NodePreemption: _TypeAlias = NodePreemption  # noqa: Y015
+
+@_typing.final
+class NotCandidate(_message.Message):
+    """Why a node is not a preemption candidate, and how it fails."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REASON_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
+    reason: Global___NotCandidateReason.ValueType
+    """Why."""
+    @_builtins.property
+    def failure(self) -> _types_pb2.FailedNode:
+        """The node failure with every eligible workload gone (when none is eligible, the node as it
+        is): reasons, HAMi text, unresolvable.
+        """
+
+    def __init__(
+        self,
+        *,
+        reason: Global___NotCandidateReason.ValueType = ...,
+        failure: _types_pb2.FailedNode | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NotCandidate: _TypeAlias = NotCandidate  # noqa: Y015
+
+@_typing.final
+class PreemptResponse(_message.Message):
+    """Response of PlacementService.Preempt."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUESTS_GPU_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    CHOICE_FIELD_NUMBER: _builtins.int
+    NODE_NAME_FIELD_NUMBER: _builtins.int
+    EFFECTIVE_POLICY_FIELD_NUMBER: _builtins.int
+    requests_gpu: _builtins.bool
+    """False when no container asks for a GPU (every node is not_needed)."""
+    choice: Global___PreemptChoiceKind.ValueType
+    """The choice (section 9.4)."""
+    node_name: _builtins.str
+    """With PREEMPT_CHOICE_KIND_EVICT: the node whose victims to evict."""
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodePreemption]:
+        """Every candidate node (invalid nodes included, as not_candidate with REASON_INVALID_NODE),
+        sorted by name.
+        """
+
+    @_builtins.property
+    def effective_policy(self) -> _types_pb2.EffectivePolicy:
+        """The policy and weights used."""
+
+    def __init__(
+        self,
+        *,
+        requests_gpu: _builtins.bool = ...,
+        nodes: _abc.Iterable[Global___NodePreemption] | None = ...,
+        choice: Global___PreemptChoiceKind.ValueType = ...,
+        node_name: _builtins.str = ...,
+        effective_policy: _types_pb2.EffectivePolicy | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["effective_policy", b"effective_policy"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["choice", b"choice", "effective_policy", b"effective_policy", "node_name", b"node_name", "nodes", b"nodes", "requests_gpu", b"requests_gpu"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PreemptResponse: _TypeAlias = PreemptResponse  # noqa: Y015

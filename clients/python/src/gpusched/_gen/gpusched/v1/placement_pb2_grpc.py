@@ -68,6 +68,11 @@ class PlacementServiceStub:
                 request_serializer=gpusched_dot_v1_dot_placement__pb2.ValidateWorkloadRequest.SerializeToString,
                 response_deserializer=gpusched_dot_v1_dot_placement__pb2.ValidateWorkloadResponse.FromString,
                 _registered_method=True)
+        self.Preempt = channel.unary_unary(
+                '/gpusched.v1.PlacementService/Preempt',
+                request_serializer=gpusched_dot_v1_dot_placement__pb2.PreemptRequest.SerializeToString,
+                response_deserializer=gpusched_dot_v1_dot_placement__pb2.PreemptResponse.FromString,
+                _registered_method=True)
 
 
 class PlacementServiceServicer:
@@ -119,6 +124,15 @@ class PlacementServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Preempt(self, request, context):
+        """Which placed workloads must leave which node so that a pending workload of higher priority
+        fits, card-exact, and on which node to do it (docs/placement-semantics.md section 9).
+        Nothing is evicted: the caller acts on the answer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PlacementServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -146,6 +160,11 @@ def add_PlacementServiceServicer_to_server(servicer, server):
                     servicer.ValidateWorkload,
                     request_deserializer=gpusched_dot_v1_dot_placement__pb2.ValidateWorkloadRequest.FromString,
                     response_serializer=gpusched_dot_v1_dot_placement__pb2.ValidateWorkloadResponse.SerializeToString,
+            ),
+            'Preempt': grpc.unary_unary_rpc_method_handler(
+                    servicer.Preempt,
+                    request_deserializer=gpusched_dot_v1_dot_placement__pb2.PreemptRequest.FromString,
+                    response_serializer=gpusched_dot_v1_dot_placement__pb2.PreemptResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -292,6 +311,33 @@ class PlacementService:
             '/gpusched.v1.PlacementService/ValidateWorkload',
             gpusched_dot_v1_dot_placement__pb2.ValidateWorkloadRequest.SerializeToString,
             gpusched_dot_v1_dot_placement__pb2.ValidateWorkloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Preempt(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpusched.v1.PlacementService/Preempt',
+            gpusched_dot_v1_dot_placement__pb2.PreemptRequest.SerializeToString,
+            gpusched_dot_v1_dot_placement__pb2.PreemptResponse.FromString,
             options,
             channel_credentials,
             insecure,

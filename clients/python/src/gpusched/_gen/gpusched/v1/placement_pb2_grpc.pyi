@@ -56,6 +56,11 @@ class PlacementServiceStub:
     """Parse and validate a workload without placing it (admission webhooks,
     client-side checks).
     """
+    Preempt: _grpc.UnaryUnaryMultiCallable[_placement_pb2.PreemptRequest, _placement_pb2.PreemptResponse]
+    """Which placed workloads must leave which node so that a pending workload of higher priority
+    fits, card-exact, and on which node to do it (docs/placement-semantics.md section 9).
+    Nothing is evicted: the caller acts on the answer.
+    """
 
 @_typing.type_check_only
 class PlacementServiceAsyncStub(PlacementServiceStub):
@@ -84,6 +89,11 @@ class PlacementServiceAsyncStub(PlacementServiceStub):
     ValidateWorkload: _aio.UnaryUnaryMultiCallable[_placement_pb2.ValidateWorkloadRequest, _placement_pb2.ValidateWorkloadResponse]  # type: ignore[assignment]
     """Parse and validate a workload without placing it (admission webhooks,
     client-side checks).
+    """
+    Preempt: _aio.UnaryUnaryMultiCallable[_placement_pb2.PreemptRequest, _placement_pb2.PreemptResponse]  # type: ignore[assignment]
+    """Which placed workloads must leave which node so that a pending workload of higher priority
+    fits, card-exact, and on which node to do it (docs/placement-semantics.md section 9).
+    Nothing is evicted: the caller acts on the answer.
     """
 
 class PlacementServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -140,6 +150,17 @@ class PlacementServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_placement_pb2.ValidateWorkloadResponse, _abc.Awaitable[_placement_pb2.ValidateWorkloadResponse]]:
         """Parse and validate a workload without placing it (admission webhooks,
         client-side checks).
+        """
+
+    @_abc_1.abstractmethod
+    def Preempt(
+        self,
+        request: _placement_pb2.PreemptRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_placement_pb2.PreemptResponse, _abc.Awaitable[_placement_pb2.PreemptResponse]]:
+        """Which placed workloads must leave which node so that a pending workload of higher priority
+        fits, card-exact, and on which node to do it (docs/placement-semantics.md section 9).
+        Nothing is evicted: the caller acts on the answer.
         """
 
 def add_PlacementServiceServicer_to_server(servicer: PlacementServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -361,6 +361,23 @@ class _ReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Reason.ValueTy
     DUPLICATE_ID: ..."; at most 8 problems, then "and N more"; each description cut at 200
     characters). Not a HAMi reason (name "InvalidNode").
     """
+    REASON_QUOTA_MEMORY_EXCEEDED: _Reason.ValueType  # 15
+    """Check 7q: the card's booking would take the workload's running total past its quota budget
+    of memory (section 10.3). Name "QuotaMemoryExceeded"; HAMi's text writes both quota
+    reasons as one item, "ResourceQuotaNotFit", with their counts added.
+    """
+    REASON_QUOTA_CORES_EXCEEDED: _Reason.ValueType  # 16
+    """Check 7q for cores. Name "QuotaCoresExceeded" ("ResourceQuotaNotFit" in HAMi's text)."""
+    REASON_MIG_NO_PROFILE_LARGE_ENOUGH: _Reason.ValueType  # 17
+    """MIG card: no profile covers the request (section 11.4). Name "MigNoProfileLargeEnough"."""
+    REASON_MIG_PROFILE_NOT_ALLOWED: _Reason.ValueType  # 18
+    """MIG card: the covering profiles are all outside the node's allowlist. Name
+    "MigProfileNotAllowed".
+    """
+    REASON_MIG_NO_FREE_PLACEMENT: _Reason.ValueType  # 19
+    """MIG card: no covering allowed profile has a free instance or placement. Name
+    "MigNoFreePlacement".
+    """
 
 class Reason(_Reason, metaclass=_ReasonEnumTypeWrapper):
     """Why a card or a node could not take a container."""
@@ -403,7 +420,60 @@ unresolvable set, container_position 0 and container_name empty; message is
 DUPLICATE_ID: ..."; at most 8 problems, then "and N more"; each description cut at 200
 characters). Not a HAMi reason (name "InvalidNode").
 """
+REASON_QUOTA_MEMORY_EXCEEDED: Reason.ValueType  # 15
+"""Check 7q: the card's booking would take the workload's running total past its quota budget
+of memory (section 10.3). Name "QuotaMemoryExceeded"; HAMi's text writes both quota
+reasons as one item, "ResourceQuotaNotFit", with their counts added.
+"""
+REASON_QUOTA_CORES_EXCEEDED: Reason.ValueType  # 16
+"""Check 7q for cores. Name "QuotaCoresExceeded" ("ResourceQuotaNotFit" in HAMi's text)."""
+REASON_MIG_NO_PROFILE_LARGE_ENOUGH: Reason.ValueType  # 17
+"""MIG card: no profile covers the request (section 11.4). Name "MigNoProfileLargeEnough"."""
+REASON_MIG_PROFILE_NOT_ALLOWED: Reason.ValueType  # 18
+"""MIG card: the covering profiles are all outside the node's allowlist. Name
+"MigProfileNotAllowed".
+"""
+REASON_MIG_NO_FREE_PLACEMENT: Reason.ValueType  # 19
+"""MIG card: no covering allowed profile has a free instance or placement. Name
+"MigNoFreePlacement".
+"""
 Global___Reason: _TypeAlias = Reason  # noqa: Y015
+
+class _MigOutcome:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MigOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MigOutcome.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MIG_OUTCOME_UNSPECIFIED: _MigOutcome.ValueType  # 0
+    """Never sent."""
+    MIG_OUTCOME_TOO_SMALL: _MigOutcome.ValueType  # 1
+    """Its memory, memory slices or cores do not cover the request."""
+    MIG_OUTCOME_NOT_ALLOWED: _MigOutcome.ValueType  # 2
+    """It covers the request but is not allowed on the node."""
+    MIG_OUTCOME_NO_FREE_PLACE: _MigOutcome.ValueType  # 3
+    """It covers the request, is allowed, and has no free instance or placement."""
+    MIG_OUTCOME_CHOSEN: _MigOutcome.ValueType  # 4
+    """Chosen (start and reused say where)."""
+    MIG_OUTCOME_NOT_REACHED: _MigOutcome.ValueType  # 5
+    """Not looked at: a smaller profile was chosen."""
+
+class MigOutcome(_MigOutcome, metaclass=_MigOutcomeEnumTypeWrapper):
+    """What happened to one MIG profile when a container's instance was chosen on a card."""
+
+MIG_OUTCOME_UNSPECIFIED: MigOutcome.ValueType  # 0
+"""Never sent."""
+MIG_OUTCOME_TOO_SMALL: MigOutcome.ValueType  # 1
+"""Its memory, memory slices or cores do not cover the request."""
+MIG_OUTCOME_NOT_ALLOWED: MigOutcome.ValueType  # 2
+"""It covers the request but is not allowed on the node."""
+MIG_OUTCOME_NO_FREE_PLACE: MigOutcome.ValueType  # 3
+"""It covers the request, is allowed, and has no free instance or placement."""
+MIG_OUTCOME_CHOSEN: MigOutcome.ValueType  # 4
+"""Chosen (start and reused say where)."""
+MIG_OUTCOME_NOT_REACHED: MigOutcome.ValueType  # 5
+"""Not looked at: a smaller profile was chosen."""
+Global___MigOutcome: _TypeAlias = MigOutcome  # noqa: Y015
 
 class _DigestFunction:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -492,6 +562,7 @@ class Card(_message.Message):
     HEALTH_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
+    MIG_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Card id (the GPU UUID, e.g. "GPU-0fc3..."); unique within its node; required, not blank."""
     index: _builtins.int
@@ -515,7 +586,18 @@ class Card(_message.Message):
     @_builtins.property
     def usage(self) -> Global___CardUsage:
         """Usage by workloads already placed (unset = idle). Usage above the capacity is accepted:
-        the card is full.
+        the card is full. A card with a MIG layout (`mig`) takes its usage from its instances in
+        use: `usage` must then be unset or equal to what they book (docs/placement-semantics.md
+        section 11.5).
+        """
+
+    @_builtins.property
+    def mig(self) -> Global___MigLayout:
+        """The MIG layout of a card in CARD_MODE_MIG: its profiles, their placements and the instances
+        on the card (section 11). Unset on a MIG card: the card serves no MIG request (every one is
+        MIG_NO_PROFILE_LARGE_ENOUGH). Set on a card of another mode, or malformed (overlapping
+        instances, placements outside the card, an instance of an unknown profile, a profile larger
+        than the card, ...): the node is invalid (REASON_INVALID_NODE naming `cards[j].mig...`).
         """
 
     def __init__(
@@ -531,14 +613,145 @@ class Card(_message.Message):
         health: Global___CardHealth.ValueType = ...,
         mode: Global___CardMode.ValueType = ...,
         usage: Global___CardUsage | None = ...,
+        mig: Global___MigLayout | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["mig", b"mig", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["health", b"health", "id", b"id", "index", b"index", "mode", b"mode", "numa", b"numa", "slots", b"slots", "total_cores", b"total_cores", "total_mem_mib", b"total_mem_mib", "type", b"type", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["health", b"health", "id", b"id", "index", b"index", "mig", b"mig", "mode", b"mode", "numa", b"numa", "slots", b"slots", "total_cores", b"total_cores", "total_mem_mib", b"total_mem_mib", "type", b"type", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Card: _TypeAlias = Card  # noqa: Y015
+
+@_typing.final
+class MigProfile(_message.Message):
+    """One MIG profile a card offers, as NVML reports it (docs/placement-semantics.md section 11.1)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    MEM_MIB_FIELD_NUMBER: _builtins.int
+    COMPUTE_SLICES_FIELD_NUMBER: _builtins.int
+    MEMORY_SLICES_FIELD_NUMBER: _builtins.int
+    CORES_FIELD_NUMBER: _builtins.int
+    MAX_INSTANCES_FIELD_NUMBER: _builtins.int
+    PLACEMENTS_FIELD_NUMBER: _builtins.int
+    NOT_ALLOWED_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """NVML's name without its "MIG " prefix, e.g. "1g.10gb"; unique on the card; required."""
+    mem_mib: _builtins.int
+    """Memory of an instance, MiB (NVML memorySizeMB)."""
+    compute_slices: _builtins.int
+    """Compute slices (NVML sliceCount), at least 1."""
+    memory_slices: _builtins.int
+    """Memory slices: the size of each placement, at least 1."""
+    cores: _builtins.int
+    """Percent of the card's compute an instance gives (HAMi's "core"); what an assignment
+    reports as its cores.
+    """
+    max_instances: _builtins.int
+    """Instances of this profile the card can hold at once (NVML instanceCount), at least 1."""
+    not_allowed: _builtins.bool
+    """Whether the node's allowlist excludes the profile (it is then never chosen:
+    REASON_MIG_PROFILE_NOT_ALLOWED). False = allowed.
+    """
+    @_builtins.property
+    def placements(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Placement starts NVML allows, each of size memory_slices; within the card's memory slices."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        mem_mib: _builtins.int = ...,
+        compute_slices: _builtins.int = ...,
+        memory_slices: _builtins.int = ...,
+        cores: _builtins.int = ...,
+        max_instances: _builtins.int = ...,
+        placements: _abc.Iterable[_builtins.int] | None = ...,
+        not_allowed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compute_slices", b"compute_slices", "cores", b"cores", "max_instances", b"max_instances", "mem_mib", b"mem_mib", "memory_slices", b"memory_slices", "name", b"name", "not_allowed", b"not_allowed", "placements", b"placements"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MigProfile: _TypeAlias = MigProfile  # noqa: Y015
+
+@_typing.final
+class MigInstance(_message.Message):
+    """An instance on a MIG card."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROFILE_FIELD_NUMBER: _builtins.int
+    START_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    IN_USE_BY_FIELD_NUMBER: _builtins.int
+    profile: _builtins.str
+    """The name of its profile (a profile of the card)."""
+    start: _builtins.int
+    """First memory slice: a placement start of the profile."""
+    size: _builtins.int
+    """Memory slices it occupies: the profile's memory_slices."""
+    in_use_by: _builtins.str
+    """Who holds it (a workload, e.g. "namespace/name"); empty = free (reusable by a request of
+    its profile).
+    """
+    def __init__(
+        self,
+        *,
+        profile: _builtins.str = ...,
+        start: _builtins.int = ...,
+        size: _builtins.int = ...,
+        in_use_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["in_use_by", b"in_use_by", "profile", b"profile", "size", b"size", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MigInstance: _TypeAlias = MigInstance  # noqa: Y015
+
+@_typing.final
+class MigLayout(_message.Message):
+    """The MIG side of a card in CARD_MODE_MIG."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMPUTE_SLICES_FIELD_NUMBER: _builtins.int
+    MEMORY_SLICES_FIELD_NUMBER: _builtins.int
+    PROFILES_FIELD_NUMBER: _builtins.int
+    INSTANCES_FIELD_NUMBER: _builtins.int
+    compute_slices: _builtins.int
+    """Compute slices of the whole card (7 on A100, H100, H200, B200), 1..=16."""
+    memory_slices: _builtins.int
+    """Memory slices of the whole card (8), 1..=16: instances sit on 0..memory_slices."""
+    @_builtins.property
+    def profiles(self) -> _containers.RepeatedCompositeFieldContainer[Global___MigProfile]:
+        """The profiles, in any order; at most 32."""
+
+    @_builtins.property
+    def instances(self) -> _containers.RepeatedCompositeFieldContainer[Global___MigInstance]:
+        """The instances on the card, in any order; at most 64; never overlapping."""
+
+    def __init__(
+        self,
+        *,
+        compute_slices: _builtins.int = ...,
+        memory_slices: _builtins.int = ...,
+        profiles: _abc.Iterable[Global___MigProfile] | None = ...,
+        instances: _abc.Iterable[Global___MigInstance] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compute_slices", b"compute_slices", "instances", b"instances", "memory_slices", b"memory_slices", "profiles", b"profiles"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MigLayout: _TypeAlias = MigLayout  # noqa: Y015
 
 @_typing.final
 class CardPairScore(_message.Message):
@@ -1066,6 +1279,7 @@ class Workload(_message.Message):
     UID_FIELD_NUMBER: _builtins.int
     TYPED_FIELD_NUMBER: _builtins.int
     KUBERNETES_FIELD_NUMBER: _builtins.int
+    QUOTA_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Namespace (informational)."""
     name: _builtins.str
@@ -1080,6 +1294,12 @@ class Workload(_message.Message):
     def kubernetes(self) -> Global___KubernetesWorkloadSpec:
         """Kubernetes form."""
 
+    @_builtins.property
+    def quota(self) -> Global___QuotaBudget:
+        """What the workload's namespace may still book (docs/placement-semantics.md section 10);
+        unset = no quota. The caller computes it (hard limit minus what the namespace holds).
+        """
+
     def __init__(
         self,
         *,
@@ -1088,16 +1308,79 @@ class Workload(_message.Message):
         uid: _builtins.str = ...,
         typed: Global___TypedWorkloadSpec | None = ...,
         kubernetes: Global___KubernetesWorkloadSpec | None = ...,
+        quota: Global___QuotaBudget | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["kubernetes", b"kubernetes", "spec", b"spec", "typed", b"typed"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["kubernetes", b"kubernetes", "quota", b"quota", "spec", b"spec", "typed", b"typed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kubernetes", b"kubernetes", "name", b"name", "namespace", b"namespace", "spec", b"spec", "typed", b"typed", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kubernetes", b"kubernetes", "name", b"name", "namespace", b"namespace", "quota", b"quota", "spec", b"spec", "typed", b"typed", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_spec: _TypeAlias = _typing.Literal["typed", "kubernetes"]  # noqa: Y015
     _WhichOneofArgType_spec: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_spec) -> _WhichOneofReturnType_spec | None: ...
 
 Global___Workload: _TypeAlias = Workload  # noqa: Y015
+
+@_typing.final
+class QuotaBudget(_message.Message):
+    """A quota budget: what a workload (its namespace) may still book, per resource. An absent value
+    is unlimited; an explicit 0 refuses every GPU container (section 10.1). Each value is at most
+    2^53 - 1 (OUT_OF_RANGE on `workload.quota.mem_mib` / `.cores` otherwise).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEM_MIB_FIELD_NUMBER: _builtins.int
+    CORES_FIELD_NUMBER: _builtins.int
+    mem_mib: _builtins.int
+    """Device memory, MiB, summed over every card the workload books."""
+    cores: _builtins.int
+    """Compute, percent of a card, summed over every card the workload books."""
+    def __init__(
+        self,
+        *,
+        mem_mib: _builtins.int | None = ...,
+        cores: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cores", b"_cores", "_mem_mib", b"_mem_mib", "cores", b"cores", "mem_mib", b"mem_mib"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cores", b"_cores", "_mem_mib", b"_mem_mib", "cores", b"cores", "mem_mib", b"mem_mib"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__cores: _TypeAlias = _typing.Literal["cores"]  # noqa: Y015
+    _WhichOneofArgType__cores: _TypeAlias = _typing.Literal["_cores", b"_cores"]  # noqa: Y015
+    _WhichOneofReturnType__mem_mib: _TypeAlias = _typing.Literal["mem_mib"]  # noqa: Y015
+    _WhichOneofArgType__mem_mib: _TypeAlias = _typing.Literal["_mem_mib", b"_mem_mib"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__cores) -> _WhichOneofReturnType__cores | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__mem_mib) -> _WhichOneofReturnType__mem_mib | None: ...
+
+Global___QuotaBudget: _TypeAlias = QuotaBudget  # noqa: Y015
+
+@_typing.final
+class QuotaUse(_message.Message):
+    """What a placement consumes against a quota budget (section 10.2)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEM_MIB_FIELD_NUMBER: _builtins.int
+    CORES_FIELD_NUMBER: _builtins.int
+    mem_mib: _builtins.int
+    """MiB."""
+    cores: _builtins.int
+    """Percent of a card."""
+    def __init__(
+        self,
+        *,
+        mem_mib: _builtins.int = ...,
+        cores: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cores", b"cores", "mem_mib", b"mem_mib"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QuotaUse: _TypeAlias = QuotaUse  # noqa: Y015
 
 @_typing.final
 class PlacementOptions(_message.Message):
@@ -1364,6 +1647,7 @@ class CardAssignment(_message.Message):
     CARD_TYPE_FIELD_NUMBER: _builtins.int
     MEM_MIB_FIELD_NUMBER: _builtins.int
     CORES_PERCENT_FIELD_NUMBER: _builtins.int
+    MIG_FIELD_NUMBER: _builtins.int
     card_id: _builtins.str
     """Card id."""
     card_index: _builtins.int
@@ -1374,6 +1658,12 @@ class CardAssignment(_message.Message):
     """Memory booked on the card, MiB."""
     cores_percent: _builtins.int
     """Cores booked on the card, percent."""
+    @_builtins.property
+    def mig(self) -> Global___MigAssignment:
+        """On a MIG card: the instance the container gets (mem_mib and cores_percent are then the
+        profile's). Unset on other cards.
+        """
+
     def __init__(
         self,
         *,
@@ -1382,14 +1672,53 @@ class CardAssignment(_message.Message):
         card_type: _builtins.str = ...,
         mem_mib: _builtins.int = ...,
         cores_percent: _builtins.int = ...,
+        mig: Global___MigAssignment | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["mig", b"mig"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["card_id", b"card_id", "card_index", b"card_index", "card_type", b"card_type", "cores_percent", b"cores_percent", "mem_mib", b"mem_mib"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["card_id", b"card_id", "card_index", b"card_index", "card_type", b"card_type", "cores_percent", b"cores_percent", "mem_mib", b"mem_mib", "mig", b"mig"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CardAssignment: _TypeAlias = CardAssignment  # noqa: Y015
+
+@_typing.final
+class MigAssignment(_message.Message):
+    """The MIG instance a container gets on a card (section 11.5)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROFILE_FIELD_NUMBER: _builtins.int
+    START_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    REUSED_FIELD_NUMBER: _builtins.int
+    OWNER_FIELD_NUMBER: _builtins.int
+    profile: _builtins.str
+    """The profile's name."""
+    start: _builtins.int
+    """First memory slice of the instance."""
+    size: _builtins.int
+    """Memory slices it occupies (the profile's memory_slices)."""
+    reused: _builtins.bool
+    """True: a free instance at that placement is reused; false: the instance is to be created."""
+    owner: _builtins.str
+    """Who holds it once booked (the workload: "namespace/name", or its uid without a name)."""
+    def __init__(
+        self,
+        *,
+        profile: _builtins.str = ...,
+        start: _builtins.int = ...,
+        size: _builtins.int = ...,
+        reused: _builtins.bool = ...,
+        owner: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["owner", b"owner", "profile", b"profile", "reused", b"reused", "size", b"size", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MigAssignment: _TypeAlias = MigAssignment  # noqa: Y015
 
 @_typing.final
 class ContainerAssignment(_message.Message):
@@ -1440,6 +1769,7 @@ class CardExplanation(_message.Message):
     REJECTED_FIELD_NUMBER: _builtins.int
     CHOSEN_FIELD_NUMBER: _builtins.int
     VISITED_FIELD_NUMBER: _builtins.int
+    MIG_PROFILES_FIELD_NUMBER: _builtins.int
     card_id: _builtins.str
     """Card id."""
     card_index: _builtins.int
@@ -1464,6 +1794,12 @@ class CardExplanation(_message.Message):
     """Whether the card was reached (false once the container was complete, or when the node
     had too few cards).
     """
+    @_builtins.property
+    def mig_profiles(self) -> _containers.RepeatedCompositeFieldContainer[Global___MigProfileConsidered]:
+        """For a card with a MIG layout: every profile in the order of section 11.4 with what
+        happened to it (section 11.6).
+        """
+
     def __init__(
         self,
         *,
@@ -1478,14 +1814,53 @@ class CardExplanation(_message.Message):
         rejected: Global___Reason.ValueType = ...,
         chosen: _builtins.bool = ...,
         visited: _builtins.bool = ...,
+        mig_profiles: _abc.Iterable[Global___MigProfileConsidered] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["card_id", b"card_id", "card_index", b"card_index", "chosen", b"chosen", "core_term", b"core_term", "memory_term", b"memory_term", "numa", b"numa", "rejected", b"rejected", "score", b"score", "slot_term", b"slot_term", "visit_position", b"visit_position", "visited", b"visited"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["card_id", b"card_id", "card_index", b"card_index", "chosen", b"chosen", "core_term", b"core_term", "memory_term", b"memory_term", "mig_profiles", b"mig_profiles", "numa", b"numa", "rejected", b"rejected", "score", b"score", "slot_term", b"slot_term", "visit_position", b"visit_position", "visited", b"visited"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CardExplanation: _TypeAlias = CardExplanation  # noqa: Y015
+
+@_typing.final
+class MigProfileConsidered(_message.Message):
+    """One MIG profile as a choice met it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROFILE_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    START_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    REUSED_FIELD_NUMBER: _builtins.int
+    profile: _builtins.str
+    """Profile name."""
+    outcome: Global___MigOutcome.ValueType
+    """What happened to it."""
+    start: _builtins.int
+    """When chosen: the first memory slice of the instance."""
+    size: _builtins.int
+    """When chosen: its size in memory slices."""
+    reused: _builtins.bool
+    """When chosen: whether a free instance is reused."""
+    def __init__(
+        self,
+        *,
+        profile: _builtins.str = ...,
+        outcome: Global___MigOutcome.ValueType = ...,
+        start: _builtins.int = ...,
+        size: _builtins.int = ...,
+        reused: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcome", b"outcome", "profile", b"profile", "reused", b"reused", "size", b"size", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MigProfileConsidered: _TypeAlias = MigProfileConsidered  # noqa: Y015
 
 @_typing.final
 class ContainerExplanation(_message.Message):
@@ -1527,12 +1902,19 @@ class NodeExplanation(_message.Message):
 
     NODE_NAME_FIELD_NUMBER: _builtins.int
     CONTAINERS_FIELD_NUMBER: _builtins.int
+    QUOTA_FIELD_NUMBER: _builtins.int
     FRAGMENTATION_FIELD_NUMBER: _builtins.int
     node_name: _builtins.str
     """Node name."""
     @_builtins.property
     def containers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerExplanation]:
         """Per GPU container, in pod order, up to the first container that failed."""
+
+    @_builtins.property
+    def quota(self) -> Global___QuotaExplanation:
+        """With a quota budget: the budget and what the node's tentative placement consumes (up to the
+        container that failed, when one did); section 10.5.
+        """
 
     @_builtins.property
     def fragmentation(self) -> Global___FragmentationExplanation:
@@ -1545,15 +1927,46 @@ class NodeExplanation(_message.Message):
         *,
         node_name: _builtins.str = ...,
         containers: _abc.Iterable[Global___ContainerExplanation] | None = ...,
+        quota: Global___QuotaExplanation | None = ...,
         fragmentation: Global___FragmentationExplanation | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["fragmentation", b"fragmentation"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fragmentation", b"fragmentation", "quota", b"quota"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "fragmentation", b"fragmentation", "node_name", b"node_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "fragmentation", b"fragmentation", "node_name", b"node_name", "quota", b"quota"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___NodeExplanation: _TypeAlias = NodeExplanation  # noqa: Y015
+
+@_typing.final
+class QuotaExplanation(_message.Message):
+    """A workload's quota budget and what a placement on one node consumes against it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BUDGET_FIELD_NUMBER: _builtins.int
+    CONSUMED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def budget(self) -> Global___QuotaBudget:
+        """The budget the workload was decided with."""
+
+    @_builtins.property
+    def consumed(self) -> Global___QuotaUse:
+        """What the node's tentative placement consumes."""
+
+    def __init__(
+        self,
+        *,
+        budget: Global___QuotaBudget | None = ...,
+        consumed: Global___QuotaUse | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "consumed", b"consumed"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "consumed", b"consumed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QuotaExplanation: _TypeAlias = QuotaExplanation  # noqa: Y015
 
 @_typing.final
 class FragmentationExplanation(_message.Message):
