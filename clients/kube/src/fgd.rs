@@ -222,6 +222,9 @@ fn own_mix(w: &v1::Workload, names: &ResourceNames) -> Option<v1::WorkloadMix> {
     c.mix(1.0, MAX_OWN_SHAPES)
 }
 
+/// The most memory per card a mix shape may ask (16 TiB, section 12.1).
+const MAX_SHAPE_MIB: u64 = 16 << 20;
+
 /// A workload has few containers; its own mix keeps at most this many shapes.
 const MAX_OWN_SHAPES: usize = 16;
 
@@ -289,7 +292,12 @@ fn shape<'a>(
     };
     let cores = cores.unwrap_or(0);
     let pct = pct.unwrap_or(0);
+    // Out of the mix's ranges (section 12.1): such a pod would make the service refuse the
+    // mix for every fgd pod; it is not counted (the service refuses the pod itself).
     if count == 0 || count > u64::from(u32::MAX) || cores > 100 || pct > 100 {
+        return None;
+    }
+    if mem.is_some_and(|m| m > MAX_SHAPE_MIB) {
         return None;
     }
     Some(ShapeKey {

@@ -109,13 +109,15 @@ pub fn request_shape(r: &GpuRequest) -> Option<ShapeKey> {
     };
     let cores = num("nvidia.com/gpucores")?.unwrap_or(0);
     let pct = num("nvidia.com/gpumem-percentage")?.unwrap_or(0);
-    if r.gpus == 0 || cores > 100 || pct > 100 {
+    let mem = num("nvidia.com/gpumem")?.unwrap_or(0);
+    // Beyond a mix's ranges (section 12.1): the service names the job's own value instead.
+    if r.gpus == 0 || cores > 100 || pct > 100 || mem > 16 << 20 {
         return None;
     }
     Some(ShapeKey {
         gpu_count: r.gpus,
         gpucores_percent: u32::try_from(cores).ok()?,
-        gpumem_mib: num("nvidia.com/gpumem")?.unwrap_or(0),
+        gpumem_mib: mem,
         gpumem_percent: u32::try_from(pct).ok()?,
         gpu_types: r
             .annotations

@@ -104,6 +104,11 @@ fn shapes_of_a_pod() {
     assert_eq!(pod_shapes(&p, &names().resources)[0].gpu_count, 1);
     let p = pod("c", 0, json!({"nvidia.com/gpumem": "4Gi"}), json!({}));
     assert!(pod_shapes(&p, &names().resources).is_empty());
+    // Beyond a mix's ranges (16 TiB, 100 %): not counted, so the mix stays valid.
+    let p = pod("e", 0, json!({"nvidia.com/gpumem": "17000000"}), json!({}));
+    assert!(pod_shapes(&p, &names().resources).is_empty());
+    let p = pod("f", 0, json!({"nvidia.com/gpucores": "101"}), json!({}));
+    assert!(pod_shapes(&p, &names().resources).is_empty());
     let p = pod("d", 0, json!({"cpu": "1"}), json!({}));
     assert!(pod_shapes(&p, &names().resources).is_empty());
 }
