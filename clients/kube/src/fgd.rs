@@ -144,9 +144,13 @@ impl Fgd {
         {
             return mix.clone();
         }
-        let mix = observed_counter(&pods(), names, window, by_demand)
-            .mix(coverage, max_shapes)
-            .map(Arc::new);
+        let counter = observed_counter(&pods(), names, window, by_demand);
+        let mix = counter.mix(coverage, max_shapes).map(Arc::new);
+        tracing::debug!(
+            distinct = counter.len(),
+            shapes = mix.as_ref().map_or(0, |m| m.shapes.len()),
+            "fgd workload mix derived from the GPU pods seen"
+        );
         *cache = Some((now, mix.clone()));
         mix
     }
