@@ -360,6 +360,31 @@ check "mutex with no idle card: refused, exit 1, reason ExclusiveDeviceAllocateC
 check "mutex refusal: nothing queued" no_new_job 4
 clear_jobs
 
+echo "e2e: fgd (contract 12.7.5): GPU1 holds 60% (cores and memory), GPU2 50%; a job of 10%"
+# Mix M2 of the contract: one card of 40% is what is expected to arrive.
+cat >"$W/mix-m2.json" <<'JSON'
+{"shapes": [{"probability": 1, "gpuCount": 1, "gpucoresPercent": 40, "gpumemPercent": 40}]}
+JSON
+chmod 644 "$W/mix-m2.json"
+sub fa -p one --gres=gpu:1 --gpusched gpucores=60 --gpusched gpumem-percentage=60 --gpusched "use-gpuuuid=$U0"
+sub fb -p one --gres=gpu:1 --gpusched gpucores=50 --gpusched gpumem-percentage=50 --gpusched "use-gpuuuid=$U1"
+F_ARGS=(-p one --gres=gpu:1 --gpusched gpucores=10 --gpusched gpumem-percentage=10)
+sub fbin "${F_ARGS[@]}" --gpusched gpu-scheduler-policy=binpack; A=$JID
+expect "$A" node1 0 "binpack fills GPU1 to 70%: 30% nobody of the mix can use"
+scancel "$A"; wait_for 30 "job $A gone" no_new_job 2
+sub ffile "${F_ARGS[@]}" --gpusched gpu-scheduler-policy=fgd --gpusched-mix "$W/mix-m2.json"; A=$JID
+expect "$A" node1 1 "fgd with the mix file (one card of 40%): GPU2, GPU1 keeps room for 40%"
+scancel "$A"; wait_for 30 "job $A gone" no_new_job 2
+# Observed mix: the jobs holding cards (60% and 50%, demand-weighted): GPU1's 40% free is
+# already unusable for both; taking 10% of it lowers the fragmentation (GPU2 would lose its 50%).
+sub fobs "${F_ARGS[@]}" --gpusched node-scheduler-policy=fgd --gpusched gpu-scheduler-policy=fgd; A=$JID
+expect "$A" node1 0 "fgd with the mix observed from the booked jobs: GPU1"
+scancel "$A"; wait_for 30 "job $A gone" no_new_job 2
+sub fsvc "${F_ARGS[@]}" --gpusched gpu-scheduler-policy=fgd --gpusched-mix service
+check "fgd with --gpusched-mix service and no policy.workload_mix on the server: refused (exit $RC) naming options.workload_mix, nothing queued" \
+  bash -c "[ $RC = 2 ] && grep -q 'options.workload_mix' '$W/out/fsvc.err' && [ \"\$(squeue -h -o %i | wc -l)\" = 2 ]"
+clear_jobs
+
 echo "e2e: rejected submissions (nothing queued, message names the option)"
 rejected() { # rejected NAME EXIT NEEDLE args...
   local name=$1 want=$2 needle=$3; shift 3

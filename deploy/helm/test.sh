@@ -267,6 +267,10 @@ check "schema rejects an unknown key (server.replica)" bad_values 'replica' --se
 check "schema rejects webhook.certificates.mode=selfsigned" bad_values 'mode' --set webhook.certificates.mode=selfsigned
 check "schema rejects an unknown node policy (server.config.policy.node_scheduler_policy=pack)" \
   bad_values 'node_scheduler_policy' --set server.config.policy.node_scheduler_policy=pack
+check "schema rejects the shim's unknown fgd mix source (kube.config.fgd.mix=guess)" \
+  bad_values 'mix' --set kube.config.fgd.mix=guess
+check "schema rejects an unknown shim GPU policy (kube.config.policy.gpu_scheduler_policy=tight)" \
+  bad_values 'gpu_scheduler_policy' --set kube.config.policy.gpu_scheduler_policy=tight
 check "chart refuses certManager mode without certManager.enabled" \
   bad_values 'certManager.enabled' --set webhook.certificates.mode=certManager
 check "chart refuses mTLS without cert-manager or Secrets" bad_values 'mtls' --set mtls.enabled=true

@@ -281,6 +281,7 @@ mod tests {
                 feasible_node_count: 300,
                 requests_gpu: true,
                 node_score: Some(v1::NodeScore {
+                    fragmentation: None,
                     node_name: "n1".into(),
                     raw_score: 12.5,
                     normalized_score: 100,

@@ -37,6 +37,10 @@ const (
 	NodePolicy_NODE_POLICY_BINPACK NodePolicy = 1
 	// Prefer the node with the lowest node score (spread load out).
 	NodePolicy_NODE_POLICY_SPREAD NodePolicy = 2
+	// Prefer the node whose placement increases the expected fragmentation of the target
+	// workload mix least (docs/placement-semantics.md section 12); needs a mix
+	// (PlacementOptions.workload_mix or the server's policy.workload_mix).
+	NodePolicy_NODE_POLICY_FGD NodePolicy = 3
 )
 
 // Enum value maps for NodePolicy.
@@ -45,11 +49,13 @@ var (
 		0: "NODE_POLICY_UNSPECIFIED",
 		1: "NODE_POLICY_BINPACK",
 		2: "NODE_POLICY_SPREAD",
+		3: "NODE_POLICY_FGD",
 	}
 	NodePolicy_value = map[string]int32{
 		"NODE_POLICY_UNSPECIFIED": 0,
 		"NODE_POLICY_BINPACK":     1,
 		"NODE_POLICY_SPREAD":      2,
+		"NODE_POLICY_FGD":         3,
 	}
 )
 
@@ -97,6 +103,9 @@ const (
 	GpuPolicy_GPU_POLICY_TOPOLOGY_AWARE GpuPolicy = 4
 	// Sort by NUMA node, higher id first.
 	GpuPolicy_GPU_POLICY_NUMA GpuPolicy = 5
+	// Sort by the change of the node's expected fragmentation when one card of the container
+	// is booked on the card, smaller first (section 12.3); needs a workload mix.
+	GpuPolicy_GPU_POLICY_FGD GpuPolicy = 6
 )
 
 // Enum value maps for GpuPolicy.
@@ -108,6 +117,7 @@ var (
 		3: "GPU_POLICY_MUTEX",
 		4: "GPU_POLICY_TOPOLOGY_AWARE",
 		5: "GPU_POLICY_NUMA",
+		6: "GPU_POLICY_FGD",
 	}
 	GpuPolicy_value = map[string]int32{
 		"GPU_POLICY_UNSPECIFIED":    0,
@@ -116,6 +126,7 @@ var (
 		"GPU_POLICY_MUTEX":          3,
 		"GPU_POLICY_TOPOLOGY_AWARE": 4,
 		"GPU_POLICY_NUMA":           5,
+		"GPU_POLICY_FGD":            6,
 	}
 )
 
@@ -366,6 +377,9 @@ const (
 	// A node sent by reference (NodeRef) is malformed: a digest of the wrong length or with an
 	// unknown function, inline bytes that do not hash to their digest, or bytes that do not decode.
 	ViolationReason_VIOLATION_REASON_INVALID_NODE_REFERENCE ViolationReason = 12
+	// A workload mix whose probabilities are not a distribution: negative, not finite, above 1,
+	// all zero, or not summing to 1 within 1e-6 (section 12.1).
+	ViolationReason_VIOLATION_REASON_INVALID_WORKLOAD_MIX ViolationReason = 13
 )
 
 // Enum value maps for ViolationReason.
@@ -384,6 +398,7 @@ var (
 		10: "VIOLATION_REASON_OUT_OF_RANGE",
 		11: "VIOLATION_REASON_LIMIT_EXCEEDED",
 		12: "VIOLATION_REASON_INVALID_NODE_REFERENCE",
+		13: "VIOLATION_REASON_INVALID_WORKLOAD_MIX",
 	}
 	ViolationReason_value = map[string]int32{
 		"VIOLATION_REASON_UNSPECIFIED":              0,
@@ -399,6 +414,7 @@ var (
 		"VIOLATION_REASON_OUT_OF_RANGE":             10,
 		"VIOLATION_REASON_LIMIT_EXCEEDED":           11,
 		"VIOLATION_REASON_INVALID_NODE_REFERENCE":   12,
+		"VIOLATION_REASON_INVALID_WORKLOAD_MIX":     13,
 	}
 )
 
@@ -1237,7 +1253,10 @@ type Node struct {
 	// the node. Missing pairs score 0.
 	PairScores []*CardPairScore `protobuf:"bytes,4,rep,name=pair_scores,json=pairScores,proto3" json:"pair_scores,omitempty"`
 	// Node annotations; only hami.io/device-cordon is read.
-	Annotations   map[string]string `protobuf:"bytes,5,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Annotations map[string]string `protobuf:"bytes,5,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The host CPU and memory the node has free, when the caller knows them. Only the
+	// fragmentation measure of the fgd policies reads them (section 12.2); unset = no host limit.
+	Host          *HostResources `protobuf:"bytes,6,opt,name=host,proto3" json:"host,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1307,6 +1326,227 @@ func (x *Node) GetAnnotations() map[string]string {
 	return nil
 }
 
+func (x *Node) GetHost() *HostResources {
+	if x != nil {
+		return x.Host
+	}
+	return nil
+}
+
+// The host CPU and memory a node has free (section 12.2). Negative values are accepted: the
+// node is over-committed.
+type HostResources struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Free CPU, millicores.
+	FreeCpuMilli int64 `protobuf:"varint,1,opt,name=free_cpu_milli,json=freeCpuMilli,proto3" json:"free_cpu_milli,omitempty"`
+	// Free memory, MiB.
+	FreeMemMib    int64 `protobuf:"varint,2,opt,name=free_mem_mib,json=freeMemMib,proto3" json:"free_mem_mib,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostResources) Reset() {
+	*x = HostResources{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostResources) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostResources) ProtoMessage() {}
+
+func (x *HostResources) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostResources.ProtoReflect.Descriptor instead.
+func (*HostResources) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *HostResources) GetFreeCpuMilli() int64 {
+	if x != nil {
+		return x.FreeCpuMilli
+	}
+	return 0
+}
+
+func (x *HostResources) GetFreeMemMib() int64 {
+	if x != nil {
+		return x.FreeMemMib
+	}
+	return 0
+}
+
+// The target workload mix of the fgd policies (section 12.1): the GPU request shapes expected
+// to arrive and their probabilities.
+type WorkloadMix struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to limits.max_mix_shapes (64 by default) shapes; probabilities sum to 1 within 1e-6.
+	Shapes        []*WorkloadMixShape `protobuf:"bytes,1,rep,name=shapes,proto3" json:"shapes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkloadMix) Reset() {
+	*x = WorkloadMix{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkloadMix) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkloadMix) ProtoMessage() {}
+
+func (x *WorkloadMix) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkloadMix.ProtoReflect.Descriptor instead.
+func (*WorkloadMix) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *WorkloadMix) GetShapes() []*WorkloadMixShape {
+	if x != nil {
+		return x.Shapes
+	}
+	return nil
+}
+
+// One request shape of a workload mix: a GPU container, optionally with its workload's host
+// request, and how likely it is.
+type WorkloadMixShape struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Probability in [0, 1].
+	Probability float64 `protobuf:"fixed64,1,opt,name=probability,proto3" json:"probability,omitempty"`
+	// Cards, at least 1.
+	GpuCount uint32 `protobuf:"varint,2,opt,name=gpu_count,json=gpuCount,proto3" json:"gpu_count,omitempty"`
+	// Cores per card, percent (0..100).
+	GpucoresPercent uint32 `protobuf:"varint,3,opt,name=gpucores_percent,json=gpucoresPercent,proto3" json:"gpucores_percent,omitempty"`
+	// Memory per card, MiB; 0 = not set (then gpumem_percent, else 100% of the card).
+	GpumemMib uint64 `protobuf:"varint,4,opt,name=gpumem_mib,json=gpumemMib,proto3" json:"gpumem_mib,omitempty"`
+	// Memory per card, percent of the card (1..100); 0 = not set.
+	GpumemPercent uint32 `protobuf:"varint,5,opt,name=gpumem_percent,json=gpumemPercent,proto3" json:"gpumem_percent,omitempty"`
+	// Card types accepted (nvidia.com/use-gputype rule: a case-insensitive substring of the
+	// card's type); empty = any. Each must match a card of the request's candidate nodes.
+	GpuTypes []string `protobuf:"bytes,6,rep,name=gpu_types,json=gpuTypes,proto3" json:"gpu_types,omitempty"`
+	// Host CPU of its workload, millicores (0 = none).
+	CpuMilli uint64 `protobuf:"varint,7,opt,name=cpu_milli,json=cpuMilli,proto3" json:"cpu_milli,omitempty"`
+	// Host memory of its workload, MiB (0 = none).
+	HostMemMib    uint64 `protobuf:"varint,8,opt,name=host_mem_mib,json=hostMemMib,proto3" json:"host_mem_mib,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkloadMixShape) Reset() {
+	*x = WorkloadMixShape{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkloadMixShape) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkloadMixShape) ProtoMessage() {}
+
+func (x *WorkloadMixShape) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkloadMixShape.ProtoReflect.Descriptor instead.
+func (*WorkloadMixShape) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *WorkloadMixShape) GetProbability() float64 {
+	if x != nil {
+		return x.Probability
+	}
+	return 0
+}
+
+func (x *WorkloadMixShape) GetGpuCount() uint32 {
+	if x != nil {
+		return x.GpuCount
+	}
+	return 0
+}
+
+func (x *WorkloadMixShape) GetGpucoresPercent() uint32 {
+	if x != nil {
+		return x.GpucoresPercent
+	}
+	return 0
+}
+
+func (x *WorkloadMixShape) GetGpumemMib() uint64 {
+	if x != nil {
+		return x.GpumemMib
+	}
+	return 0
+}
+
+func (x *WorkloadMixShape) GetGpumemPercent() uint32 {
+	if x != nil {
+		return x.GpumemPercent
+	}
+	return 0
+}
+
+func (x *WorkloadMixShape) GetGpuTypes() []string {
+	if x != nil {
+		return x.GpuTypes
+	}
+	return nil
+}
+
+func (x *WorkloadMixShape) GetCpuMilli() uint64 {
+	if x != nil {
+		return x.CpuMilli
+	}
+	return 0
+}
+
+func (x *WorkloadMixShape) GetHostMemMib() uint64 {
+	if x != nil {
+		return x.HostMemMib
+	}
+	return 0
+}
+
 // Per-workload weights of the device score terms (hami.io/device-scoring-weights).
 type ScoringWeights struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1322,7 +1562,7 @@ type ScoringWeights struct {
 
 func (x *ScoringWeights) Reset() {
 	*x = ScoringWeights{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[7]
+	mi := &file_gpusched_v1_types_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1574,7 @@ func (x *ScoringWeights) String() string {
 func (*ScoringWeights) ProtoMessage() {}
 
 func (x *ScoringWeights) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[7]
+	mi := &file_gpusched_v1_types_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1587,7 @@ func (x *ScoringWeights) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoringWeights.ProtoReflect.Descriptor instead.
 func (*ScoringWeights) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ScoringWeights) GetSlot() uint64 {
@@ -1390,7 +1630,7 @@ type ContainerRequest struct {
 
 func (x *ContainerRequest) Reset() {
 	*x = ContainerRequest{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[8]
+	mi := &file_gpusched_v1_types_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1642,7 @@ func (x *ContainerRequest) String() string {
 func (*ContainerRequest) ProtoMessage() {}
 
 func (x *ContainerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[8]
+	mi := &file_gpusched_v1_types_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1655,7 @@ func (x *ContainerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerRequest.ProtoReflect.Descriptor instead.
 func (*ContainerRequest) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{8}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ContainerRequest) GetName() string {
@@ -1484,7 +1724,7 @@ type TypedWorkloadSpec struct {
 
 func (x *TypedWorkloadSpec) Reset() {
 	*x = TypedWorkloadSpec{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[9]
+	mi := &file_gpusched_v1_types_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1736,7 @@ func (x *TypedWorkloadSpec) String() string {
 func (*TypedWorkloadSpec) ProtoMessage() {}
 
 func (x *TypedWorkloadSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[9]
+	mi := &file_gpusched_v1_types_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1749,7 @@ func (x *TypedWorkloadSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypedWorkloadSpec.ProtoReflect.Descriptor instead.
 func (*TypedWorkloadSpec) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{9}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TypedWorkloadSpec) GetNodePolicy() NodePolicy {
@@ -1604,7 +1844,7 @@ type KubernetesContainer struct {
 
 func (x *KubernetesContainer) Reset() {
 	*x = KubernetesContainer{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[10]
+	mi := &file_gpusched_v1_types_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1856,7 @@ func (x *KubernetesContainer) String() string {
 func (*KubernetesContainer) ProtoMessage() {}
 
 func (x *KubernetesContainer) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[10]
+	mi := &file_gpusched_v1_types_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1869,7 @@ func (x *KubernetesContainer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KubernetesContainer.ProtoReflect.Descriptor instead.
 func (*KubernetesContainer) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{10}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KubernetesContainer) GetName() string {
@@ -1669,7 +1909,7 @@ type KubernetesWorkloadSpec struct {
 
 func (x *KubernetesWorkloadSpec) Reset() {
 	*x = KubernetesWorkloadSpec{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[11]
+	mi := &file_gpusched_v1_types_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1921,7 @@ func (x *KubernetesWorkloadSpec) String() string {
 func (*KubernetesWorkloadSpec) ProtoMessage() {}
 
 func (x *KubernetesWorkloadSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[11]
+	mi := &file_gpusched_v1_types_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1934,7 @@ func (x *KubernetesWorkloadSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KubernetesWorkloadSpec.ProtoReflect.Descriptor instead.
 func (*KubernetesWorkloadSpec) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{11}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *KubernetesWorkloadSpec) GetAnnotations() map[string]string {
@@ -1743,7 +1983,7 @@ type Workload struct {
 
 func (x *Workload) Reset() {
 	*x = Workload{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[12]
+	mi := &file_gpusched_v1_types_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1755,7 +1995,7 @@ func (x *Workload) String() string {
 func (*Workload) ProtoMessage() {}
 
 func (x *Workload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[12]
+	mi := &file_gpusched_v1_types_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1768,7 +2008,7 @@ func (x *Workload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workload.ProtoReflect.Descriptor instead.
 func (*Workload) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{12}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Workload) GetNamespace() string {
@@ -1857,7 +2097,7 @@ type QuotaBudget struct {
 
 func (x *QuotaBudget) Reset() {
 	*x = QuotaBudget{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[13]
+	mi := &file_gpusched_v1_types_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1869,7 +2109,7 @@ func (x *QuotaBudget) String() string {
 func (*QuotaBudget) ProtoMessage() {}
 
 func (x *QuotaBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[13]
+	mi := &file_gpusched_v1_types_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1882,7 +2122,7 @@ func (x *QuotaBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuotaBudget.ProtoReflect.Descriptor instead.
 func (*QuotaBudget) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{13}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *QuotaBudget) GetMemMib() uint64 {
@@ -1912,7 +2152,7 @@ type QuotaUse struct {
 
 func (x *QuotaUse) Reset() {
 	*x = QuotaUse{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[14]
+	mi := &file_gpusched_v1_types_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2164,7 @@ func (x *QuotaUse) String() string {
 func (*QuotaUse) ProtoMessage() {}
 
 func (x *QuotaUse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[14]
+	mi := &file_gpusched_v1_types_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2177,7 @@ func (x *QuotaUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuotaUse.ProtoReflect.Descriptor instead.
 func (*QuotaUse) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{14}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *QuotaUse) GetMemMib() uint64 {
@@ -1971,14 +2211,17 @@ type PlacementOptions struct {
 	// Which nodes that cannot host the workload an Allocate or AllocateBatch answer lists in
 	// AllocationResult.failed_nodes (Filter and Score always list every one: that is their
 	// answer). Unspecified: every one. The decision is the same whatever this says.
-	FailedNodes   FailedNodes `protobuf:"varint,6,opt,name=failed_nodes,json=failedNodes,proto3,enum=gpusched.v1.FailedNodes" json:"failed_nodes,omitempty"`
+	FailedNodes FailedNodes `protobuf:"varint,6,opt,name=failed_nodes,json=failedNodes,proto3,enum=gpusched.v1.FailedNodes" json:"failed_nodes,omitempty"`
+	// The target workload mix of the fgd policies (section 12.1); unset = the server's
+	// policy.workload_mix. Read only by workloads under node or GPU policy fgd.
+	WorkloadMix   *WorkloadMix `protobuf:"bytes,7,opt,name=workload_mix,json=workloadMix,proto3" json:"workload_mix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PlacementOptions) Reset() {
 	*x = PlacementOptions{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[15]
+	mi := &file_gpusched_v1_types_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2233,7 @@ func (x *PlacementOptions) String() string {
 func (*PlacementOptions) ProtoMessage() {}
 
 func (x *PlacementOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[15]
+	mi := &file_gpusched_v1_types_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2246,7 @@ func (x *PlacementOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementOptions.ProtoReflect.Descriptor instead.
 func (*PlacementOptions) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{15}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PlacementOptions) GetDefaultNodePolicy() NodePolicy {
@@ -2048,6 +2291,13 @@ func (x *PlacementOptions) GetFailedNodes() FailedNodes {
 	return FailedNodes_FAILED_NODES_UNSPECIFIED
 }
 
+func (x *PlacementOptions) GetWorkloadMix() *WorkloadMix {
+	if x != nil {
+		return x.WorkloadMix
+	}
+	return nil
+}
+
 // The policy and weights a decision actually used.
 type EffectivePolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2067,7 +2317,7 @@ type EffectivePolicy struct {
 
 func (x *EffectivePolicy) Reset() {
 	*x = EffectivePolicy{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[16]
+	mi := &file_gpusched_v1_types_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2329,7 @@ func (x *EffectivePolicy) String() string {
 func (*EffectivePolicy) ProtoMessage() {}
 
 func (x *EffectivePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[16]
+	mi := &file_gpusched_v1_types_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2342,7 @@ func (x *EffectivePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectivePolicy.ProtoReflect.Descriptor instead.
 func (*EffectivePolicy) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{16}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *EffectivePolicy) GetNodePolicy() NodePolicy {
@@ -2145,7 +2395,7 @@ type ReasonCount struct {
 
 func (x *ReasonCount) Reset() {
 	*x = ReasonCount{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[17]
+	mi := &file_gpusched_v1_types_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2157,7 +2407,7 @@ func (x *ReasonCount) String() string {
 func (*ReasonCount) ProtoMessage() {}
 
 func (x *ReasonCount) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[17]
+	mi := &file_gpusched_v1_types_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2170,7 +2420,7 @@ func (x *ReasonCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasonCount.ProtoReflect.Descriptor instead.
 func (*ReasonCount) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{17}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReasonCount) GetReason() Reason {
@@ -2216,7 +2466,7 @@ type FailedNode struct {
 
 func (x *FailedNode) Reset() {
 	*x = FailedNode{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[18]
+	mi := &file_gpusched_v1_types_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2228,7 +2478,7 @@ func (x *FailedNode) String() string {
 func (*FailedNode) ProtoMessage() {}
 
 func (x *FailedNode) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[18]
+	mi := &file_gpusched_v1_types_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2241,7 +2491,7 @@ func (x *FailedNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedNode.ProtoReflect.Descriptor instead.
 func (*FailedNode) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{18}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FailedNode) GetNodeName() string {
@@ -2296,13 +2546,16 @@ type NodeScore struct {
 	// Preference 0..100 among the feasible nodes of this answer: 100 = most preferred
 	// under the node policy, 0 = least; all 100 when every node scores the same.
 	NormalizedScore uint32 `protobuf:"varint,3,opt,name=normalized_score,json=normalizedScore,proto3" json:"normalized_score,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Under node policy fgd: the node's expected fragmentation before and after the placement
+	// (section 12.3); unset under the other policies.
+	Fragmentation *Fragmentation `protobuf:"bytes,4,opt,name=fragmentation,proto3" json:"fragmentation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeScore) Reset() {
 	*x = NodeScore{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[19]
+	mi := &file_gpusched_v1_types_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2314,7 +2567,7 @@ func (x *NodeScore) String() string {
 func (*NodeScore) ProtoMessage() {}
 
 func (x *NodeScore) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[19]
+	mi := &file_gpusched_v1_types_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2327,7 +2580,7 @@ func (x *NodeScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeScore.ProtoReflect.Descriptor instead.
 func (*NodeScore) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{19}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NodeScore) GetNodeName() string {
@@ -2347,6 +2600,78 @@ func (x *NodeScore) GetRawScore() float64 {
 func (x *NodeScore) GetNormalizedScore() uint32 {
 	if x != nil {
 		return x.NormalizedScore
+	}
+	return 0
+}
+
+func (x *NodeScore) GetFragmentation() *Fragmentation {
+	if x != nil {
+		return x.Fragmentation
+	}
+	return nil
+}
+
+// A node's expected fragmentation before and after a tentative placement, in cores (percent
+// of a card): the free compute the target workload mix is expected not to be able to use.
+type Fragmentation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Before the placement.
+	Before float64 `protobuf:"fixed64,1,opt,name=before,proto3" json:"before,omitempty"`
+	// After the placement.
+	After float64 `protobuf:"fixed64,2,opt,name=after,proto3" json:"after,omitempty"`
+	// after - before (the quantity the fgd node policy minimises; compared exactly).
+	Delta         float64 `protobuf:"fixed64,3,opt,name=delta,proto3" json:"delta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Fragmentation) Reset() {
+	*x = Fragmentation{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Fragmentation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Fragmentation) ProtoMessage() {}
+
+func (x *Fragmentation) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Fragmentation.ProtoReflect.Descriptor instead.
+func (*Fragmentation) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Fragmentation) GetBefore() float64 {
+	if x != nil {
+		return x.Before
+	}
+	return 0
+}
+
+func (x *Fragmentation) GetAfter() float64 {
+	if x != nil {
+		return x.After
+	}
+	return 0
+}
+
+func (x *Fragmentation) GetDelta() float64 {
+	if x != nil {
+		return x.Delta
 	}
 	return 0
 }
@@ -2373,7 +2698,7 @@ type CardAssignment struct {
 
 func (x *CardAssignment) Reset() {
 	*x = CardAssignment{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[20]
+	mi := &file_gpusched_v1_types_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2710,7 @@ func (x *CardAssignment) String() string {
 func (*CardAssignment) ProtoMessage() {}
 
 func (x *CardAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[20]
+	mi := &file_gpusched_v1_types_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2723,7 @@ func (x *CardAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardAssignment.ProtoReflect.Descriptor instead.
 func (*CardAssignment) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{20}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CardAssignment) GetCardId() string {
@@ -2462,7 +2787,7 @@ type MigAssignment struct {
 
 func (x *MigAssignment) Reset() {
 	*x = MigAssignment{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[21]
+	mi := &file_gpusched_v1_types_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2799,7 @@ func (x *MigAssignment) String() string {
 func (*MigAssignment) ProtoMessage() {}
 
 func (x *MigAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[21]
+	mi := &file_gpusched_v1_types_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2812,7 @@ func (x *MigAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigAssignment.ProtoReflect.Descriptor instead.
 func (*MigAssignment) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{21}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MigAssignment) GetProfile() string {
@@ -2540,7 +2865,7 @@ type ContainerAssignment struct {
 
 func (x *ContainerAssignment) Reset() {
 	*x = ContainerAssignment{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[22]
+	mi := &file_gpusched_v1_types_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2552,7 +2877,7 @@ func (x *ContainerAssignment) String() string {
 func (*ContainerAssignment) ProtoMessage() {}
 
 func (x *ContainerAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[22]
+	mi := &file_gpusched_v1_types_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2565,7 +2890,7 @@ func (x *ContainerAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerAssignment.ProtoReflect.Descriptor instead.
 func (*ContainerAssignment) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{22}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ContainerAssignment) GetContainerName() string {
@@ -2624,7 +2949,7 @@ type CardExplanation struct {
 
 func (x *CardExplanation) Reset() {
 	*x = CardExplanation{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[23]
+	mi := &file_gpusched_v1_types_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2636,7 +2961,7 @@ func (x *CardExplanation) String() string {
 func (*CardExplanation) ProtoMessage() {}
 
 func (x *CardExplanation) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[23]
+	mi := &file_gpusched_v1_types_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2649,7 +2974,7 @@ func (x *CardExplanation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardExplanation.ProtoReflect.Descriptor instead.
 func (*CardExplanation) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{23}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CardExplanation) GetCardId() string {
@@ -2755,7 +3080,7 @@ type MigProfileConsidered struct {
 
 func (x *MigProfileConsidered) Reset() {
 	*x = MigProfileConsidered{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[24]
+	mi := &file_gpusched_v1_types_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2767,7 +3092,7 @@ func (x *MigProfileConsidered) String() string {
 func (*MigProfileConsidered) ProtoMessage() {}
 
 func (x *MigProfileConsidered) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[24]
+	mi := &file_gpusched_v1_types_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2780,7 +3105,7 @@ func (x *MigProfileConsidered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigProfileConsidered.ProtoReflect.Descriptor instead.
 func (*MigProfileConsidered) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{24}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MigProfileConsidered) GetProfile() string {
@@ -2833,7 +3158,7 @@ type ContainerExplanation struct {
 
 func (x *ContainerExplanation) Reset() {
 	*x = ContainerExplanation{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[25]
+	mi := &file_gpusched_v1_types_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2845,7 +3170,7 @@ func (x *ContainerExplanation) String() string {
 func (*ContainerExplanation) ProtoMessage() {}
 
 func (x *ContainerExplanation) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[25]
+	mi := &file_gpusched_v1_types_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2858,7 +3183,7 @@ func (x *ContainerExplanation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerExplanation.ProtoReflect.Descriptor instead.
 func (*ContainerExplanation) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{25}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ContainerExplanation) GetContainerName() string {
@@ -2891,14 +3216,17 @@ type NodeExplanation struct {
 	Containers []*ContainerExplanation `protobuf:"bytes,2,rep,name=containers,proto3" json:"containers,omitempty"`
 	// With a quota budget: the budget and what the node's tentative placement consumes (up to the
 	// container that failed, when one did); section 10.5.
-	Quota         *QuotaExplanation `protobuf:"bytes,3,opt,name=quota,proto3" json:"quota,omitempty"`
+	Quota *QuotaExplanation `protobuf:"bytes,3,opt,name=quota,proto3" json:"quota,omitempty"`
+	// Under an fgd policy with a mix: the node's fragmentation before and after the tentative
+	// placement, shape by shape (section 12.5).
+	Fragmentation *FragmentationExplanation `protobuf:"bytes,4,opt,name=fragmentation,proto3" json:"fragmentation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeExplanation) Reset() {
 	*x = NodeExplanation{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[26]
+	mi := &file_gpusched_v1_types_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2910,7 +3238,7 @@ func (x *NodeExplanation) String() string {
 func (*NodeExplanation) ProtoMessage() {}
 
 func (x *NodeExplanation) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[26]
+	mi := &file_gpusched_v1_types_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2923,7 +3251,7 @@ func (x *NodeExplanation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeExplanation.ProtoReflect.Descriptor instead.
 func (*NodeExplanation) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{26}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NodeExplanation) GetNodeName() string {
@@ -2947,6 +3275,13 @@ func (x *NodeExplanation) GetQuota() *QuotaExplanation {
 	return nil
 }
 
+func (x *NodeExplanation) GetFragmentation() *FragmentationExplanation {
+	if x != nil {
+		return x.Fragmentation
+	}
+	return nil
+}
+
 // A workload's quota budget and what a placement on one node consumes against it.
 type QuotaExplanation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2960,7 +3295,7 @@ type QuotaExplanation struct {
 
 func (x *QuotaExplanation) Reset() {
 	*x = QuotaExplanation{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[27]
+	mi := &file_gpusched_v1_types_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +3307,7 @@ func (x *QuotaExplanation) String() string {
 func (*QuotaExplanation) ProtoMessage() {}
 
 func (x *QuotaExplanation) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[27]
+	mi := &file_gpusched_v1_types_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +3320,7 @@ func (x *QuotaExplanation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuotaExplanation.ProtoReflect.Descriptor instead.
 func (*QuotaExplanation) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{27}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *QuotaExplanation) GetBudget() *QuotaBudget {
@@ -3000,6 +3335,189 @@ func (x *QuotaExplanation) GetConsumed() *QuotaUse {
 		return x.Consumed
 	}
 	return nil
+}
+
+// A node's fragmentation before and after a tentative placement, shape by shape.
+type FragmentationExplanation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node as it is.
+	Before *FragmentationState `protobuf:"bytes,1,opt,name=before,proto3" json:"before,omitempty"`
+	// After the placement; unset when the workload does not fit the node.
+	After         *FragmentationState `protobuf:"bytes,2,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FragmentationExplanation) Reset() {
+	*x = FragmentationExplanation{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FragmentationExplanation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FragmentationExplanation) ProtoMessage() {}
+
+func (x *FragmentationExplanation) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FragmentationExplanation.ProtoReflect.Descriptor instead.
+func (*FragmentationExplanation) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *FragmentationExplanation) GetBefore() *FragmentationState {
+	if x != nil {
+		return x.Before
+	}
+	return nil
+}
+
+func (x *FragmentationExplanation) GetAfter() *FragmentationState {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+// A node's fragmentation at one moment.
+type FragmentationState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Expected fragmented compute, cores (percent of a card).
+	Expected float64 `protobuf:"fixed64,1,opt,name=expected,proto3" json:"expected,omitempty"`
+	// Free compute of the cards that count (healthy, not cordoned, not MIG), cores.
+	FreeCores uint64 `protobuf:"varint,2,opt,name=free_cores,json=freeCores,proto3" json:"free_cores,omitempty"`
+	// Every shape of the mix, in mix order.
+	Shapes        []*ShapeFragmentation `protobuf:"bytes,3,rep,name=shapes,proto3" json:"shapes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FragmentationState) Reset() {
+	*x = FragmentationState{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FragmentationState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FragmentationState) ProtoMessage() {}
+
+func (x *FragmentationState) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FragmentationState.ProtoReflect.Descriptor instead.
+func (*FragmentationState) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *FragmentationState) GetExpected() float64 {
+	if x != nil {
+		return x.Expected
+	}
+	return 0
+}
+
+func (x *FragmentationState) GetFreeCores() uint64 {
+	if x != nil {
+		return x.FreeCores
+	}
+	return 0
+}
+
+func (x *FragmentationState) GetShapes() []*ShapeFragmentation {
+	if x != nil {
+		return x.Shapes
+	}
+	return nil
+}
+
+// One shape's fragmentation on a node.
+type ShapeFragmentation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Position of the shape in the mix.
+	Shape uint32 `protobuf:"varint,1,opt,name=shape,proto3" json:"shape,omitempty"`
+	// Free compute the shape cannot use on the node, cores.
+	FragmentedCores uint64 `protobuf:"varint,2,opt,name=fragmented_cores,json=fragmentedCores,proto3" json:"fragmented_cores,omitempty"`
+	// Whether the node can host the shape (enough fitting cards and host resources).
+	Hostable      bool `protobuf:"varint,3,opt,name=hostable,proto3" json:"hostable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShapeFragmentation) Reset() {
+	*x = ShapeFragmentation{}
+	mi := &file_gpusched_v1_types_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShapeFragmentation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShapeFragmentation) ProtoMessage() {}
+
+func (x *ShapeFragmentation) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_v1_types_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShapeFragmentation.ProtoReflect.Descriptor instead.
+func (*ShapeFragmentation) Descriptor() ([]byte, []int) {
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ShapeFragmentation) GetShape() uint32 {
+	if x != nil {
+		return x.Shape
+	}
+	return 0
+}
+
+func (x *ShapeFragmentation) GetFragmentedCores() uint64 {
+	if x != nil {
+		return x.FragmentedCores
+	}
+	return 0
+}
+
+func (x *ShapeFragmentation) GetHostable() bool {
+	if x != nil {
+		return x.Hostable
+	}
+	return false
 }
 
 // The content address of a blob: the hash of its exact bytes and their length.
@@ -3017,7 +3535,7 @@ type Digest struct {
 
 func (x *Digest) Reset() {
 	*x = Digest{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[28]
+	mi := &file_gpusched_v1_types_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3029,7 +3547,7 @@ func (x *Digest) String() string {
 func (*Digest) ProtoMessage() {}
 
 func (x *Digest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[28]
+	mi := &file_gpusched_v1_types_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3042,7 +3560,7 @@ func (x *Digest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Digest.ProtoReflect.Descriptor instead.
 func (*Digest) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{28}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Digest) GetHash() []byte {
@@ -3081,7 +3599,7 @@ type CardUsageEntry struct {
 
 func (x *CardUsageEntry) Reset() {
 	*x = CardUsageEntry{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[29]
+	mi := &file_gpusched_v1_types_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3093,7 +3611,7 @@ func (x *CardUsageEntry) String() string {
 func (*CardUsageEntry) ProtoMessage() {}
 
 func (x *CardUsageEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[29]
+	mi := &file_gpusched_v1_types_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3106,7 +3624,7 @@ func (x *CardUsageEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardUsageEntry.ProtoReflect.Descriptor instead.
 func (*CardUsageEntry) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{29}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CardUsageEntry) GetCardId() string {
@@ -3137,7 +3655,7 @@ type NodeUsage struct {
 
 func (x *NodeUsage) Reset() {
 	*x = NodeUsage{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[30]
+	mi := &file_gpusched_v1_types_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3149,7 +3667,7 @@ func (x *NodeUsage) String() string {
 func (*NodeUsage) ProtoMessage() {}
 
 func (x *NodeUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[30]
+	mi := &file_gpusched_v1_types_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3162,7 +3680,7 @@ func (x *NodeUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeUsage.ProtoReflect.Descriptor instead.
 func (*NodeUsage) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{30}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NodeUsage) GetCards() []*CardUsageEntry {
@@ -3196,7 +3714,7 @@ type NodeRef struct {
 
 func (x *NodeRef) Reset() {
 	*x = NodeRef{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[31]
+	mi := &file_gpusched_v1_types_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3208,7 +3726,7 @@ func (x *NodeRef) String() string {
 func (*NodeRef) ProtoMessage() {}
 
 func (x *NodeRef) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[31]
+	mi := &file_gpusched_v1_types_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3221,7 +3739,7 @@ func (x *NodeRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRef.ProtoReflect.Descriptor instead.
 func (*NodeRef) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{31}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *NodeRef) GetInventory() []byte {
@@ -3288,7 +3806,7 @@ type NodeSetRef struct {
 
 func (x *NodeSetRef) Reset() {
 	*x = NodeSetRef{}
-	mi := &file_gpusched_v1_types_proto_msgTypes[32]
+	mi := &file_gpusched_v1_types_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3300,7 +3818,7 @@ func (x *NodeSetRef) String() string {
 func (*NodeSetRef) ProtoMessage() {}
 
 func (x *NodeSetRef) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_v1_types_proto_msgTypes[32]
+	mi := &file_gpusched_v1_types_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3313,7 +3831,7 @@ func (x *NodeSetRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSetRef.ProtoReflect.Descriptor instead.
 func (*NodeSetRef) Descriptor() ([]byte, []int) {
-	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{32}
+	return file_gpusched_v1_types_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NodeSetRef) GetBase() *Digest {
@@ -3390,17 +3908,35 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"\acard_id\x18\x01 \x01(\tR\x06cardId\x12 \n" +
 	"\fpeer_card_id\x18\x02 \x01(\tR\n" +
 	"peerCardId\x12\x14\n" +
-	"\x05score\x18\x03 \x01(\x03R\x05score\"\xb2\x02\n" +
+	"\x05score\x18\x03 \x01(\x03R\x05score\"\xe2\x02\n" +
 	"\x04Node\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
 	"\x05cards\x18\x02 \x03(\v2\x11.gpusched.v1.CardR\x05cards\x12*\n" +
 	"\x11cordoned_card_ids\x18\x03 \x03(\tR\x0fcordonedCardIds\x12;\n" +
 	"\vpair_scores\x18\x04 \x03(\v2\x1a.gpusched.v1.CardPairScoreR\n" +
 	"pairScores\x12D\n" +
-	"\vannotations\x18\x05 \x03(\v2\".gpusched.v1.Node.AnnotationsEntryR\vannotations\x1a>\n" +
+	"\vannotations\x18\x05 \x03(\v2\".gpusched.v1.Node.AnnotationsEntryR\vannotations\x12.\n" +
+	"\x04host\x18\x06 \x01(\v2\x1a.gpusched.v1.HostResourcesR\x04host\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"W\n" +
+	"\rHostResources\x12$\n" +
+	"\x0efree_cpu_milli\x18\x01 \x01(\x03R\ffreeCpuMilli\x12 \n" +
+	"\ffree_mem_mib\x18\x02 \x01(\x03R\n" +
+	"freeMemMib\"D\n" +
+	"\vWorkloadMix\x125\n" +
+	"\x06shapes\x18\x01 \x03(\v2\x1d.gpusched.v1.WorkloadMixShapeR\x06shapes\"\x9e\x02\n" +
+	"\x10WorkloadMixShape\x12 \n" +
+	"\vprobability\x18\x01 \x01(\x01R\vprobability\x12\x1b\n" +
+	"\tgpu_count\x18\x02 \x01(\rR\bgpuCount\x12)\n" +
+	"\x10gpucores_percent\x18\x03 \x01(\rR\x0fgpucoresPercent\x12\x1d\n" +
+	"\n" +
+	"gpumem_mib\x18\x04 \x01(\x04R\tgpumemMib\x12%\n" +
+	"\x0egpumem_percent\x18\x05 \x01(\rR\rgpumemPercent\x12\x1b\n" +
+	"\tgpu_types\x18\x06 \x03(\tR\bgpuTypes\x12\x1b\n" +
+	"\tcpu_milli\x18\a \x01(\x04R\bcpuMilli\x12 \n" +
+	"\fhost_mem_mib\x18\b \x01(\x04R\n" +
+	"hostMemMib\"P\n" +
 	"\x0eScoringWeights\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x04R\x04slot\x12\x12\n" +
 	"\x04core\x18\x02 \x01(\x04R\x04core\x12\x16\n" +
@@ -3469,14 +4005,15 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"\x06_cores\"9\n" +
 	"\bQuotaUse\x12\x17\n" +
 	"\amem_mib\x18\x01 \x01(\x04R\x06memMib\x12\x14\n" +
-	"\x05cores\x18\x02 \x01(\x04R\x05cores\"\x95\x03\n" +
+	"\x05cores\x18\x02 \x01(\x04R\x05cores\"\xd2\x03\n" +
 	"\x10PlacementOptions\x12G\n" +
 	"\x13default_node_policy\x18\x01 \x01(\x0e2\x17.gpusched.v1.NodePolicyR\x11defaultNodePolicy\x12D\n" +
 	"\x12default_gpu_policy\x18\x02 \x03(\x0e2\x16.gpusched.v1.GpuPolicyR\x10defaultGpuPolicy\x121\n" +
 	"\x12default_memory_mib\x18\x03 \x01(\x04H\x00R\x10defaultMemoryMib\x88\x01\x01\x127\n" +
 	"\x15default_cores_percent\x18\x04 \x01(\rH\x01R\x13defaultCoresPercent\x88\x01\x01\x12\x18\n" +
 	"\aexplain\x18\x05 \x01(\bR\aexplain\x12;\n" +
-	"\ffailed_nodes\x18\x06 \x01(\x0e2\x18.gpusched.v1.FailedNodesR\vfailedNodesB\x15\n" +
+	"\ffailed_nodes\x18\x06 \x01(\x0e2\x18.gpusched.v1.FailedNodesR\vfailedNodes\x12;\n" +
+	"\fworkload_mix\x18\a \x01(\v2\x18.gpusched.v1.WorkloadMixR\vworkloadMixB\x15\n" +
 	"\x13_default_memory_mibB\x18\n" +
 	"\x16_default_cores_percent\"\x8d\x02\n" +
 	"\x0fEffectivePolicy\x128\n" +
@@ -3498,11 +4035,16 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12-\n" +
 	"\x12container_position\x18\x04 \x01(\rR\x11containerPosition\x12%\n" +
 	"\x0econtainer_name\x18\x05 \x01(\tR\rcontainerName\x12\"\n" +
-	"\funresolvable\x18\x06 \x01(\bR\funresolvable\"p\n" +
+	"\funresolvable\x18\x06 \x01(\bR\funresolvable\"\xb2\x01\n" +
 	"\tNodeScore\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x1b\n" +
 	"\traw_score\x18\x02 \x01(\x01R\brawScore\x12)\n" +
-	"\x10normalized_score\x18\x03 \x01(\rR\x0fnormalizedScore\"\xd1\x01\n" +
+	"\x10normalized_score\x18\x03 \x01(\rR\x0fnormalizedScore\x12@\n" +
+	"\rfragmentation\x18\x04 \x01(\v2\x1a.gpusched.v1.FragmentationR\rfragmentation\"S\n" +
+	"\rFragmentation\x12\x16\n" +
+	"\x06before\x18\x01 \x01(\x01R\x06before\x12\x14\n" +
+	"\x05after\x18\x02 \x01(\x01R\x05after\x12\x14\n" +
+	"\x05delta\x18\x03 \x01(\x01R\x05delta\"\xd1\x01\n" +
 	"\x0eCardAssignment\x12\x17\n" +
 	"\acard_id\x18\x01 \x01(\tR\x06cardId\x12\x1d\n" +
 	"\n" +
@@ -3546,16 +4088,29 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"\x14ContainerExplanation\x12%\n" +
 	"\x0econtainer_name\x18\x01 \x01(\tR\rcontainerName\x12\x12\n" +
 	"\x04init\x18\x02 \x01(\bR\x04init\x122\n" +
-	"\x05cards\x18\x03 \x03(\v2\x1c.gpusched.v1.CardExplanationR\x05cards\"\xa6\x01\n" +
+	"\x05cards\x18\x03 \x03(\v2\x1c.gpusched.v1.CardExplanationR\x05cards\"\xf3\x01\n" +
 	"\x0fNodeExplanation\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12A\n" +
 	"\n" +
 	"containers\x18\x02 \x03(\v2!.gpusched.v1.ContainerExplanationR\n" +
 	"containers\x123\n" +
-	"\x05quota\x18\x03 \x01(\v2\x1d.gpusched.v1.QuotaExplanationR\x05quota\"w\n" +
+	"\x05quota\x18\x03 \x01(\v2\x1d.gpusched.v1.QuotaExplanationR\x05quota\x12K\n" +
+	"\rfragmentation\x18\x04 \x01(\v2%.gpusched.v1.FragmentationExplanationR\rfragmentation\"w\n" +
 	"\x10QuotaExplanation\x120\n" +
 	"\x06budget\x18\x01 \x01(\v2\x18.gpusched.v1.QuotaBudgetR\x06budget\x121\n" +
-	"\bconsumed\x18\x02 \x01(\v2\x15.gpusched.v1.QuotaUseR\bconsumed\"t\n" +
+	"\bconsumed\x18\x02 \x01(\v2\x15.gpusched.v1.QuotaUseR\bconsumed\"\x8a\x01\n" +
+	"\x18FragmentationExplanation\x127\n" +
+	"\x06before\x18\x01 \x01(\v2\x1f.gpusched.v1.FragmentationStateR\x06before\x125\n" +
+	"\x05after\x18\x02 \x01(\v2\x1f.gpusched.v1.FragmentationStateR\x05after\"\x88\x01\n" +
+	"\x12FragmentationState\x12\x1a\n" +
+	"\bexpected\x18\x01 \x01(\x01R\bexpected\x12\x1d\n" +
+	"\n" +
+	"free_cores\x18\x02 \x01(\x04R\tfreeCores\x127\n" +
+	"\x06shapes\x18\x03 \x03(\v2\x1f.gpusched.v1.ShapeFragmentationR\x06shapes\"q\n" +
+	"\x12ShapeFragmentation\x12\x14\n" +
+	"\x05shape\x18\x01 \x01(\rR\x05shape\x12)\n" +
+	"\x10fragmented_cores\x18\x02 \x01(\x04R\x0ffragmentedCores\x12\x1a\n" +
+	"\bhostable\x18\x03 \x01(\bR\bhostable\"t\n" +
 	"\x06Digest\x12\x12\n" +
 	"\x04hash\x18\x01 \x01(\fR\x04hash\x12\x1d\n" +
 	"\n" +
@@ -3575,19 +4130,21 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"NodeSetRef\x12'\n" +
 	"\x04base\x18\x01 \x01(\v2\x13.gpusched.v1.DigestR\x04base\x12,\n" +
 	"\x12removed_node_names\x18\x02 \x03(\tR\x10removedNodeNames\x12\x12\n" +
-	"\x04keep\x18\x03 \x01(\bR\x04keep*Z\n" +
+	"\x04keep\x18\x03 \x01(\bR\x04keep*o\n" +
 	"\n" +
 	"NodePolicy\x12\x1b\n" +
 	"\x17NODE_POLICY_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13NODE_POLICY_BINPACK\x10\x01\x12\x16\n" +
-	"\x12NODE_POLICY_SPREAD\x10\x02*\xa0\x01\n" +
+	"\x12NODE_POLICY_SPREAD\x10\x02\x12\x13\n" +
+	"\x0fNODE_POLICY_FGD\x10\x03*\xb4\x01\n" +
 	"\tGpuPolicy\x12\x1a\n" +
 	"\x16GPU_POLICY_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12GPU_POLICY_BINPACK\x10\x01\x12\x15\n" +
 	"\x11GPU_POLICY_SPREAD\x10\x02\x12\x14\n" +
 	"\x10GPU_POLICY_MUTEX\x10\x03\x12\x1d\n" +
 	"\x19GPU_POLICY_TOPOLOGY_AWARE\x10\x04\x12\x13\n" +
-	"\x0fGPU_POLICY_NUMA\x10\x05*d\n" +
+	"\x0fGPU_POLICY_NUMA\x10\x05\x12\x12\n" +
+	"\x0eGPU_POLICY_FGD\x10\x06*d\n" +
 	"\bCardMode\x12\x19\n" +
 	"\x15CARD_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13CARD_MODE_HAMI_CORE\x10\x01\x12\x11\n" +
@@ -3602,7 +4159,7 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"\x18FAILED_NODES_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10FAILED_NODES_ALL\x10\x01\x12\x1e\n" +
 	"\x1aFAILED_NODES_WHEN_UNPLACED\x10\x02\x12\x15\n" +
-	"\x11FAILED_NODES_NONE\x10\x03*\x98\x04\n" +
+	"\x11FAILED_NODES_NONE\x10\x03*\xc3\x04\n" +
 	"\x0fViolationReason\x12 \n" +
 	"\x1cVIOLATION_REASON_UNSPECIFIED\x10\x00\x12(\n" +
 	"$VIOLATION_REASON_INVALID_NODE_POLICY\x10\x01\x12'\n" +
@@ -3617,7 +4174,8 @@ const file_gpusched_v1_types_proto_rawDesc = "" +
 	"\x1dVIOLATION_REASON_OUT_OF_RANGE\x10\n" +
 	"\x12#\n" +
 	"\x1fVIOLATION_REASON_LIMIT_EXCEEDED\x10\v\x12+\n" +
-	"'VIOLATION_REASON_INVALID_NODE_REFERENCE\x10\f*\xb4\x05\n" +
+	"'VIOLATION_REASON_INVALID_NODE_REFERENCE\x10\f\x12)\n" +
+	"%VIOLATION_REASON_INVALID_WORKLOAD_MIX\x10\r*\xb4\x05\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fREASON_NODE_INSUFFICIENT_DEVICE\x10\x01\x12\x1a\n" +
@@ -3665,54 +4223,61 @@ func file_gpusched_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_gpusched_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_gpusched_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_gpusched_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_gpusched_v1_types_proto_goTypes = []any{
-	(NodePolicy)(0),                // 0: gpusched.v1.NodePolicy
-	(GpuPolicy)(0),                 // 1: gpusched.v1.GpuPolicy
-	(CardMode)(0),                  // 2: gpusched.v1.CardMode
-	(CardHealth)(0),                // 3: gpusched.v1.CardHealth
-	(FailedNodes)(0),               // 4: gpusched.v1.FailedNodes
-	(ViolationReason)(0),           // 5: gpusched.v1.ViolationReason
-	(Reason)(0),                    // 6: gpusched.v1.Reason
-	(MigOutcome)(0),                // 7: gpusched.v1.MigOutcome
-	(DigestFunction)(0),            // 8: gpusched.v1.DigestFunction
-	(*CardUsage)(nil),              // 9: gpusched.v1.CardUsage
-	(*Card)(nil),                   // 10: gpusched.v1.Card
-	(*MigProfile)(nil),             // 11: gpusched.v1.MigProfile
-	(*MigInstance)(nil),            // 12: gpusched.v1.MigInstance
-	(*MigLayout)(nil),              // 13: gpusched.v1.MigLayout
-	(*CardPairScore)(nil),          // 14: gpusched.v1.CardPairScore
-	(*Node)(nil),                   // 15: gpusched.v1.Node
-	(*ScoringWeights)(nil),         // 16: gpusched.v1.ScoringWeights
-	(*ContainerRequest)(nil),       // 17: gpusched.v1.ContainerRequest
-	(*TypedWorkloadSpec)(nil),      // 18: gpusched.v1.TypedWorkloadSpec
-	(*KubernetesContainer)(nil),    // 19: gpusched.v1.KubernetesContainer
-	(*KubernetesWorkloadSpec)(nil), // 20: gpusched.v1.KubernetesWorkloadSpec
-	(*Workload)(nil),               // 21: gpusched.v1.Workload
-	(*QuotaBudget)(nil),            // 22: gpusched.v1.QuotaBudget
-	(*QuotaUse)(nil),               // 23: gpusched.v1.QuotaUse
-	(*PlacementOptions)(nil),       // 24: gpusched.v1.PlacementOptions
-	(*EffectivePolicy)(nil),        // 25: gpusched.v1.EffectivePolicy
-	(*ReasonCount)(nil),            // 26: gpusched.v1.ReasonCount
-	(*FailedNode)(nil),             // 27: gpusched.v1.FailedNode
-	(*NodeScore)(nil),              // 28: gpusched.v1.NodeScore
-	(*CardAssignment)(nil),         // 29: gpusched.v1.CardAssignment
-	(*MigAssignment)(nil),          // 30: gpusched.v1.MigAssignment
-	(*ContainerAssignment)(nil),    // 31: gpusched.v1.ContainerAssignment
-	(*CardExplanation)(nil),        // 32: gpusched.v1.CardExplanation
-	(*MigProfileConsidered)(nil),   // 33: gpusched.v1.MigProfileConsidered
-	(*ContainerExplanation)(nil),   // 34: gpusched.v1.ContainerExplanation
-	(*NodeExplanation)(nil),        // 35: gpusched.v1.NodeExplanation
-	(*QuotaExplanation)(nil),       // 36: gpusched.v1.QuotaExplanation
-	(*Digest)(nil),                 // 37: gpusched.v1.Digest
-	(*CardUsageEntry)(nil),         // 38: gpusched.v1.CardUsageEntry
-	(*NodeUsage)(nil),              // 39: gpusched.v1.NodeUsage
-	(*NodeRef)(nil),                // 40: gpusched.v1.NodeRef
-	(*NodeSetRef)(nil),             // 41: gpusched.v1.NodeSetRef
-	nil,                            // 42: gpusched.v1.Node.AnnotationsEntry
-	nil,                            // 43: gpusched.v1.KubernetesContainer.LimitsEntry
-	nil,                            // 44: gpusched.v1.KubernetesContainer.RequestsEntry
-	nil,                            // 45: gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
+	(NodePolicy)(0),                  // 0: gpusched.v1.NodePolicy
+	(GpuPolicy)(0),                   // 1: gpusched.v1.GpuPolicy
+	(CardMode)(0),                    // 2: gpusched.v1.CardMode
+	(CardHealth)(0),                  // 3: gpusched.v1.CardHealth
+	(FailedNodes)(0),                 // 4: gpusched.v1.FailedNodes
+	(ViolationReason)(0),             // 5: gpusched.v1.ViolationReason
+	(Reason)(0),                      // 6: gpusched.v1.Reason
+	(MigOutcome)(0),                  // 7: gpusched.v1.MigOutcome
+	(DigestFunction)(0),              // 8: gpusched.v1.DigestFunction
+	(*CardUsage)(nil),                // 9: gpusched.v1.CardUsage
+	(*Card)(nil),                     // 10: gpusched.v1.Card
+	(*MigProfile)(nil),               // 11: gpusched.v1.MigProfile
+	(*MigInstance)(nil),              // 12: gpusched.v1.MigInstance
+	(*MigLayout)(nil),                // 13: gpusched.v1.MigLayout
+	(*CardPairScore)(nil),            // 14: gpusched.v1.CardPairScore
+	(*Node)(nil),                     // 15: gpusched.v1.Node
+	(*HostResources)(nil),            // 16: gpusched.v1.HostResources
+	(*WorkloadMix)(nil),              // 17: gpusched.v1.WorkloadMix
+	(*WorkloadMixShape)(nil),         // 18: gpusched.v1.WorkloadMixShape
+	(*ScoringWeights)(nil),           // 19: gpusched.v1.ScoringWeights
+	(*ContainerRequest)(nil),         // 20: gpusched.v1.ContainerRequest
+	(*TypedWorkloadSpec)(nil),        // 21: gpusched.v1.TypedWorkloadSpec
+	(*KubernetesContainer)(nil),      // 22: gpusched.v1.KubernetesContainer
+	(*KubernetesWorkloadSpec)(nil),   // 23: gpusched.v1.KubernetesWorkloadSpec
+	(*Workload)(nil),                 // 24: gpusched.v1.Workload
+	(*QuotaBudget)(nil),              // 25: gpusched.v1.QuotaBudget
+	(*QuotaUse)(nil),                 // 26: gpusched.v1.QuotaUse
+	(*PlacementOptions)(nil),         // 27: gpusched.v1.PlacementOptions
+	(*EffectivePolicy)(nil),          // 28: gpusched.v1.EffectivePolicy
+	(*ReasonCount)(nil),              // 29: gpusched.v1.ReasonCount
+	(*FailedNode)(nil),               // 30: gpusched.v1.FailedNode
+	(*NodeScore)(nil),                // 31: gpusched.v1.NodeScore
+	(*Fragmentation)(nil),            // 32: gpusched.v1.Fragmentation
+	(*CardAssignment)(nil),           // 33: gpusched.v1.CardAssignment
+	(*MigAssignment)(nil),            // 34: gpusched.v1.MigAssignment
+	(*ContainerAssignment)(nil),      // 35: gpusched.v1.ContainerAssignment
+	(*CardExplanation)(nil),          // 36: gpusched.v1.CardExplanation
+	(*MigProfileConsidered)(nil),     // 37: gpusched.v1.MigProfileConsidered
+	(*ContainerExplanation)(nil),     // 38: gpusched.v1.ContainerExplanation
+	(*NodeExplanation)(nil),          // 39: gpusched.v1.NodeExplanation
+	(*QuotaExplanation)(nil),         // 40: gpusched.v1.QuotaExplanation
+	(*FragmentationExplanation)(nil), // 41: gpusched.v1.FragmentationExplanation
+	(*FragmentationState)(nil),       // 42: gpusched.v1.FragmentationState
+	(*ShapeFragmentation)(nil),       // 43: gpusched.v1.ShapeFragmentation
+	(*Digest)(nil),                   // 44: gpusched.v1.Digest
+	(*CardUsageEntry)(nil),           // 45: gpusched.v1.CardUsageEntry
+	(*NodeUsage)(nil),                // 46: gpusched.v1.NodeUsage
+	(*NodeRef)(nil),                  // 47: gpusched.v1.NodeRef
+	(*NodeSetRef)(nil),               // 48: gpusched.v1.NodeSetRef
+	nil,                              // 49: gpusched.v1.Node.AnnotationsEntry
+	nil,                              // 50: gpusched.v1.KubernetesContainer.LimitsEntry
+	nil,                              // 51: gpusched.v1.KubernetesContainer.RequestsEntry
+	nil,                              // 52: gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
 }
 var file_gpusched_v1_types_proto_depIdxs = []int32{
 	3,  // 0: gpusched.v1.Card.health:type_name -> gpusched.v1.CardHealth
@@ -3723,49 +4288,57 @@ var file_gpusched_v1_types_proto_depIdxs = []int32{
 	12, // 5: gpusched.v1.MigLayout.instances:type_name -> gpusched.v1.MigInstance
 	10, // 6: gpusched.v1.Node.cards:type_name -> gpusched.v1.Card
 	14, // 7: gpusched.v1.Node.pair_scores:type_name -> gpusched.v1.CardPairScore
-	42, // 8: gpusched.v1.Node.annotations:type_name -> gpusched.v1.Node.AnnotationsEntry
-	0,  // 9: gpusched.v1.TypedWorkloadSpec.node_policy:type_name -> gpusched.v1.NodePolicy
-	1,  // 10: gpusched.v1.TypedWorkloadSpec.gpu_policy:type_name -> gpusched.v1.GpuPolicy
-	16, // 11: gpusched.v1.TypedWorkloadSpec.scoring_weights:type_name -> gpusched.v1.ScoringWeights
-	17, // 12: gpusched.v1.TypedWorkloadSpec.init_containers:type_name -> gpusched.v1.ContainerRequest
-	17, // 13: gpusched.v1.TypedWorkloadSpec.containers:type_name -> gpusched.v1.ContainerRequest
-	43, // 14: gpusched.v1.KubernetesContainer.limits:type_name -> gpusched.v1.KubernetesContainer.LimitsEntry
-	44, // 15: gpusched.v1.KubernetesContainer.requests:type_name -> gpusched.v1.KubernetesContainer.RequestsEntry
-	45, // 16: gpusched.v1.KubernetesWorkloadSpec.annotations:type_name -> gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
-	19, // 17: gpusched.v1.KubernetesWorkloadSpec.init_containers:type_name -> gpusched.v1.KubernetesContainer
-	19, // 18: gpusched.v1.KubernetesWorkloadSpec.containers:type_name -> gpusched.v1.KubernetesContainer
-	18, // 19: gpusched.v1.Workload.typed:type_name -> gpusched.v1.TypedWorkloadSpec
-	20, // 20: gpusched.v1.Workload.kubernetes:type_name -> gpusched.v1.KubernetesWorkloadSpec
-	22, // 21: gpusched.v1.Workload.quota:type_name -> gpusched.v1.QuotaBudget
-	0,  // 22: gpusched.v1.PlacementOptions.default_node_policy:type_name -> gpusched.v1.NodePolicy
-	1,  // 23: gpusched.v1.PlacementOptions.default_gpu_policy:type_name -> gpusched.v1.GpuPolicy
-	4,  // 24: gpusched.v1.PlacementOptions.failed_nodes:type_name -> gpusched.v1.FailedNodes
-	0,  // 25: gpusched.v1.EffectivePolicy.node_policy:type_name -> gpusched.v1.NodePolicy
-	1,  // 26: gpusched.v1.EffectivePolicy.gpu_policy:type_name -> gpusched.v1.GpuPolicy
-	16, // 27: gpusched.v1.EffectivePolicy.scoring_weights:type_name -> gpusched.v1.ScoringWeights
-	6,  // 28: gpusched.v1.ReasonCount.reason:type_name -> gpusched.v1.Reason
-	26, // 29: gpusched.v1.FailedNode.reasons:type_name -> gpusched.v1.ReasonCount
-	30, // 30: gpusched.v1.CardAssignment.mig:type_name -> gpusched.v1.MigAssignment
-	29, // 31: gpusched.v1.ContainerAssignment.cards:type_name -> gpusched.v1.CardAssignment
-	6,  // 32: gpusched.v1.CardExplanation.rejected:type_name -> gpusched.v1.Reason
-	33, // 33: gpusched.v1.CardExplanation.mig_profiles:type_name -> gpusched.v1.MigProfileConsidered
-	7,  // 34: gpusched.v1.MigProfileConsidered.outcome:type_name -> gpusched.v1.MigOutcome
-	32, // 35: gpusched.v1.ContainerExplanation.cards:type_name -> gpusched.v1.CardExplanation
-	34, // 36: gpusched.v1.NodeExplanation.containers:type_name -> gpusched.v1.ContainerExplanation
-	36, // 37: gpusched.v1.NodeExplanation.quota:type_name -> gpusched.v1.QuotaExplanation
-	22, // 38: gpusched.v1.QuotaExplanation.budget:type_name -> gpusched.v1.QuotaBudget
-	23, // 39: gpusched.v1.QuotaExplanation.consumed:type_name -> gpusched.v1.QuotaUse
-	8,  // 40: gpusched.v1.Digest.function:type_name -> gpusched.v1.DigestFunction
-	9,  // 41: gpusched.v1.CardUsageEntry.usage:type_name -> gpusched.v1.CardUsage
-	38, // 42: gpusched.v1.NodeUsage.cards:type_name -> gpusched.v1.CardUsageEntry
-	37, // 43: gpusched.v1.NodeRef.inventory_digest:type_name -> gpusched.v1.Digest
-	37, // 44: gpusched.v1.NodeRef.usage_digest:type_name -> gpusched.v1.Digest
-	37, // 45: gpusched.v1.NodeSetRef.base:type_name -> gpusched.v1.Digest
-	46, // [46:46] is the sub-list for method output_type
-	46, // [46:46] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	49, // 8: gpusched.v1.Node.annotations:type_name -> gpusched.v1.Node.AnnotationsEntry
+	16, // 9: gpusched.v1.Node.host:type_name -> gpusched.v1.HostResources
+	18, // 10: gpusched.v1.WorkloadMix.shapes:type_name -> gpusched.v1.WorkloadMixShape
+	0,  // 11: gpusched.v1.TypedWorkloadSpec.node_policy:type_name -> gpusched.v1.NodePolicy
+	1,  // 12: gpusched.v1.TypedWorkloadSpec.gpu_policy:type_name -> gpusched.v1.GpuPolicy
+	19, // 13: gpusched.v1.TypedWorkloadSpec.scoring_weights:type_name -> gpusched.v1.ScoringWeights
+	20, // 14: gpusched.v1.TypedWorkloadSpec.init_containers:type_name -> gpusched.v1.ContainerRequest
+	20, // 15: gpusched.v1.TypedWorkloadSpec.containers:type_name -> gpusched.v1.ContainerRequest
+	50, // 16: gpusched.v1.KubernetesContainer.limits:type_name -> gpusched.v1.KubernetesContainer.LimitsEntry
+	51, // 17: gpusched.v1.KubernetesContainer.requests:type_name -> gpusched.v1.KubernetesContainer.RequestsEntry
+	52, // 18: gpusched.v1.KubernetesWorkloadSpec.annotations:type_name -> gpusched.v1.KubernetesWorkloadSpec.AnnotationsEntry
+	22, // 19: gpusched.v1.KubernetesWorkloadSpec.init_containers:type_name -> gpusched.v1.KubernetesContainer
+	22, // 20: gpusched.v1.KubernetesWorkloadSpec.containers:type_name -> gpusched.v1.KubernetesContainer
+	21, // 21: gpusched.v1.Workload.typed:type_name -> gpusched.v1.TypedWorkloadSpec
+	23, // 22: gpusched.v1.Workload.kubernetes:type_name -> gpusched.v1.KubernetesWorkloadSpec
+	25, // 23: gpusched.v1.Workload.quota:type_name -> gpusched.v1.QuotaBudget
+	0,  // 24: gpusched.v1.PlacementOptions.default_node_policy:type_name -> gpusched.v1.NodePolicy
+	1,  // 25: gpusched.v1.PlacementOptions.default_gpu_policy:type_name -> gpusched.v1.GpuPolicy
+	4,  // 26: gpusched.v1.PlacementOptions.failed_nodes:type_name -> gpusched.v1.FailedNodes
+	17, // 27: gpusched.v1.PlacementOptions.workload_mix:type_name -> gpusched.v1.WorkloadMix
+	0,  // 28: gpusched.v1.EffectivePolicy.node_policy:type_name -> gpusched.v1.NodePolicy
+	1,  // 29: gpusched.v1.EffectivePolicy.gpu_policy:type_name -> gpusched.v1.GpuPolicy
+	19, // 30: gpusched.v1.EffectivePolicy.scoring_weights:type_name -> gpusched.v1.ScoringWeights
+	6,  // 31: gpusched.v1.ReasonCount.reason:type_name -> gpusched.v1.Reason
+	29, // 32: gpusched.v1.FailedNode.reasons:type_name -> gpusched.v1.ReasonCount
+	32, // 33: gpusched.v1.NodeScore.fragmentation:type_name -> gpusched.v1.Fragmentation
+	34, // 34: gpusched.v1.CardAssignment.mig:type_name -> gpusched.v1.MigAssignment
+	33, // 35: gpusched.v1.ContainerAssignment.cards:type_name -> gpusched.v1.CardAssignment
+	6,  // 36: gpusched.v1.CardExplanation.rejected:type_name -> gpusched.v1.Reason
+	37, // 37: gpusched.v1.CardExplanation.mig_profiles:type_name -> gpusched.v1.MigProfileConsidered
+	7,  // 38: gpusched.v1.MigProfileConsidered.outcome:type_name -> gpusched.v1.MigOutcome
+	36, // 39: gpusched.v1.ContainerExplanation.cards:type_name -> gpusched.v1.CardExplanation
+	38, // 40: gpusched.v1.NodeExplanation.containers:type_name -> gpusched.v1.ContainerExplanation
+	40, // 41: gpusched.v1.NodeExplanation.quota:type_name -> gpusched.v1.QuotaExplanation
+	41, // 42: gpusched.v1.NodeExplanation.fragmentation:type_name -> gpusched.v1.FragmentationExplanation
+	25, // 43: gpusched.v1.QuotaExplanation.budget:type_name -> gpusched.v1.QuotaBudget
+	26, // 44: gpusched.v1.QuotaExplanation.consumed:type_name -> gpusched.v1.QuotaUse
+	42, // 45: gpusched.v1.FragmentationExplanation.before:type_name -> gpusched.v1.FragmentationState
+	42, // 46: gpusched.v1.FragmentationExplanation.after:type_name -> gpusched.v1.FragmentationState
+	43, // 47: gpusched.v1.FragmentationState.shapes:type_name -> gpusched.v1.ShapeFragmentation
+	8,  // 48: gpusched.v1.Digest.function:type_name -> gpusched.v1.DigestFunction
+	9,  // 49: gpusched.v1.CardUsageEntry.usage:type_name -> gpusched.v1.CardUsage
+	45, // 50: gpusched.v1.NodeUsage.cards:type_name -> gpusched.v1.CardUsageEntry
+	44, // 51: gpusched.v1.NodeRef.inventory_digest:type_name -> gpusched.v1.Digest
+	44, // 52: gpusched.v1.NodeRef.usage_digest:type_name -> gpusched.v1.Digest
+	44, // 53: gpusched.v1.NodeSetRef.base:type_name -> gpusched.v1.Digest
+	54, // [54:54] is the sub-list for method output_type
+	54, // [54:54] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_gpusched_v1_types_proto_init() }
@@ -3773,21 +4346,21 @@ func file_gpusched_v1_types_proto_init() {
 	if File_gpusched_v1_types_proto != nil {
 		return
 	}
-	file_gpusched_v1_types_proto_msgTypes[8].OneofWrappers = []any{}
-	file_gpusched_v1_types_proto_msgTypes[9].OneofWrappers = []any{}
-	file_gpusched_v1_types_proto_msgTypes[12].OneofWrappers = []any{
+	file_gpusched_v1_types_proto_msgTypes[11].OneofWrappers = []any{}
+	file_gpusched_v1_types_proto_msgTypes[12].OneofWrappers = []any{}
+	file_gpusched_v1_types_proto_msgTypes[15].OneofWrappers = []any{
 		(*Workload_Typed)(nil),
 		(*Workload_Kubernetes)(nil),
 	}
-	file_gpusched_v1_types_proto_msgTypes[13].OneofWrappers = []any{}
-	file_gpusched_v1_types_proto_msgTypes[15].OneofWrappers = []any{}
+	file_gpusched_v1_types_proto_msgTypes[16].OneofWrappers = []any{}
+	file_gpusched_v1_types_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpusched_v1_types_proto_rawDesc), len(file_gpusched_v1_types_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   37,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -234,6 +234,7 @@ mod tests {
     #[test]
     fn priorities_rescale_and_keep_the_services_choice_on_top() {
         let s = |n: &str, v: u32| v1::NodeScore {
+            fragmentation: None,
             node_name: n.into(),
             normalized_score: v,
             raw_score: 0.0,

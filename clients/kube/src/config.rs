@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use gpusched_client::v1;
 use gpusched_runtime::checks::{non_empty, nonzero_duration, optional};
 use gpusched_runtime::tls::{ClientTlsFiles, pair, readable};
 use gpusched_runtime::{ConfigError, Spec, Telemetry, TelemetryConfig};
@@ -52,6 +53,12 @@ pub struct FileConfig {
     pub web: WebConfig,
     /// Preemption (`src/preempt/`).
     pub preemption: PreemptionConfig,
+    /// The shim's default placement policies (over the service's).
+    #[serde(default)]
+    pub policy: PolicyConfig,
+    /// The workload mix of the fgd policies (`src/fgd.rs`).
+    #[serde(default)]
+    pub fgd: FgdConfig,
     /// Logs and traces.
     pub telemetry: TelemetryConfig,
 }
@@ -192,6 +199,277 @@ pub struct PreemptionConfig {
     /// How long the victims may take to leave before the hold is dropped.
     #[serde(with = "humantime_serde")]
     pub victims_timeout: Duration,
+}
+
+/// `[policy]`: the default node and GPU policies the shim sends with every request
+/// (`PlacementOptions.default_node_policy` / `default_gpu_policy`); a pod's annotations still
+/// win. Empty: the service's own default.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// `binpack`, `spread` or `fgd`; empty = the service's.
+    #[serde(default)]
+    pub node_scheduler_policy: String,
+    /// A GPU policy or a comma chain (`binpack`, `spread`, `mutex`, `topology-aware`, `numa`,
+    /// `fgd`); empty = the service's.
+    #[serde(default)]
+    pub gpu_scheduler_policy: String,
+}
+
+/// `[fgd]`: where the workload mix of the fgd policies comes from (`src/fgd.rs`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FgdConfig {
+    /// `observed` (from the GPU pods the shim sees), `config` (`workload_mix` below) or
+    /// `service` (send none: the service's `policy.workload_mix`).
+    pub mix: String,
+    /// Observed: the newest this many GPU pods (by creation time) are counted.
+    pub window: usize,
+    /// Observed: at most this many shapes are sent (the service's `limits.max_mix_shapes`
+    /// bounds it too; at most 64).
+    pub max_shapes: usize,
+    /// Observed: the most popular shapes covering this share (0..=1) of the counted weight.
+    pub coverage: f64,
+    /// Observed: `demand` (a shape weighs its cards × cores, the simulator's default) or `pods`
+    /// (its container count, the paper's artifact).
+    pub weight: String,
+    /// Observed: the mix is derived again at most this often.
+    #[serde(with = "humantime_serde")]
+    pub refresh: Duration,
+    /// Config: the shapes (the fields of `WorkloadMixShape`, probabilities summing to 1).
+    #[serde(default)]
+    pub workload_mix: Vec<MixShapeConfig>,
+}
+
+impl Default for FgdConfig {
+    fn default() -> Self {
+        FgdConfig {
+            mix: "observed".into(),
+            window: 1000,
+            max_shapes: 32,
+            coverage: 0.95,
+            weight: "demand".into(),
+            refresh: Duration::from_secs(5),
+            workload_mix: Vec::new(),
+        }
+    }
+}
+
+/// One `[[fgd.workload_mix]]` shape (the fields of `WorkloadMixShape`; the service's
+/// `[[policy.workload_mix]]` has the same form).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct MixShapeConfig {
+    /// Probability in [0, 1]; all sum to 1.
+    pub probability: f64,
+    /// Cards.
+    pub gpu_count: u32,
+    /// Cores per card, percent.
+    #[serde(default)]
+    pub gpucores_percent: u32,
+    /// Memory per card, MiB (0 = not set).
+    #[serde(default)]
+    pub gpumem_mib: u64,
+    /// Memory per card, percent (0 = not set; neither: 100).
+    #[serde(default)]
+    pub gpumem_percent: u32,
+    /// Card types accepted (empty = any).
+    #[serde(default)]
+    pub gpu_types: Vec<String>,
+}
+
+/// Where the fgd mix comes from (`fgd.mix`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum MixSource {
+    /// Derived from the GPU pods the shim sees.
+    Observed {
+        /// Newest GPU pods counted.
+        window: usize,
+        /// Most shapes sent.
+        max_shapes: usize,
+        /// Share of the counted weight the shapes cover.
+        coverage: f64,
+        /// Weigh shapes by demand (cards × cores) rather than by count.
+        by_demand: bool,
+        /// How often the mix is derived again.
+        refresh: Duration,
+    },
+    /// From the configuration.
+    Config(v1::WorkloadMix),
+    /// None sent: the service's own.
+    Service,
+}
+
+/// The shim's policy settings: defaults sent with every request and the fgd mix.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicySettings {
+    /// Default node policy (Unspecified: the service's).
+    pub node: v1::NodePolicy,
+    /// Default GPU policy tokens (empty: the service's).
+    pub gpu: Vec<v1::GpuPolicy>,
+    /// Where the fgd mix comes from.
+    pub mix: MixSource,
+}
+
+impl Default for PolicySettings {
+    fn default() -> Self {
+        PolicySettings {
+            node: v1::NodePolicy::Unspecified,
+            gpu: Vec::new(),
+            mix: MixSource::Service,
+        }
+    }
+}
+
+/// The most shapes a mix may have (docs/placement-semantics.md section 12.1).
+pub const MAX_MIX_SHAPES: usize = 64;
+
+impl PolicyConfig {
+    fn validate(&self) -> Result<(v1::NodePolicy, Vec<v1::GpuPolicy>), ConfigError> {
+        let node = match self.node_scheduler_policy.trim() {
+            "" => v1::NodePolicy::Unspecified,
+            "binpack" => v1::NodePolicy::Binpack,
+            "spread" => v1::NodePolicy::Spread,
+            "fgd" => v1::NodePolicy::Fgd,
+            o => {
+                return Err(err(
+                    "policy.node_scheduler_policy",
+                    format!("unknown node policy {o:?}; accepted: binpack, spread, fgd (or empty)"),
+                ));
+            }
+        };
+        let text = self.gpu_scheduler_policy.trim();
+        let mut gpu = Vec::new();
+        if !text.is_empty() {
+            for t in text.split(',') {
+                gpu.push(match t.trim() {
+                    "binpack" => v1::GpuPolicy::Binpack,
+                    "spread" => v1::GpuPolicy::Spread,
+                    "mutex" => v1::GpuPolicy::Mutex,
+                    "topology-aware" => v1::GpuPolicy::TopologyAware,
+                    "numa" => v1::GpuPolicy::Numa,
+                    "fgd" => v1::GpuPolicy::Fgd,
+                    o => {
+                        return Err(err(
+                            "policy.gpu_scheduler_policy",
+                            format!(
+                                "unknown GPU policy {o:?}; accepted: binpack, spread, mutex, \
+                                 topology-aware, numa, fgd, or a comma chain of them (or empty)"
+                            ),
+                        ));
+                    }
+                });
+            }
+        }
+        Ok((node, gpu))
+    }
+}
+
+impl FgdConfig {
+    fn validate(&self) -> Result<MixSource, ConfigError> {
+        match self.mix.trim() {
+            "service" => Ok(MixSource::Service),
+            "config" => Ok(MixSource::Config(config_mix(&self.workload_mix)?)),
+            "observed" => {
+                if self.window == 0 {
+                    return Err(err("fgd.window", "must be at least 1"));
+                }
+                if self.max_shapes == 0 || self.max_shapes > MAX_MIX_SHAPES {
+                    return Err(err(
+                        "fgd.max_shapes",
+                        format!("must be 1..={MAX_MIX_SHAPES}"),
+                    ));
+                }
+                if !(self.coverage > 0.0 && self.coverage <= 1.0) {
+                    return Err(err("fgd.coverage", "must be in (0, 1]"));
+                }
+                let by_demand = match self.weight.trim() {
+                    "demand" => true,
+                    "pods" => false,
+                    o => {
+                        return Err(err(
+                            "fgd.weight",
+                            format!("unknown weight {o:?}; accepted: demand, pods"),
+                        ));
+                    }
+                };
+                Ok(MixSource::Observed {
+                    window: self.window,
+                    max_shapes: self.max_shapes,
+                    coverage: self.coverage,
+                    by_demand,
+                    refresh: nonzero_duration("fgd.refresh", self.refresh)?,
+                })
+            }
+            o => Err(err(
+                "fgd.mix",
+                format!("unknown mix source {o:?}; accepted: observed, config, service"),
+            )),
+        }
+    }
+}
+
+/// `fgd.workload_mix` as a mix, checked as the service checks one (section 12.1), errors named
+/// by key (`fgd.workload_mix[1].probability`). Card types are checked per request by the
+/// service; the shim drops the entries no candidate node has (`gpusched_client::mix`).
+fn config_mix(shapes: &[MixShapeConfig]) -> Result<v1::WorkloadMix, ConfigError> {
+    let key = "fgd.workload_mix";
+    if shapes.is_empty() {
+        return Err(err(
+            key,
+            "required when fgd.mix = \"config\" (one table per shape)",
+        ));
+    }
+    if shapes.len() > MAX_MIX_SHAPES {
+        return Err(err(
+            key,
+            format!("{} shapes; at most {MAX_MIX_SHAPES}", shapes.len()),
+        ));
+    }
+    let mut sum = 0.0;
+    for (i, s) in shapes.iter().enumerate() {
+        let k = |f: &str| format!("{key}[{i}].{f}");
+        if !(s.probability.is_finite() && (0.0..=1.0).contains(&s.probability)) {
+            return Err(err(&k("probability"), "must be a number in [0, 1]"));
+        }
+        sum += s.probability;
+        if s.gpu_count == 0 {
+            return Err(err(&k("gpu_count"), "must be at least 1"));
+        }
+        if s.gpucores_percent > 100 {
+            return Err(err(&k("gpucores_percent"), "must be 0..=100"));
+        }
+        if s.gpumem_percent > 100 {
+            return Err(err(&k("gpumem_percent"), "must be 0..=100 (0: not set)"));
+        }
+        if s.gpumem_mib > 16 << 20 {
+            return Err(err(&k("gpumem_mib"), "must be at most 16 TiB"));
+        }
+        if let Some(j) = s.gpu_types.iter().position(|t| t.trim().is_empty()) {
+            return Err(err(&k(&format!("gpu_types[{j}]")), "must not be blank"));
+        }
+    }
+    if (sum - 1.0).abs() > 1e-6 {
+        return Err(err(
+            key,
+            format!("the probabilities sum to {sum}, not 1 (within 1e-6)"),
+        ));
+    }
+    Ok(v1::WorkloadMix {
+        shapes: shapes
+            .iter()
+            .map(|s| v1::WorkloadMixShape {
+                probability: s.probability,
+                gpu_count: s.gpu_count,
+                gpucores_percent: s.gpucores_percent,
+                gpumem_mib: s.gpumem_mib,
+                gpumem_percent: s.gpumem_percent,
+                gpu_types: s.gpu_types.iter().map(|t| t.trim().to_owned()).collect(),
+                cpu_milli: 0,
+                host_mem_mib: 0,
+            })
+            .collect(),
+    })
 }
 
 /// `[quota]`.
@@ -414,6 +692,8 @@ pub struct Settings {
     pub preemption: Option<PreemptionSettings>,
     /// GPU quotas per namespace (ResourceQuota objects watched).
     pub quotas: bool,
+    /// Default policies and the fgd mix.
+    pub policy: PolicySettings,
     /// Logs and traces.
     pub telemetry: Telemetry,
 }
@@ -557,6 +837,14 @@ impl FileConfig {
             )?,
             preemption,
             quotas: self.quota.enabled,
+            policy: {
+                let (node, gpu) = self.policy.validate()?;
+                PolicySettings {
+                    node,
+                    gpu,
+                    mix: self.fgd.validate()?,
+                }
+            },
             telemetry: self.telemetry.validate(env)?,
         })
     }
@@ -843,5 +1131,94 @@ mod tests {
             load(&[("preemption.enabled", "false"), ("preemption.hold", "0s")]),
             None
         );
+    }
+
+    #[test]
+    fn policy_defaults_and_the_fgd_mix() {
+        let load = |pairs: &[(&str, &str)], file: Option<&str>| {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("c.toml");
+            if let Some(text) = file {
+                std::fs::write(&path, text).unwrap();
+            }
+            let mut all = vec![("webhook.enabled", "false")];
+            all.extend_from_slice(pairs);
+            SPEC.load_pairs::<FileConfig>(file.map(|_| path.as_path()), &[], &all)
+                .and_then(|c| c.validate(&env(&[])))
+                .map(|s| s.policy)
+        };
+        // Defaults: the service's policies; the mix observed, bounded.
+        let p = load(&[], None).unwrap();
+        assert_eq!((p.node, p.gpu.len()), (v1::NodePolicy::Unspecified, 0));
+        assert_eq!(
+            p.mix,
+            MixSource::Observed {
+                window: 1000,
+                max_shapes: 32,
+                coverage: 0.95,
+                by_demand: true,
+                refresh: Duration::from_secs(5),
+            }
+        );
+        let p = load(
+            &[
+                ("policy.node_scheduler_policy", "fgd"),
+                ("policy.gpu_scheduler_policy", "numa, fgd"),
+            ],
+            None,
+        )
+        .unwrap();
+        assert_eq!(p.node, v1::NodePolicy::Fgd);
+        assert_eq!(p.gpu, vec![v1::GpuPolicy::Numa, v1::GpuPolicy::Fgd]);
+        // Each bad value names its key.
+        for (pairs, key) in [
+            (
+                &[("policy.node_scheduler_policy", "tight")][..],
+                "policy.node_scheduler_policy",
+            ),
+            (
+                &[("policy.gpu_scheduler_policy", "binpack,x")][..],
+                "policy.gpu_scheduler_policy",
+            ),
+            (&[("fgd.mix", "guess")][..], "fgd.mix"),
+            (&[("fgd.window", "0")][..], "fgd.window"),
+            (&[("fgd.max_shapes", "65")][..], "fgd.max_shapes"),
+            (&[("fgd.coverage", "1.5")][..], "fgd.coverage"),
+            (&[("fgd.weight", "cores")][..], "fgd.weight"),
+            (&[("fgd.refresh", "0s")][..], "fgd.refresh"),
+            (&[("fgd.mix", "config")][..], "fgd.workload_mix"),
+        ] {
+            assert_eq!(load(pairs, None).unwrap_err().key, key, "{pairs:?}");
+        }
+        // A configured mix (a file), checked as the service checks one.
+        let two = "[fgd]\nmix = \"config\"\n\
+                   [[fgd.workload_mix]]\nprobability = 0.75\ngpu_count = 1\ngpucores_percent = 50\n\
+                   [[fgd.workload_mix]]\nprobability = 0.25\ngpu_count = 2\ngpu_types = [\"A100\"]\n";
+        let MixSource::Config(m) = load(&[], Some(two)).unwrap().mix else {
+            panic!("a configured mix");
+        };
+        assert_eq!(m.shapes.len(), 2);
+        assert_eq!(m.shapes[1].gpu_types, vec!["A100".to_owned()]);
+        for (bad, key) in [
+            (two.replace("0.25", "0.5"), "fgd.workload_mix"),
+            (
+                two.replace("0.75", "-0.25"),
+                "fgd.workload_mix[0].probability",
+            ),
+            (
+                two.replace("gpu_count = 2", "gpu_count = 0"),
+                "fgd.workload_mix[1].gpu_count",
+            ),
+            (
+                two.replace("= 50", "= 150"),
+                "fgd.workload_mix[0].gpucores_percent",
+            ),
+            (
+                two.replace("\"A100\"", "\" \""),
+                "fgd.workload_mix[1].gpu_types[0]",
+            ),
+        ] {
+            assert_eq!(load(&[], Some(&bad)).unwrap_err().key, key, "{bad}");
+        }
     }
 }

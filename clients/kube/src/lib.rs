@@ -8,7 +8,7 @@
 //!
 //! Layers (each imports only those above it): wire types ([`extender_v1`]; admission reviews
 //! are kube's) ← answers and logic ([`answer`], [`admission`], [`shim`], over [`view`],
-//! [`translate`] with [`mig`], [`quota`], [`leader`], [`metrics`], [`traces`], [`preempt`]) ← HTTP handlers ([`extender`], [`webhook`]) ←
+//! [`translate`] with [`mig`], [`fgd`], [`quota`], [`leader`], [`metrics`], [`traces`], [`preempt`]) ← HTTP handlers ([`extender`], [`webhook`]) ←
 //! start-up ([`run`]).
 
 pub mod admission;
@@ -17,6 +17,7 @@ pub mod config;
 pub mod events;
 pub mod extender;
 pub mod extender_v1;
+pub mod fgd;
 pub mod inventory;
 pub mod inventory_check;
 pub mod leader;

@@ -108,7 +108,8 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         .await;
     });
     let mut view = ClusterView::new(node_store, pod_store, names.clone(), settings.assume_ttl)
-        .with_reservation_ttl(settings.reservation_ttl);
+        .with_reservation_ttl(settings.reservation_ttl)
+        .with_policy(settings.policy.clone());
     if let Some(p) = &settings.preemption {
         view = view.with_hold_times(HoldTimes {
             hold: p.hold,

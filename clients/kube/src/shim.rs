@@ -245,8 +245,10 @@ impl Shim {
         let req = v1::FilterRequest {
             node_set: None,
             nodes: Vec::new(),
+            options: self
+                .view
+                .options(&workload, snap.nodes.iter().map(|n| &**n), None),
             workload: Some(workload.clone()),
-            options: None,
             node_refs: Vec::new(),
         };
         let snap_us = t.elapsed().as_micros() as u64;
@@ -340,11 +342,14 @@ impl Shim {
         }
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let snap = self.snapshot(&candidates, &uid).await;
+        let workload = self.workload(pod, &uid).0;
         let req = v1::ScoreRequest {
             node_set: None,
             nodes: Vec::new(),
-            workload: Some(self.workload(pod, &uid).0),
-            options: None,
+            options: self
+                .view
+                .options(&workload, snap.nodes.iter().map(|n| &**n), None),
+            workload: Some(workload),
             node_refs: Vec::new(),
         };
         let resp = self
@@ -356,9 +361,11 @@ impl Shim {
         // The top node is where kube-scheduler will assume the pod (the extender's 10 outweighs
         // its plugins): reserve the cards Allocate would give there until the bind comes.
         if let Some(top) = resp.scores.first()
-            && let Some(node) = snap.prepared.into_iter().find(|n| n.name == top.node_name)
+            && let Some(i) = snap.prepared.iter().position(|n| n.name == top.node_name)
+            && let (Some(node), Some(prepared)) = (snap.nodes.get(i), snap.prepared.get(i))
         {
-            self.reserve(pod, &uid, &top.node_name, Some(node)).await;
+            let current = Some((node.clone(), prepared.clone()));
+            self.reserve(pod, &uid, &top.node_name, current).await;
         }
         Ok(list)
     }
@@ -366,26 +373,40 @@ impl Shim {
     /// Books, tentatively, what `Allocate` gives the pod on `node` (see
     /// [`crate::view::Assumed::tentative`]): the next pods' filter and prioritize then see the
     /// capacity kube-scheduler has already assumed taken, instead of finding out at bind.
-    async fn reserve(&self, pod: &Pod, uid: &str, node: &str, current: Option<Arc<PreparedNode>>) {
+    async fn reserve(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        node: &str,
+        current: Option<(Arc<v1::Node>, Arc<PreparedNode>)>,
+    ) {
         if !self.reserve || uid.is_empty() {
             return;
         }
-        let node_msg = match current {
+        let (node_whole, node_msg) = match current {
             Some(n) => n,
             None => {
                 let snap = self.snapshot(&[node.to_owned()], uid).await;
-                match snap.prepared.into_iter().next() {
-                    Some(n) => n,
-                    None => return,
+                match (
+                    snap.nodes.into_iter().next(),
+                    snap.prepared.into_iter().next(),
+                ) {
+                    (Some(w), Some(p)) => (w, p),
+                    _ => return,
                 }
             }
         };
+        let workload = self.workload(pod, uid).0;
         let req = v1::AllocateRequest {
             node_set: None,
             nodes: Vec::new(),
-            workload: Some(self.workload(pod, uid).0),
             // Only the booking is read.
-            options: Some(failed_nodes(v1::FailedNodes::None)),
+            options: self.view.options(
+                &workload,
+                [&*node_whole],
+                Some(failed_nodes(v1::FailedNodes::None)),
+            ),
+            workload: Some(workload),
             restrict_to_node_names: vec![node.to_owned()],
             node_refs: Vec::new(),
         };
@@ -585,9 +606,13 @@ impl Shim {
         let req = v1::AllocateRequest {
             node_set: None,
             nodes: Vec::new(),
-            workload: Some(workload),
             // Why the node failed is read only when the pod is not placed.
-            options: Some(failed_nodes(v1::FailedNodes::WhenUnplaced)),
+            options: self.view.options(
+                &workload,
+                snap.nodes.iter().map(|n| &**n),
+                Some(failed_nodes(v1::FailedNodes::WhenUnplaced)),
+            ),
+            workload: Some(workload),
             restrict_to_node_names: vec![node.clone()],
             node_refs: Vec::new(),
         };

@@ -368,6 +368,7 @@ pub fn node_with_usage<'a>(
         annotations.insert(names.annotations.device_cordon.clone(), c.clone());
     }
     v1::Node {
+        host: None,
         name: name.to_owned(),
         cards,
         cordoned_card_ids: inv.cordoned.clone(),

@@ -23,6 +23,7 @@ pub mod byref;
 mod client;
 mod error;
 pub mod measure;
+pub mod mix;
 mod pod;
 mod preempt;
 mod retry;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use gpusched_client::{Client, ClientBuilder};
 
-use crate::replay::{ReplayOptions, SetupResult, replay};
+use crate::replay::{ReplayOptions, SetupResult};
 use crate::report::{Input, Report, TimingReport};
 use crate::setup::{Setup, default_setups, parse_setup, read_config};
 use crate::trace::{ReadOptions, read_nodes, read_trace};
@@ -71,6 +71,38 @@ pub struct Args {
     /// No progress bar (it is hidden anyway when stderr is not a terminal).
     #[arg(long)]
     pub no_progress: bool,
+    /// The paper's experiment with this seed: pods sorted by name and shuffled with the seed,
+    /// arrivals only (implies --fill); see --tune, --seeds.
+    #[arg(long, conflicts_with = "seeds")]
+    pub seed: Option<u64>,
+    /// The paper's experiment over several seeds (`42-51` or `42,43,50`): median and spread at
+    /// 100% arrived demand per set-up.
+    #[arg(long)]
+    pub seeds: Option<String>,
+    /// With --seed(s): append pods drawn at random from the trace until its GPU demand reaches
+    /// this share of the cluster's GPUs (the artifact's tune-up; the paper uses 1.3).
+    #[arg(long)]
+    pub tune: Option<f64>,
+    /// Host CPU and memory as a feasibility filter (the artifact's NodeResourcesFit): a pod is
+    /// placed only where its `cpu_milli` and `memory_mib` are free; pods without GPU are kept
+    /// and placed by the simulator (see the README).
+    #[arg(long)]
+    pub host: bool,
+    /// Write every decision in event order to this CSV file (set-up, seed, event, workload,
+    /// node, cards with MiB and cores).
+    #[arg(long)]
+    pub placements: Option<PathBuf>,
+    /// The workload mix of fgd set-ups: the most popular request shapes of the trace covering
+    /// this share of its GPU pods (the artifact's 95%).
+    #[arg(long, default_value_t = 0.95)]
+    pub mix_coverage: f64,
+    /// The workload mix of fgd set-ups: at most this many shapes.
+    #[arg(long, default_value_t = 64)]
+    pub mix_shapes: usize,
+    /// How the workload mix of fgd set-ups weighs a shape: `demand` (its pods' GPU compute:
+    /// a rare 8-card shape weighs what its cards do) or `pods` (its pod count, the artifact's).
+    #[arg(long, default_value = "demand")]
+    pub mix_weight: String,
     /// Also replay every set-up with priorities (openb `qos`, JSON Lines `priority`) and the
     /// service's preemption off, on, or both (see `crate::preempt`); `none`: not at all.
     #[arg(long, value_enum, default_value_t = PreemptionMode::None)]
@@ -100,6 +132,81 @@ impl PreemptionMode {
             PreemptionMode::Both => &[false, true],
         }
     }
+}
+
+/// The seeds of `--seed` / `--seeds` (`42-51`, `42,43`), or none.
+pub fn parse_seeds(args: &Args) -> anyhow::Result<Vec<u64>> {
+    if let Some(s) = args.seed {
+        return Ok(vec![s]);
+    }
+    let Some(list) = &args.seeds else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u64, u64) = (
+                    a.trim()
+                        .parse()
+                        .map_err(|_| anyhow::anyhow!("--seeds `{part}`"))?,
+                    b.trim()
+                        .parse()
+                        .map_err(|_| anyhow::anyhow!("--seeds `{part}`"))?,
+                );
+                anyhow::ensure!(
+                    a <= b && b - a < 1000,
+                    "--seeds `{part}`: use A-B with A <= B"
+                );
+                out.extend(a..=b);
+            }
+            None => out.push(
+                part.parse()
+                    .map_err(|_| anyhow::anyhow!("--seeds `{part}` is not a number"))?,
+            ),
+        }
+    }
+    anyhow::ensure!(!out.is_empty(), "--seeds: no seed given");
+    Ok(out)
+}
+
+/// The workload mix of the trace's GPU jobs for fgd set-ups (with host CPU and memory per shape
+/// when `host`): the most popular shapes covering `coverage` of them, at most `max` shapes.
+pub fn trace_mix(
+    jobs: &[crate::trace::Job],
+    coverage: f64,
+    max: usize,
+    host: bool,
+    by_demand: bool,
+) -> Option<gpusched_client::v1::WorkloadMix> {
+    use gpusched_client::mix::{MixCounter, ShapeKey};
+    let mut c = MixCounter::new();
+    for j in jobs.iter().filter(|j| !j.cpu_only) {
+        let Some(needs) = &j.needs else { continue };
+        let types = match &j.workload.spec {
+            Some(gpusched_client::v1::workload::Spec::Typed(t)) => t.use_gpu_types.clone(),
+            _ => Vec::new(),
+        };
+        for n in needs {
+            c.add(
+                ShapeKey {
+                    gpu_count: n.count,
+                    gpucores_percent: n.cores,
+                    gpumem_mib: n.mem_mib,
+                    gpumem_percent: n.mem_percent,
+                    gpu_types: types.clone(),
+                    cpu_milli: if host { j.host.0 } else { 0 },
+                    host_mem_mib: if host { j.host.1 } else { 0 },
+                },
+                if by_demand {
+                    u64::from(n.count) * u64::from(n.cores.max(1))
+                } else {
+                    1
+                },
+            );
+        }
+    }
+    c.mix(coverage, max)
 }
 
 /// An in-process gpusched server on 127.0.0.1:0.
@@ -214,7 +321,19 @@ pub async fn run(args: &Args) -> anyhow::Result<Outcome> {
     let setups = setups(args, config.as_ref())?;
     let mut read = ReadOptions {
         skip_bad: args.skip_bad,
+        cpu_only: args.host,
         ..ReadOptions::default()
+    };
+    let seeds = parse_seeds(args)?;
+    anyhow::ensure!(
+        args.tune.is_none() || !seeds.is_empty(),
+        "--tune needs --seed or --seeds (the paper's order)"
+    );
+    let fill = args.fill || !seeds.is_empty();
+    let by_demand = match args.mix_weight.as_str() {
+        "demand" => true,
+        "pods" => false,
+        o => anyhow::bail!("--mix-weight `{o}`: use demand or pods"),
     };
     if let Some(c) = &config {
         read.model_mem_mib
@@ -256,30 +375,117 @@ pub async fn run(args: &Args) -> anyhow::Result<Outcome> {
     };
     let client = connect(&addr).await?;
     let opts = ReplayOptions {
-        fill: args.fill,
+        fill,
         fill_stop_after: args.fill_stop_after,
         batch_max: args.batch.max(1),
         narrow: !args.all_nodes,
         samples: args.samples.max(1),
+        host_filter: args.host,
+        mix: trace_mix(
+            &trace.jobs,
+            args.mix_coverage,
+            args.mix_shapes,
+            false,
+            by_demand,
+        ),
+        host_mix: trace_mix(
+            &trace.jobs,
+            args.mix_coverage,
+            args.mix_shapes,
+            true,
+            by_demand,
+        ),
+        artifact_mix: if seeds.is_empty() {
+            Vec::new()
+        } else {
+            crate::artifact::typical_pods(&trace.jobs, 0.95)
+        },
         quotas: trace.quotas.clone(),
     };
-    let events = if args.fill {
-        trace.jobs.len()
+    anyhow::ensure!(
+        opts.mix.is_some() || !setups.iter().any(crate::setup::Setup::uses_fgd),
+        "an fgd set-up needs GPU workloads in the trace (its workload mix)"
+    );
+    let orders: Vec<(
+        Option<u64>,
+        Vec<crate::trace::Job>,
+        crate::order::OrderStats,
+    )> = if seeds.is_empty() {
+        vec![(
+            None,
+            trace.jobs.clone(),
+            crate::order::OrderStats::default(),
+        )]
     } else {
-        trace.jobs.len() + trace.jobs.iter().filter(|j| j.leave.is_some()).count()
+        seeds
+            .iter()
+            .map(|&seed| {
+                let (jobs, stats) =
+                    crate::order::paper_order(&trace.jobs, seed, args.tune, card_count as f64);
+                (Some(seed), jobs, stats)
+            })
+            .collect()
     };
-    let mut results: Vec<SetupResult> = Vec::new();
-    for s in &setups {
-        let pb = progress(events, args.no_progress);
-        pb.set_prefix(s.name.clone());
-        let before = server.as_ref().map(InProcess::handler_seconds);
-        let mut r = replay(&client, &cluster.nodes, &trace.jobs, s, &opts, &pb).await?;
-        if let (Some(srv), Some(b)) = (&server, before) {
-            r.timing.server_handler_s = Some(srv.handler_seconds() - b);
+    // runs[k][s]: order k, set-up s.
+    let mut runs: Vec<Vec<SetupResult>> = Vec::new();
+    for (seed, jobs, _) in &orders {
+        let events = if fill {
+            jobs.len()
+        } else {
+            jobs.len() + jobs.iter().filter(|j| j.leave.is_some()).count()
+        };
+        let mut results: Vec<SetupResult> = Vec::new();
+        for s in &setups {
+            let pb = progress(events, args.no_progress);
+            pb.set_prefix(match seed {
+                Some(x) => format!("{} #{x}", s.name),
+                None => s.name.clone(),
+            });
+            let before = server.as_ref().map(InProcess::handler_seconds);
+            let mut r = crate::replay::replay_with_hosts(
+                &client,
+                &cluster.nodes,
+                &cluster.hosts,
+                jobs,
+                s,
+                &opts,
+                &pb,
+            )
+            .await?;
+            if let (Some(srv), Some(b)) = (&server, before) {
+                r.timing.server_handler_s = Some(srv.handler_seconds() - b);
+            }
+            pb.finish_and_clear();
+            results.push(r);
         }
-        pb.finish_and_clear();
-        results.push(r);
+        runs.push(results);
     }
+    if let Some(path) = &args.placements {
+        let mut all: Vec<(String, Option<u64>, &SetupResult)> = Vec::new();
+        for ((seed, _, _), results) in orders.iter().zip(&runs) {
+            for r in results {
+                all.push((r.setup.name.clone(), *seed, r));
+            }
+        }
+        std::fs::write(path, crate::report::placements_csv(&all))
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    }
+    let paper = (!seeds.is_empty()).then(|| crate::report::PaperReport {
+        seeds: seeds.clone(),
+        tune: args.tune,
+        host_filter: args.host,
+        order: orders.iter().map(|o| o.2).collect(),
+        setups: setups
+            .iter()
+            .enumerate()
+            .map(|(k, s)| {
+                let of_setup: Vec<SetupResult> =
+                    runs.iter().filter_map(|r| r.get(k).cloned()).collect();
+                crate::report::PaperSetup::of(&s.name, &seeds, &of_setup)
+            })
+            .collect(),
+    });
+    let results: Vec<SetupResult> = runs.into_iter().next().unwrap_or_default();
     let mut priorities = Vec::new();
     for s in &setups {
         for &on in args.preemption.modes() {
@@ -310,8 +516,9 @@ pub async fn run(args: &Args) -> anyhow::Result<Outcome> {
     };
     let report = Report {
         tool: format!("gpusched-sim {}", env!("CARGO_PKG_VERSION")),
+        paper,
         input: Input::new(
-            args.fill,
+            fill,
             &args.trace,
             &args.nodes,
             trace.stats,

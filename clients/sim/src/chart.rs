@@ -167,6 +167,136 @@ where
     Ok(())
 }
 
+/// One line of a chart by arrived demand: a name and a value per whole percent.
+pub type Line<'a> = (&'a str, &'a crate::bins::Bins);
+
+/// A panel of lines by arrived demand (the paper's experiment).
+fn demand_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    y_desc: &str,
+    lines: &[Line<'_>],
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let pts = |b: &crate::bins::Bins| {
+        b.iter()
+            .enumerate()
+            .filter_map(|(k, v)| v.map(|v| (k as f64, v)))
+            .collect::<Vec<_>>()
+    };
+    let y1 = lines
+        .iter()
+        .flat_map(|(_, b)| pts(b))
+        .map(|p| p.1)
+        .fold(1.0f64, f64::max)
+        * 1.05;
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(52)
+        .build_cartesian_2d(0.0..crate::bins::MAX_BIN as f64, 0.0..y1)
+        .map_err(err("axes"))?;
+    chart
+        .configure_mesh()
+        .x_desc("arrived GPU demand, % of cluster GPUs")
+        .y_desc(y_desc)
+        .x_labels(14)
+        .y_labels(10)
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .draw()
+        .map_err(err("mesh"))?;
+    for (i, (name, b)) in lines.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(
+                pts(b),
+                ShapeStyle::from(color).stroke_width(2),
+            ))
+            .map_err(err("series"))?
+            .label((*name).to_owned())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err("legend"))?;
+    Ok(())
+}
+
+/// The paper's two charts side by side: allocation and fragmentation against arrived demand,
+/// one line per set-up (median over seeds).
+pub fn draw_demand<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    allocation: &[Line<'_>],
+    fragmentation: &[Line<'_>],
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(err("background"))?;
+    let root = root
+        .titled(title, ("sans-serif", 20))
+        .map_err(err("title"))?;
+    let areas = root.split_evenly((1, 2));
+    if let [a, f] = areas.as_slice() {
+        demand_panel(
+            a,
+            "GPU allocation",
+            "% of the cluster's GPU compute",
+            allocation,
+        )?;
+        demand_panel(
+            f,
+            "fragmentation (the artifact's measure)",
+            "% of the cluster's GPU compute",
+            fragmentation,
+        )?;
+    }
+    Ok(())
+}
+
+/// Size of the paper's charts in pixels.
+pub const DEMAND_SIZE: (u32, u32) = (1500, 620);
+
+/// Writes the paper's charts as SVG and, with `png`, PNG (`stem.svg`, `stem.png`).
+pub fn write_demand(
+    dir: &Path,
+    stem: &str,
+    title: &str,
+    allocation: &[Line<'_>],
+    fragmentation: &[Line<'_>],
+    png: bool,
+) -> anyhow::Result<Vec<String>> {
+    let svg = dir.join(format!("{stem}.svg"));
+    {
+        let root = SVGBackend::new(&svg, DEMAND_SIZE).into_drawing_area();
+        draw_demand(&root, title, allocation, fragmentation)?;
+        root.present()
+            .map_err(|e| anyhow!("writing {}: {e}", svg.display()))?;
+    }
+    let mut out = vec![format!("{stem}.svg")];
+    if png {
+        let mut px = Pixels::new(DEMAND_SIZE);
+        {
+            let root = (&mut px).into_drawing_area();
+            draw_demand(&root, title, allocation, fragmentation)?;
+        }
+        px.write_png(&dir.join(format!("{stem}.png")))?;
+        out.push(format!("{stem}.png"));
+    }
+    Ok(out)
+}
+
 /// Chart size in pixels.
 pub const SIZE: (u32, u32) = (1500, 860);
 

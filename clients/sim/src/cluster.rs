@@ -18,6 +18,8 @@ pub struct Booking {
     /// (card index within the node, MiB, cores percent), one entry per card assignment on a
     /// card without a MIG layout.
     pub cards: Vec<(usize, u64, u32)>,
+    /// Host CPU (millicores) and memory (MiB) booked on the node.
+    pub host: (u64, u64),
     /// The MIG instances held, one per card assignment on a MIG card ([`crate::mig`]).
     pub mig: Vec<crate::mig::MigHeld>,
 }
@@ -37,6 +39,12 @@ pub struct Cluster {
     key: Vec<Vec<u8>>,
     /// Content -> the nodes (name ranks) with exactly that content.
     classes: HashMap<Vec<u8>, BTreeSet<usize>>,
+    /// Per node: host CPU (millicores) and memory (MiB) capacity, when known.
+    host_cap: Vec<Option<(u64, u64)>>,
+    /// Per node: host CPU and memory booked.
+    host_used: Vec<(u64, u64)>,
+    /// Whether the nodes sent carry their free host resources (`v1::Node::host`).
+    host_in_nodes: bool,
 }
 
 /// A node's content without its name: nodes with equal keys are interchangeable but for the
@@ -48,8 +56,34 @@ fn node_key(n: &v1::Node) -> Vec<u8> {
 }
 
 impl Cluster {
-    /// A cluster of these nodes (names must be unique).
+    /// A cluster of these nodes (names must be unique), without host resources.
     pub fn new(nodes: Vec<v1::Node>) -> anyhow::Result<Cluster> {
+        let n = nodes.len();
+        Cluster::with_hosts(nodes, vec![None; n], false)
+    }
+
+    /// A cluster whose nodes have host CPU and memory (`hosts`, parallel to `nodes`); with
+    /// `host_in_nodes` the nodes sent to the service carry their free host resources.
+    pub fn with_hosts(
+        mut nodes: Vec<v1::Node>,
+        hosts: Vec<Option<(u64, u64)>>,
+        host_in_nodes: bool,
+    ) -> anyhow::Result<Cluster> {
+        anyhow::ensure!(
+            hosts.len() == nodes.len(),
+            "internal: {} host entries for {} nodes",
+            hosts.len(),
+            nodes.len()
+        );
+        for (n, h) in nodes.iter_mut().zip(&hosts) {
+            n.host = match (host_in_nodes, h) {
+                (true, Some((cpu, mem))) => Some(v1::HostResources {
+                    free_cpu_milli: i64::try_from(*cpu).unwrap_or(i64::MAX),
+                    free_mem_mib: i64::try_from(*mem).unwrap_or(i64::MAX),
+                }),
+                _ => None,
+            };
+        }
         let mut index = HashMap::with_capacity(nodes.len());
         for (i, n) in nodes.iter().enumerate() {
             if index.insert(n.name.clone(), i).is_some() {
@@ -68,6 +102,7 @@ impl Cluster {
         for (i, k) in key.iter().enumerate() {
             classes.entry(k.clone()).or_default().insert(rank[i]);
         }
+        let host_used = vec![(0, 0); nodes.len()];
         Ok(Cluster {
             nodes,
             index,
@@ -76,7 +111,99 @@ impl Cluster {
             by_rank,
             key,
             classes,
+            host_cap: hosts,
+            host_used,
+            host_in_nodes,
         })
+    }
+
+    /// Whether node `i` has `cpu` millicores and `mem` MiB of host resources free (a node
+    /// without host resources always has).
+    pub fn host_fits(&self, i: usize, (cpu, mem): (u64, u64)) -> bool {
+        match (
+            self.host_cap.get(i).copied().flatten(),
+            self.host_used.get(i),
+        ) {
+            (Some((cc, cm)), Some(&(uc, um))) => {
+                cc.saturating_sub(uc) >= cpu && cm.saturating_sub(um) >= mem
+            }
+            _ => true,
+        }
+    }
+
+    /// Free host CPU and memory of node `i`, when known.
+    pub fn host_free(&self, i: usize) -> Option<(u64, u64)> {
+        let (cc, cm) = self.host_cap.get(i).copied().flatten()?;
+        let (uc, um) = self.host_used.get(i).copied().unwrap_or((0, 0));
+        Some((cc.saturating_sub(uc), cm.saturating_sub(um)))
+    }
+
+    /// The index of the node named `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
+    /// Books (`sign` +1) or frees (-1) host resources on node `i`; keeps the node's `host`
+    /// field in step when the nodes carry it.
+    fn host_book(&mut self, i: usize, (cpu, mem): (u64, u64), add: bool) -> anyhow::Result<()> {
+        let Some(u) = self.host_used.get_mut(i) else {
+            anyhow::bail!("internal: no node {i}");
+        };
+        *u = if add {
+            (u.0.saturating_add(cpu), u.1.saturating_add(mem))
+        } else {
+            match (u.0.checked_sub(cpu), u.1.checked_sub(mem)) {
+                (Some(c), Some(m)) => (c, m),
+                _ => anyhow::bail!("host release below zero on node {i}"),
+            }
+        };
+        if self.host_in_nodes
+            && let (Some((cc, cm)), Some(n)) = (self.host_cap[i], self.nodes.get_mut(i))
+        {
+            let free = |cap: u64, used: u64| {
+                i64::try_from(cap).unwrap_or(i64::MAX) - i64::try_from(used).unwrap_or(i64::MAX)
+            };
+            n.host = Some(v1::HostResources {
+                free_cpu_milli: free(cc, self.host_used[i].0),
+                free_mem_mib: free(cm, self.host_used[i].1),
+            });
+        }
+        Ok(())
+    }
+
+    /// A pod without GPU (host resources only): the node with enough free CPU and memory whose
+    /// free GPU compute is smallest (it strands the least GPU), then the most free CPU, then
+    /// the smaller name; `None` when no node has room. The same rule under every set-up.
+    pub fn place_cpu_only(&mut self, host: (u64, u64)) -> anyhow::Result<Option<Booking>> {
+        let mut best: Option<(u64, std::cmp::Reverse<u64>, usize, usize)> = None;
+        for i in 0..self.nodes.len() {
+            if !self.host_fits(i, host) {
+                continue;
+            }
+            let free_gpu: u64 = self.nodes[i]
+                .cards
+                .iter()
+                .map(|c| {
+                    let used = c.usage.unwrap_or_default().used_cores;
+                    u64::from(c.total_cores.saturating_sub(used))
+                })
+                .sum();
+            let free_cpu = self.host_free(i).map_or(u64::MAX, |h| h.0);
+            let key = (free_gpu, std::cmp::Reverse(free_cpu), self.rank[i], i);
+            if best.is_none_or(|b| key < b) {
+                best = Some(key);
+            }
+        }
+        let Some((_, _, _, i)) = best else {
+            return Ok(None);
+        };
+        self.host_book(i, host, true)?;
+        self.rekey(i);
+        Ok(Some(Booking {
+            node: i,
+            host,
+            ..Booking::default()
+        }))
     }
 
     /// Re-files node `i` after its usage changed.
@@ -107,6 +234,15 @@ impl Cluster {
 
     /// Books a placement the service returned; None when nothing was placed.
     pub fn book(&mut self, r: &v1::AllocationResult) -> anyhow::Result<Option<Booking>> {
+        self.book_with_host(r, (0, 0))
+    }
+
+    /// [`Cluster::book`] with the workload's host CPU and memory.
+    pub fn book_with_host(
+        &mut self,
+        r: &v1::AllocationResult,
+        host: (u64, u64),
+    ) -> anyhow::Result<Option<Booking>> {
         if !r.placed {
             return Ok(None);
         }
@@ -117,6 +253,7 @@ impl Cluster {
         let n = &mut self.nodes[node];
         let mut b = Booking {
             node,
+            host,
             ..Booking::default()
         };
         for ca in r.containers.iter().flat_map(|c| &c.cards) {
@@ -142,6 +279,7 @@ impl Cluster {
             u.used_cores += ca.cores_percent;
             b.cards.push((ci, ca.mem_mib, ca.cores_percent));
         }
+        self.host_book(node, host, true)?;
         self.rekey(node);
         Ok(Some(b))
     }
@@ -170,6 +308,7 @@ impl Cluster {
         for h in &b.mig {
             crate::mig::release(&mut n.cards[h.card], h)?;
         }
+        self.host_book(b.node, b.host, false)?;
         self.rekey(b.node);
         Ok(())
     }
@@ -190,10 +329,26 @@ impl Cluster {
     /// (usage only grows within a batch). The service's choices are the same as with every
     /// node; its reasons for unplaced workloads are not (ask again with every node).
     pub fn candidates(&self, jobs: &[Option<&[Need]>], per_group: usize) -> Vec<v1::Node> {
+        self.candidates_where(jobs, per_group, &|_| true)
+    }
+
+    /// [`Cluster::candidates`] among the nodes `allowed` accepts (by index): groups are formed
+    /// of the allowed members only, so the smallest allowed names are sent.
+    pub fn candidates_where(
+        &self,
+        jobs: &[Option<&[Need]>],
+        per_group: usize,
+        allowed: &dyn Fn(usize) -> bool,
+    ) -> Vec<v1::Node> {
         let unknown = jobs.iter().any(Option::is_none);
         let mut ranks: Vec<usize> = Vec::new();
-        for members in self.classes.values() {
-            let Some(&first) = members.iter().next() else {
+        for all in self.classes.values() {
+            let members: Vec<usize> = all
+                .iter()
+                .copied()
+                .filter(|&r| allowed(self.by_rank[r]))
+                .collect();
+            let Some(&first) = members.first() else {
                 continue;
             };
             let i = self.by_rank[first];

@@ -10,9 +10,12 @@
 //! preemption ([`preempt`]). See the crate README.
 
 pub mod app;
+pub mod artifact;
+pub mod bins;
 pub mod chart;
 pub mod cluster;
 pub mod mig;
+pub mod order;
 pub mod preempt;
 pub mod priority;
 pub mod priority_chart;

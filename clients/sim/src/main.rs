@@ -8,6 +8,9 @@ async fn main() -> std::process::ExitCode {
     match gpusched_sim::app::run(&args).await {
         Ok(o) => {
             print!("{}", gpusched_sim::report::markdown(&o.report));
+            if let Some(p) = &o.report.paper {
+                print!("{}", gpusched_sim::report::paper_markdown(p));
+            }
             eprint!("{}", gpusched_sim::report::timing_table(&o.timing));
             eprintln!("wrote {} in {}", o.files.join(", "), args.out.display());
             std::process::ExitCode::SUCCESS

@@ -7,6 +7,7 @@ use gpusched_api::v1;
 use gpusched_client::Client;
 use serde::Serialize;
 
+use crate::artifact::ArtifactFrag;
 use crate::cluster::{Booking, CardStates, Cluster};
 use crate::quota::{Hard, Ledger, NamespaceReport};
 use crate::setup::Setup;
@@ -26,6 +27,17 @@ pub struct ReplayOptions {
     pub narrow: bool,
     /// Points in the time series (about).
     pub samples: usize,
+    /// Host CPU and memory are a feasibility filter (the artifact's NodeResourcesFit): a
+    /// workload is placed only on a node with its host request free; pods without GPU
+    /// (`Job::cpu_only`) are placed by the simulator.
+    pub host_filter: bool,
+    /// The workload mix sent with fgd set-ups (`options.workload_mix`).
+    pub mix: Option<v1::WorkloadMix>,
+    /// The same with host CPU and memory per shape, for `+host` set-ups.
+    pub host_mix: Option<v1::WorkloadMix>,
+    /// The artifact's typical pods, for its fragmentation measure per event (empty: not
+    /// measured).
+    pub artifact_mix: Vec<crate::artifact::TypicalPod>,
     /// Hard GPU limits per namespace (the trace's `quota` lines).
     pub quotas: BTreeMap<String, Hard>,
 }
@@ -38,9 +50,41 @@ impl Default for ReplayOptions {
             batch_max: 500,
             narrow: true,
             samples: 200,
+            host_filter: false,
+            mix: None,
+            host_mix: None,
+            artifact_mix: Vec::new(),
             quotas: BTreeMap::new(),
         }
     }
+}
+
+/// The state after one arrival (for the artifact's measures by arrived demand).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct DemandPoint {
+    /// Arrived GPU demand, % of the cluster's GPUs.
+    pub arrived_pct: f64,
+    /// Booked compute, % of all compute.
+    pub allocation_pct: f64,
+    /// The artifact's fragmented compute (`crate::artifact`), % of all compute.
+    pub fragmentation_pct: f64,
+    /// The same, % of the free compute.
+    pub fragmentation_ratio_pct: f64,
+}
+
+/// One decision, for `--placements`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PlacementRecord {
+    /// Events handled before it.
+    pub event: usize,
+    /// The workload.
+    pub workload: String,
+    /// The node, or None when not placed.
+    pub node: Option<String>,
+    /// Cards: (card id, MiB, cores).
+    pub cards: Vec<(String, u64, u32)>,
+    /// Host CPU and memory booked (millicores, MiB).
+    pub host: (u64, u64),
 }
 
 /// The state after an event.
@@ -146,6 +190,19 @@ pub struct SetupResult {
     /// (not in the JSON report).
     #[serde(skip)]
     pub placements: Vec<Option<String>>,
+    /// Every decision in event order (not in the JSON report; `--placements`).
+    #[serde(skip)]
+    pub log: Vec<PlacementRecord>,
+    /// After every arrival (not in the JSON report; binned by `crate::bins`).
+    #[serde(skip)]
+    pub by_demand: Vec<DemandPoint>,
+    /// Pods without GPU the simulator placed / could not place (host filter).
+    pub cpu_only_placed: usize,
+    /// See `cpu_only_placed`.
+    pub cpu_only_unplaced: usize,
+    /// GPU workloads the service placed on a node without their host CPU or memory free,
+    /// asked again among the nodes with room (host filter).
+    pub host_retries: usize,
     /// Timing (not in the deterministic report).
     #[serde(skip)]
     pub timing: Timing,
@@ -243,9 +300,14 @@ impl Run<'_> {
     }
 
     /// Books placement `r` of workload `j` on the cluster and against its namespace.
-    fn book(&mut self, j: usize, r: &v1::AllocationResult) -> anyhow::Result<Option<Booking>> {
+    fn book(
+        &mut self,
+        j: usize,
+        r: &v1::AllocationResult,
+        host: (u64, u64),
+    ) -> anyhow::Result<Option<Booking>> {
         self.quotas.book(j, &self.workloads[j].namespace, r);
-        self.cluster.book(r)
+        self.cluster.book_with_host(r, host)
     }
 
     async fn call(
@@ -256,6 +318,7 @@ impl Run<'_> {
         self.timing.calls += 1;
         self.timing.nodes_sent += nodes.len();
         let t = Instant::now();
+        let options = options_for(&self.options, &nodes);
         let out = if jobs.len() == 1 && self.opts.batch_max == 1 {
             let r = self
                 .client
@@ -263,7 +326,7 @@ impl Run<'_> {
                     node_set: None,
                     nodes,
                     workload: Some(self.workload(jobs[0])),
-                    options: Some(self.options.clone()),
+                    options: Some(options),
                     restrict_to_node_names: vec![],
                     node_refs: vec![],
                 })
@@ -277,7 +340,7 @@ impl Run<'_> {
                     node_set: None,
                     nodes,
                     workloads: jobs.iter().map(|&j| self.workload(j)).collect(),
-                    options: Some(self.options.clone()),
+                    options: Some(options),
                     all_or_nothing: false,
                     return_updated_nodes: false,
                     node_refs: vec![],
@@ -295,9 +358,132 @@ impl Run<'_> {
         );
         Ok(out)
     }
+
+    /// The nodes that may host job `j`'s host request (all without the host filter).
+    fn host_ok(&self, jobs: &[Job], j: usize, node: usize) -> bool {
+        !self.opts.host_filter || self.cluster.host_fits(node, jobs[j].host)
+    }
+
+    /// Asks for job `j` alone among the nodes with its host request free (narrowed like a
+    /// batch, see [`Cluster::candidates_where`]; every node without narrowing).
+    async fn ask_alone(&mut self, jobs: &[Job], j: usize) -> anyhow::Result<v1::AllocationResult> {
+        self.timing.reasks += 1;
+        let t = Instant::now();
+        let host = jobs[j].host;
+        let allowed = |i: usize| self.cluster.host_fits(i, host);
+        let nodes: Vec<v1::Node> = if self.opts.narrow {
+            let needs = [jobs[j].needs.as_deref()];
+            self.cluster.candidates_where(&needs, 1, &allowed)
+        } else {
+            (0..self.cluster.nodes.len())
+                .filter(|&i| allowed(i))
+                .map(|i| self.cluster.nodes[i].clone())
+                .collect()
+        };
+        self.timing.build_s += t.elapsed().as_secs_f64();
+        if nodes.is_empty() {
+            return Ok(v1::AllocationResult::default());
+        }
+        Ok(self.call(nodes, &[j]).await?.remove(0))
+    }
 }
 
-/// Replays `jobs` on `nodes` under `setup`, through `client`.
+/// The options of a call on `nodes`: the mix keeps only the card types those nodes have (the
+/// service refuses others, and a shape that matches no node sent adds the same to every node's
+/// change, so dropping it changes no decision; see `gpusched_client::mix::for_card_types`).
+/// When no shape is left, one that no node can host (65 cards: more than a node has) stands for
+/// them: it measures every node's whole free compute, the same for every choice.
+fn options_for(options: &v1::PlacementOptions, nodes: &[v1::Node]) -> v1::PlacementOptions {
+    let Some(mix) = &options.workload_mix else {
+        return options.clone();
+    };
+    if mix.shapes.iter().all(|s| s.gpu_types.is_empty()) {
+        return options.clone();
+    }
+    let mut types: Vec<&str> = nodes
+        .iter()
+        .flat_map(|n| n.cards.iter().map(|c| c.r#type.as_str()))
+        .collect();
+    types.sort_unstable();
+    types.dedup();
+    let kept =
+        gpusched_client::mix::for_card_types(mix, &types).unwrap_or_else(|| v1::WorkloadMix {
+            shapes: vec![v1::WorkloadMixShape {
+                probability: 1.0,
+                gpu_count: 65,
+                gpucores_percent: 100,
+                ..v1::WorkloadMixShape::default()
+            }],
+        });
+    v1::PlacementOptions {
+        workload_mix: Some(kept),
+        ..options.clone()
+    }
+}
+
+/// The workload of a job as sent under `setup`: the set-up's weights, and for `+host`
+/// set-ups the Kubernetes form with the pod's `cpu` and `memory` requests (the service reads
+/// host requests from that form only).
+fn workload_for(setup: &Setup, j: &Job) -> v1::Workload {
+    let w = setup.workload(&j.workload);
+    if !setup.host || j.cpu_only {
+        return w;
+    }
+    let Some(v1::workload::Spec::Typed(t)) = &w.spec else {
+        return w;
+    };
+    let mut annotations = std::collections::BTreeMap::new();
+    if !t.use_gpu_types.is_empty() {
+        annotations.insert(
+            "nvidia.com/use-gputype".to_owned(),
+            t.use_gpu_types.join(","),
+        );
+    }
+    if let Some(ws) = t.scoring_weights {
+        annotations.insert(
+            "hami.io/device-scoring-weights".to_owned(),
+            format!("slot={},core={},memory={}", ws.slot, ws.core, ws.memory),
+        );
+    }
+    let containers = t
+        .containers
+        .iter()
+        .map(|c| {
+            let mut limits = std::collections::BTreeMap::new();
+            limits.insert("nvidia.com/gpu".to_owned(), c.gpu_count.to_string());
+            if c.gpumem_mib > 0 {
+                limits.insert("nvidia.com/gpumem".to_owned(), c.gpumem_mib.to_string());
+            }
+            if c.gpumem_percent > 0 {
+                limits.insert(
+                    "nvidia.com/gpumem-percentage".to_owned(),
+                    c.gpumem_percent.to_string(),
+                );
+            }
+            if let Some(k) = c.gpucores_percent {
+                limits.insert("nvidia.com/gpucores".to_owned(), k.to_string());
+            }
+            let mut requests = std::collections::BTreeMap::new();
+            requests.insert("cpu".to_owned(), format!("{}m", j.host.0));
+            requests.insert("memory".to_owned(), format!("{}Mi", j.host.1));
+            v1::KubernetesContainer {
+                name: c.name.clone(),
+                limits,
+                requests,
+            }
+        })
+        .collect();
+    v1::Workload {
+        spec: Some(v1::workload::Spec::Kubernetes(v1::KubernetesWorkloadSpec {
+            annotations,
+            init_containers: Vec::new(),
+            containers,
+        })),
+        ..w
+    }
+}
+
+/// Replays `jobs` on `nodes` under `setup`, through `client` (nodes without host resources).
 pub async fn replay(
     client: &Client,
     nodes: &[v1::Node],
@@ -306,13 +492,113 @@ pub async fn replay(
     opts: &ReplayOptions,
     progress: &indicatif::ProgressBar,
 ) -> anyhow::Result<SetupResult> {
+    let hosts = vec![None; nodes.len()];
+    replay_with_hosts(client, nodes, &hosts, jobs, setup, opts, progress).await
+}
+
+/// Mutable state of a replay besides the cluster.
+struct Tally {
+    res: SetupResult,
+    arrived: f64,
+    handled: usize,
+    unplaced_in_row: usize,
+    last_time: f64,
+    every: usize,
+    total_cards: f64,
+    total_cores: f64,
+    bookings: Vec<Option<Booking>>,
+    placements: Vec<Option<String>>,
+    artifact: Option<ArtifactFrag>,
+}
+
+impl Tally {
+    /// After an event: count it, take a sample every `every` events, and record the state by
+    /// arrived demand after an arrival.
+    fn after(
+        &mut self,
+        c: &Cluster,
+        classes: &[(Need, f64)],
+        time: f64,
+        arrival: bool,
+        progress: &indicatif::ProgressBar,
+    ) {
+        self.handled += 1;
+        self.last_time = time;
+        if self.handled.is_multiple_of(self.every) {
+            let s = sample(
+                c,
+                classes,
+                self.handled,
+                time,
+                self.arrived,
+                self.total_cards,
+                &self.res,
+            );
+            self.res.peak_allocation_pct = self.res.peak_allocation_pct.max(s.allocation_pct);
+            self.res.samples.push(s);
+        }
+        if arrival {
+            let alloc = c.allocation_ratio() * 100.0;
+            let (frag, ratio) = match &self.artifact {
+                Some(a) => {
+                    let f = a.total();
+                    let free = self.total_cores * (1.0 - alloc / 100.0);
+                    (
+                        f / self.total_cores.max(1.0) * 100.0,
+                        if free > 0.0 { f / free * 100.0 } else { 0.0 },
+                    )
+                }
+                None => (0.0, 0.0),
+            };
+            self.res.by_demand.push(DemandPoint {
+                arrived_pct: self.arrived / self.total_cards * 100.0,
+                allocation_pct: alloc,
+                fragmentation_pct: frag,
+                fragmentation_ratio_pct: ratio,
+            });
+        }
+        progress.inc(1);
+    }
+
+    fn measure(&mut self, c: &Cluster, node: usize) {
+        if let Some(a) = &mut self.artifact {
+            a.update(c, node);
+        }
+    }
+}
+
+/// [`replay`] on nodes with host CPU and memory (`hosts`, parallel to `nodes`; see
+/// [`ReplayOptions::host_filter`] and [`Setup::host`]).
+pub async fn replay_with_hosts(
+    client: &Client,
+    nodes: &[v1::Node],
+    hosts: &[Option<(u64, u64)>],
+    jobs: &[Job],
+    setup: &Setup,
+    opts: &ReplayOptions,
+    progress: &indicatif::ProgressBar,
+) -> anyhow::Result<SetupResult> {
     let started = Instant::now();
-    let cluster = Cluster::new(nodes.to_vec())?;
+    let cluster = Cluster::with_hosts(nodes.to_vec(), hosts.to_vec(), setup.host)?;
     let total_cards = cluster.total_cards().max(1) as f64;
+    let total_cores: f64 = nodes
+        .iter()
+        .flat_map(|n| &n.cards)
+        .map(|c| f64::from(c.total_cores))
+        .sum();
     let classes = request_classes(jobs);
-    let options = setup.options().map_err(|e| anyhow::anyhow!(e))?;
+    let mut options = setup.options().map_err(|e| anyhow::anyhow!(e))?;
+    if setup.uses_fgd() {
+        options.workload_mix = if setup.host {
+            opts.host_mix.clone().or_else(|| opts.mix.clone())
+        } else {
+            opts.mix.clone()
+        };
+    }
     let t = Instant::now();
-    let workloads: Vec<v1::Workload> = jobs.iter().map(|j| setup.workload(&j.workload)).collect();
+    let workloads: Vec<v1::Workload> = jobs.iter().map(|j| workload_for(setup, j)).collect();
+    let artifact = (!opts.artifact_mix.is_empty())
+        .then(|| ArtifactFrag::new(opts.artifact_mix.clone(), &cluster));
     let mut run = Run {
         client,
         options,
@@ -327,6 +613,9 @@ pub async fn replay(
 
     let mut events: Vec<(f64, Kind, usize)> = Vec::with_capacity(jobs.len() * 2);
     for (i, j) in jobs.iter().enumerate() {
+        if j.cpu_only && !opts.host_filter {
+            continue;
+        }
         events.push((j.arrive, Kind::Arrive, i));
         if let (Some(l), false) = (j.leave, opts.fill) {
             if l > j.arrive {
@@ -337,200 +626,292 @@ pub async fn replay(
         }
     }
     events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-    let every = (events.len() / opts.samples.max(1)).max(1);
-
-    let mut bookings: Vec<Option<Booking>> = vec![None; jobs.len()];
-    let mut placements: Vec<Option<String>> = vec![None; jobs.len()];
-    let mut res = SetupResult {
-        setup: setup.clone(),
-        arrivals: 0,
-        placed: 0,
-        unplaced: 0,
-        departures: 0,
-        first_unplaced_at_demand_pct: None,
-        peak_allocation_pct: 0.0,
-        mean_allocation_pct: 0.0,
-        mean_fragmentation_pct: 0.0,
-        unplaced_by_reason: BTreeMap::new(),
-        samples: Vec::new(),
-        unplaced_workloads: Vec::new(),
-        quota: None,
-        placements: Vec::new(),
-        timing: Timing::default(),
+    let mut tally = Tally {
+        res: SetupResult {
+            setup: setup.clone(),
+            arrivals: 0,
+            placed: 0,
+            unplaced: 0,
+            departures: 0,
+            first_unplaced_at_demand_pct: None,
+            peak_allocation_pct: 0.0,
+            mean_allocation_pct: 0.0,
+            mean_fragmentation_pct: 0.0,
+            unplaced_by_reason: BTreeMap::new(),
+            samples: Vec::new(),
+            unplaced_workloads: Vec::new(),
+            quota: None,
+            placements: Vec::new(),
+            log: Vec::new(),
+            by_demand: Vec::new(),
+            cpu_only_placed: 0,
+            cpu_only_unplaced: 0,
+            host_retries: 0,
+            timing: Timing::default(),
+        },
+        arrived: 0.0,
+        handled: 0,
+        unplaced_in_row: 0,
+        last_time: 0.0,
+        every: (events.len() / opts.samples.max(1)).max(1),
+        total_cards,
+        total_cores,
+        bookings: vec![None; jobs.len()],
+        placements: vec![None; jobs.len()],
+        artifact,
     };
-    let mut arrived = 0.0f64;
-    let mut handled = 0usize;
-    let mut unplaced_in_row = 0usize;
-    let mut last_time = 0.0f64;
+    // A `+host` set-up's decisions read the nodes' host resources, which a pod without GPU
+    // changes: such a pod ends a batch. Otherwise it is placed in order while the batch's
+    // answers are applied (the service's decisions do not depend on it).
+    let cut_at_cpu_only = setup.host;
+    // With the host filter a batch stops at its first placement without room for the host
+    // request (the rest is sent again): the batch size adapts, halving towards the position of
+    // that stop and doubling after a batch applied whole.
+    let mut batch_size = opts.batch_max.max(1);
     let mut stop = false;
-
-    // After each event: count it, and take a sample every `every` events.
-    macro_rules! after_event {
-        ($time:expr) => {{
-            handled += 1;
-            last_time = $time;
-            if handled % every == 0 {
-                let s = sample(
-                    &run.cluster,
-                    &classes,
-                    handled,
-                    $time,
-                    arrived,
-                    total_cards,
-                    &res,
-                );
-                res.peak_allocation_pct = res.peak_allocation_pct.max(s.allocation_pct);
-                res.samples.push(s);
-            }
-            progress.inc(1);
-        }};
-    }
-
     let mut i = 0usize;
     while i < events.len() && !stop {
         let (time, kind, j) = events[i];
         if kind != Kind::Arrive {
             let t = Instant::now();
-            if let Some(b) = bookings[j].take() {
+            if let Some(b) = tally.bookings[j].take() {
                 run.cluster.release(&b)?;
+                tally.measure(&run.cluster, b.node);
                 run.quotas.release(j);
-                res.departures += 1;
+                tally.res.departures += 1;
             }
             i += 1;
-            after_event!(time);
+            tally.after(&run.cluster, &classes, time, false, progress);
             run.timing.book_s += t.elapsed().as_secs_f64();
             continue;
         }
-        // A run of arrivals with no departure between them: one batch.
+        // A run of arrivals with no departure between them (at most `batch_max` GPU
+        // workloads); its GPU workloads go in one batch.
         let t = Instant::now();
-        let batch: Vec<usize> = events[i..]
-            .iter()
-            .take_while(|e| e.1 == Kind::Arrive)
-            .take(opts.batch_max.max(1))
-            .map(|e| e.2)
-            .collect();
-        let nodes = if opts.narrow {
-            let needs: Vec<Option<&[Need]>> =
-                batch.iter().map(|&j| jobs[j].needs.as_deref()).collect();
-            run.cluster.candidates(&needs, batch.len())
-        } else {
-            run.cluster.nodes.clone()
-        };
-        let all_sent = nodes.len() == run.cluster.nodes.len();
-        run.timing.build_s += t.elapsed().as_secs_f64();
-        let results = if nodes.is_empty() {
-            vec![v1::AllocationResult::default(); batch.len()]
-        } else {
-            run.call(nodes, &batch).await?
-        };
-
-        // Apply in order. Unplaced workloads of a narrowed call are asked again against every
-        // node (state unchanged by them), in groups, before the next placement is booked.
-        let mut consumed = 0usize;
-        let mut pending: Vec<usize> = Vec::new(); // positions in `batch`
-        let mut k = 0usize;
-        'apply: while k <= batch.len() {
-            let placed_next = k < batch.len() && results[k].placed;
-            if (placed_next || k == batch.len()) && !pending.is_empty() {
-                // Resolve the pending unplaced group.
-                let group: Vec<usize> = pending.iter().map(|&p| batch[p]).collect();
-                let full = if all_sent {
-                    pending.iter().map(|&p| results[p].clone()).collect()
-                } else {
-                    let mut out = Vec::with_capacity(group.len());
-                    for chunk in group.chunks(64) {
-                        run.timing.reasks += 1;
-                        let nodes = run.cluster.nodes.clone();
-                        out.extend(run.call(nodes, chunk).await?);
-                    }
-                    out
-                };
-                for (gi, r) in full.iter().enumerate() {
-                    let p = pending[gi];
-                    let jj = batch[p];
-                    let t = Instant::now();
-                    res.arrivals += 1;
-                    arrived += jobs[jj].demand;
-                    if r.placed {
-                        // The narrowing missed a node: take the service's answer on every
-                        // node and replay the rest of the batch from here.
-                        run.timing.narrow_misses += 1;
-                        bookings[jj] = run.book(jj, r)?;
-                        placements[jj] = Some(describe(r));
-                        res.placed += 1;
-                        unplaced_in_row = 0;
-                        consumed = p + 1;
-                        after_event!(jobs[jj].arrive);
-                        run.timing.book_s += t.elapsed().as_secs_f64();
-                        pending.clear();
-                        break 'apply;
-                    }
-                    run.quotas.unplaced(&run.workloads[jj].namespace, r);
-                    let (node_reasons, unresolvable_nodes, top) = reasons(r);
-                    *res.unplaced_by_reason.entry(top.clone()).or_default() += 1;
-                    res.unplaced += 1;
-                    unplaced_in_row += 1;
-                    let pct = round(arrived / total_cards * 100.0, 3);
-                    res.first_unplaced_at_demand_pct.get_or_insert(pct);
-                    res.unplaced_workloads.push(Unplaced {
-                        name: jobs[jj].name.clone(),
-                        arrive_s: jobs[jj].arrive,
-                        demand: jobs[jj].demand,
-                        arrived_demand_pct: pct,
-                        node_reasons,
-                        unresolvable_nodes,
-                        top_reason: top,
-                    });
-                    consumed = p + 1;
-                    after_event!(jobs[jj].arrive);
-                    run.timing.book_s += t.elapsed().as_secs_f64();
-                    if opts.fill && opts.fill_stop_after.is_some_and(|n| unplaced_in_row >= n) {
-                        stop = true;
-                        pending.clear();
-                        break 'apply;
-                    }
+        let mut run_jobs: Vec<usize> = Vec::new();
+        let mut gpu_jobs: Vec<usize> = Vec::new();
+        for e in events[i..].iter().take_while(|e| e.1 == Kind::Arrive) {
+            let jj = e.2;
+            if jobs[jj].cpu_only {
+                if cut_at_cpu_only && !run_jobs.is_empty() {
+                    break;
                 }
-                pending.clear();
+                run_jobs.push(jj);
+                if cut_at_cpu_only {
+                    break;
+                }
+                continue;
             }
-            if k == batch.len() {
+            if gpu_jobs.len() >= batch_size {
                 break;
             }
-            if results[k].placed {
-                let t = Instant::now();
-                let jj = batch[k];
-                res.arrivals += 1;
-                arrived += jobs[jj].demand;
-                bookings[jj] = run.book(jj, &results[k])?;
-                placements[jj] = Some(describe(&results[k]));
-                res.placed += 1;
-                unplaced_in_row = 0;
-                consumed = k + 1;
-                after_event!(jobs[jj].arrive);
-                run.timing.book_s += t.elapsed().as_secs_f64();
-            } else {
-                pending.push(k);
-            }
-            k += 1;
+            run_jobs.push(jj);
+            gpu_jobs.push(jj);
         }
-        i += consumed.max(1).min(batch.len());
+        // With the host filter, a node without room for the smallest host request of the batch
+        // can never be a right answer: it is not sent (what the service chooses instead is what
+        // it would choose for such a workload asked again among the nodes with room).
+        let smallest = gpu_jobs.iter().fold((u64::MAX, u64::MAX), |m, &j| {
+            (m.0.min(jobs[j].host.0), m.1.min(jobs[j].host.1))
+        });
+        let room = |n: usize| !opts.host_filter || run.cluster.host_fits(n, smallest);
+        let nodes = if gpu_jobs.is_empty() {
+            Vec::new()
+        } else if opts.narrow {
+            let needs: Vec<Option<&[Need]>> =
+                gpu_jobs.iter().map(|&j| jobs[j].needs.as_deref()).collect();
+            run.cluster.candidates_where(&needs, gpu_jobs.len(), &room)
+        } else {
+            (0..run.cluster.nodes.len())
+                .filter(|&n| room(n))
+                .map(|n| run.cluster.nodes[n].clone())
+                .collect()
+        };
+        let all_sent = nodes.len() == run.cluster.nodes.len() && !opts.host_filter;
+        run.timing.build_s += t.elapsed().as_secs_f64();
+        let results = if gpu_jobs.is_empty() {
+            Vec::new()
+        } else if nodes.is_empty() {
+            vec![v1::AllocationResult::default(); gpu_jobs.len()]
+        } else {
+            run.call(nodes, &gpu_jobs).await?
+        };
+
+        // Apply in order. A placement on a node without the host request free, and a workload
+        // the narrowed call did not place, are asked again among every (allowed) node; when
+        // that answer differs from the batch's, the rest of the batch is sent again.
+        let mut consumed = 0usize;
+        let mut r = 0usize;
+        let mut asked: std::collections::HashMap<usize, v1::AllocationResult> =
+            std::collections::HashMap::new();
+        for (pos, &jj) in run_jobs.iter().enumerate() {
+            let t = Instant::now();
+            if jobs[jj].cpu_only {
+                tally.res.arrivals += 1;
+                match run.cluster.place_cpu_only(jobs[jj].host)? {
+                    Some(b) => {
+                        tally.measure(&run.cluster, b.node);
+                        tally.res.log.push(PlacementRecord {
+                            event: tally.handled,
+                            workload: jobs[jj].name.clone(),
+                            node: Some(run.cluster.nodes[b.node].name.clone()),
+                            cards: Vec::new(),
+                            host: b.host,
+                        });
+                        tally.bookings[jj] = Some(b);
+                        tally.res.cpu_only_placed += 1;
+                    }
+                    None => {
+                        tally.res.log.push(PlacementRecord {
+                            event: tally.handled,
+                            workload: jobs[jj].name.clone(),
+                            ..PlacementRecord::default()
+                        });
+                        tally.res.cpu_only_unplaced += 1;
+                    }
+                }
+                consumed = pos + 1;
+                tally.after(&run.cluster, &classes, jobs[jj].arrive, true, progress);
+                run.timing.book_s += t.elapsed().as_secs_f64();
+                continue;
+            }
+            let batch_answer = &results[r];
+            r += 1;
+            let batch_node = batch_answer
+                .placed
+                .then(|| run.cluster.index_of(&batch_answer.node_name))
+                .flatten();
+            let fits_host = batch_node.is_some_and(|n| run.host_ok(jobs, jj, n));
+            let (answer, diverged) = if (batch_answer.placed && fits_host)
+                || (!batch_answer.placed && all_sent)
+            {
+                (batch_answer.clone(), false)
+            } else {
+                run.book_s_pause(t);
+                let full = if batch_answer.placed {
+                    // Placed on a node without the host request free.
+                    tally.res.host_retries += 1;
+                    run.ask_alone(jobs, jj).await?
+                } else {
+                    // Unplaced in the narrowed call: every node, for the reasons. Consecutive
+                    // unplaced workloads are asked together (none of them changes the state).
+                    if !asked.contains_key(&jj) {
+                        let group: Vec<usize> = run_jobs[pos..]
+                            .iter()
+                            .zip(pos..)
+                            .take_while(|&(&g, _)| !jobs[g].cpu_only)
+                            .map(|(&g, _)| g)
+                            .enumerate()
+                            .take_while(|&(k, _)| results.get(r - 1 + k).is_some_and(|x| !x.placed))
+                            .map(|(_, g)| g)
+                            .take(64)
+                            .collect();
+                        run.timing.reasks += 1;
+                        let nodes = run.cluster.nodes.clone();
+                        let answers = run.call(nodes, &group).await?;
+                        asked.extend(group.into_iter().zip(answers));
+                    }
+                    let full = asked.remove(&jj).unwrap_or_default();
+                    let host_ok = run
+                        .cluster
+                        .index_of(&full.node_name)
+                        .is_some_and(|n| run.host_ok(jobs, jj, n));
+                    if full.placed && !host_ok {
+                        run.ask_alone(jobs, jj).await?
+                    } else {
+                        full
+                    }
+                };
+                if !batch_answer.placed && full.placed {
+                    run.timing.narrow_misses += 1;
+                }
+                let diverged = batch_answer.placed || full.placed;
+                (full, diverged)
+            };
+            let t = Instant::now();
+            tally.res.arrivals += 1;
+            tally.arrived += jobs[jj].demand;
+            if answer.placed {
+                let b = run.book(jj, &answer, jobs[jj].host)?;
+                if let Some(b) = &b {
+                    tally.measure(&run.cluster, b.node);
+                }
+                tally
+                    .res
+                    .log
+                    .push(record(&answer, &jobs[jj], tally.handled));
+                tally.bookings[jj] = b;
+                tally.placements[jj] = Some(describe(&answer));
+                tally.res.placed += 1;
+                tally.unplaced_in_row = 0;
+            } else {
+                run.quotas.unplaced(&run.workloads[jj].namespace, &answer);
+                let (node_reasons, unresolvable_nodes, top) = reasons(&answer);
+                *tally.res.unplaced_by_reason.entry(top.clone()).or_default() += 1;
+                tally.res.unplaced += 1;
+                tally.unplaced_in_row += 1;
+                let pct = round(tally.arrived / total_cards * 100.0, 3);
+                tally.res.first_unplaced_at_demand_pct.get_or_insert(pct);
+                tally.res.log.push(PlacementRecord {
+                    event: tally.handled,
+                    workload: jobs[jj].name.clone(),
+                    ..PlacementRecord::default()
+                });
+                tally.res.unplaced_workloads.push(Unplaced {
+                    name: jobs[jj].name.clone(),
+                    arrive_s: jobs[jj].arrive,
+                    demand: jobs[jj].demand,
+                    arrived_demand_pct: pct,
+                    node_reasons,
+                    unresolvable_nodes,
+                    top_reason: top,
+                });
+            }
+            consumed = pos + 1;
+            tally.after(&run.cluster, &classes, jobs[jj].arrive, true, progress);
+            run.timing.book_s += t.elapsed().as_secs_f64();
+            if opts.fill
+                && opts
+                    .fill_stop_after
+                    .is_some_and(|n| tally.unplaced_in_row >= n)
+            {
+                stop = true;
+                break;
+            }
+            if diverged {
+                break;
+            }
+        }
         if consumed == 0 {
             anyhow::bail!("internal: a batch made no progress");
         }
+        batch_size = if consumed < run_jobs.len() {
+            (2 * consumed).clamp(8, opts.batch_max.max(1))
+        } else {
+            (2 * batch_size).min(opts.batch_max.max(1))
+        };
+        i += consumed;
     }
     // The final state is always a sample.
-    if res.samples.last().is_none_or(|s| s.event != handled) {
+    if tally
+        .res
+        .samples
+        .last()
+        .is_none_or(|s| s.event != tally.handled)
+    {
         let s = sample(
             &run.cluster,
             &classes,
-            handled,
-            last_time,
-            arrived,
+            tally.handled,
+            tally.last_time,
+            tally.arrived,
             total_cards,
-            &res,
+            &tally.res,
         );
-        res.peak_allocation_pct = res.peak_allocation_pct.max(s.allocation_pct);
-        res.samples.push(s);
+        tally.res.peak_allocation_pct = tally.res.peak_allocation_pct.max(s.allocation_pct);
+        tally.res.samples.push(s);
     }
+    let mut res = tally.res;
     let n = res.samples.len().max(1) as f64;
     res.mean_allocation_pct = round(
         res.samples.iter().map(|s| s.allocation_pct).sum::<f64>() / n,
@@ -540,11 +921,34 @@ pub async fn replay(
         res.samples.iter().map(|s| s.fragmentation_pct).sum::<f64>() / n,
         3,
     );
-    res.placements = placements;
+    res.placements = tally.placements;
     res.quota = std::mem::take(&mut run.quotas).report();
     run.timing.total_s = started.elapsed().as_secs_f64();
     res.timing = run.timing;
     Ok(res)
+}
+
+impl Run<'_> {
+    /// Time spent booking so far in this step, before a call starts (calls time themselves).
+    fn book_s_pause(&mut self, since: Instant) {
+        self.timing.book_s += since.elapsed().as_secs_f64();
+    }
+}
+
+/// The decision record of a placed workload.
+fn record(r: &v1::AllocationResult, j: &Job, event: usize) -> PlacementRecord {
+    PlacementRecord {
+        event,
+        workload: j.name.clone(),
+        node: Some(r.node_name.clone()),
+        cards: r
+            .containers
+            .iter()
+            .flat_map(|c| &c.cards)
+            .map(|c| (c.card_id.clone(), c.mem_mib, c.cores_percent))
+            .collect(),
+        host: j.host,
+    }
 }
 
 fn round(x: f64, digits: i32) -> f64 {

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::bins::{self, Bins, Measure, Spread};
 use crate::chart::{self, XAxis};
 use crate::replay::{SetupResult, Timing};
 use crate::trace::LoadStats;
@@ -39,11 +40,162 @@ pub struct Report {
     pub tool: String,
     /// Input.
     pub input: Input,
-    /// One result per set-up, in the order given.
+    /// One result per set-up, in the order given (with `--seed`/`--seeds`: the first seed's).
     pub setups: Vec<SetupResult>,
+    /// The paper's experiment (`--seed`/`--seeds`): measures by arrived demand over seeds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paper: Option<PaperReport>,
     /// With `--preemption`: each set-up replayed with priorities, preemption off and/or on.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub priorities: Vec<crate::preempt::PriorityResult>,
+}
+
+/// The paper's experiment over seeds: per set-up, the measures at 100% arrived demand
+/// (median and spread over seeds) and the median curves by arrived demand.
+#[derive(Clone, Debug, Serialize)]
+pub struct PaperReport {
+    /// The seeds, in the order run.
+    pub seeds: Vec<u64>,
+    /// The tune-up ratio (`--tune`), if any.
+    pub tune: Option<f64>,
+    /// Host CPU and memory were a feasibility filter (`--host`).
+    pub host_filter: bool,
+    /// Pods per seed: shuffled, and appended by the tune-up.
+    pub order: Vec<crate::order::OrderStats>,
+    /// Per set-up.
+    pub setups: Vec<PaperSetup>,
+}
+
+/// One set-up of the paper's experiment.
+#[derive(Clone, Debug, Serialize)]
+pub struct PaperSetup {
+    /// Set-up name.
+    pub name: String,
+    /// Per seed: allocation, fragmentation and fragmentation ratio at 100% arrived demand (the
+    /// artifact's `analysis_*_discrete.csv` column `100`), placed and unplaced.
+    pub per_seed: Vec<PaperRun>,
+    /// Allocation at 100% arrived demand over seeds, %.
+    pub allocation_at_100: Option<Spread>,
+    /// The artifact's fragmentation at 100%, % of all GPU compute.
+    pub fragmentation_at_100: Option<Spread>,
+    /// The same, % of the free compute.
+    pub fragmentation_ratio_at_100: Option<Spread>,
+    /// Median allocation over seeds by whole percent of arrived demand (0..=130).
+    pub allocation_by_demand: Bins,
+    /// Median fragmentation by arrived demand.
+    pub fragmentation_by_demand: Bins,
+    /// Replay seconds per seed (wall clock; not deterministic, kept for the table).
+    #[serde(skip)]
+    pub seconds: Vec<f64>,
+}
+
+/// One seed of one set-up.
+#[derive(Clone, Debug, Serialize)]
+pub struct PaperRun {
+    /// Seed.
+    pub seed: u64,
+    /// Allocation at 100%.
+    pub allocation_at_100: Option<f64>,
+    /// Fragmentation at 100%, % of all compute.
+    pub fragmentation_at_100: Option<f64>,
+    /// Fragmentation at 100%, % of the free compute.
+    pub fragmentation_ratio_at_100: Option<f64>,
+    /// GPU workloads placed.
+    pub placed: usize,
+    /// GPU workloads not placed.
+    pub unplaced: usize,
+}
+
+impl PaperSetup {
+    /// The set-up's summary over the runs of its seeds (`runs` in seed order).
+    pub fn of(name: &str, seeds: &[u64], runs: &[SetupResult]) -> PaperSetup {
+        let alloc: Vec<Bins> = runs
+            .iter()
+            .map(|r| bins::bins(&r.by_demand, Measure::Allocation))
+            .collect();
+        let frag: Vec<Bins> = runs
+            .iter()
+            .map(|r| bins::bins(&r.by_demand, Measure::Fragmentation))
+            .collect();
+        let ratio: Vec<Bins> = runs
+            .iter()
+            .map(|r| bins::bins(&r.by_demand, Measure::FragmentationRatio))
+            .collect();
+        let at = |b: &Bins| b.get(100).copied().flatten();
+        let per_seed: Vec<PaperRun> = runs
+            .iter()
+            .enumerate()
+            .map(|(k, r)| PaperRun {
+                seed: seeds.get(k).copied().unwrap_or_default(),
+                allocation_at_100: at(&alloc[k]),
+                fragmentation_at_100: at(&frag[k]),
+                fragmentation_ratio_at_100: at(&ratio[k]),
+                placed: r.placed,
+                unplaced: r.unplaced,
+            })
+            .collect();
+        let over = |f: fn(&PaperRun) -> Option<f64>| {
+            bins::spread(&per_seed.iter().filter_map(f).collect::<Vec<_>>())
+        };
+        PaperSetup {
+            name: name.to_owned(),
+            allocation_at_100: over(|r| r.allocation_at_100),
+            fragmentation_at_100: over(|r| r.fragmentation_at_100),
+            fragmentation_ratio_at_100: over(|r| r.fragmentation_ratio_at_100),
+            allocation_by_demand: bins::median_bins(&alloc),
+            fragmentation_by_demand: bins::median_bins(&frag),
+            per_seed,
+            seconds: runs.iter().map(|r| r.timing.total_s).collect(),
+        }
+    }
+}
+
+/// The Markdown table of the paper's experiment.
+pub fn paper_markdown(p: &PaperReport) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "
+## The paper's experiment: {} seed(s) {:?}, tuned to {}, host filter {}
+",
+        p.seeds.len(),
+        p.seeds,
+        p.tune
+            .map_or_else(|| "-".to_owned(), |t| format!("{:.0}%", t * 100.0)),
+        if p.host_filter { "on" } else { "off" }
+    );
+    s.push_str(
+        "| set-up | allocation at 100% arrived: median [min-max] | fragmentation at 100%: median [min-max] | frag ratio at 100% | seconds per replay (median) |
+",
+    );
+    s.push_str(
+        "|---|---:|---:|---:|---:|
+",
+    );
+    let show = |x: &Option<Spread>| {
+        x.map_or_else(
+            || "-".to_owned(),
+            |x| format!("{:.2} [{:.2}-{:.2}]", x.median, x.min, x.max),
+        )
+    };
+    for x in &p.setups {
+        let secs = bins::spread(&x.seconds).map_or(0.0, |s| s.median);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {:.1} |",
+            x.name,
+            show(&x.allocation_at_100),
+            show(&x.fragmentation_at_100),
+            show(&x.fragmentation_ratio_at_100),
+            secs
+        );
+    }
+    s.push_str(
+        "
+Allocation: booked GPU compute / all GPU compute after the arrivals whose arrived          demand rounds to 100% of the cluster's GPUs (the artifact's `analysis_allo_discrete`          column `100`); fragmentation: the artifact's measure (`pkg/utils/frag.go`, its typical          pods of the trace) over all GPU compute, and over the free compute (ratio). Chart:          `paper-by-demand.svg`.
+",
+    );
+    s
 }
 
 /// Timing of a run (not deterministic; kept apart from the report).
@@ -277,6 +429,32 @@ pub fn write_all(
             out.push(format!("{stem}.png"));
         }
     }
+    if let Some(p) = &r.paper {
+        let alloc: Vec<chart::Line<'_>> = p
+            .setups
+            .iter()
+            .map(|x| (x.name.as_str(), &x.allocation_by_demand))
+            .collect();
+        let frag: Vec<chart::Line<'_>> = p
+            .setups
+            .iter()
+            .map(|x| (x.name.as_str(), &x.fragmentation_by_demand))
+            .collect();
+        let title = format!(
+            "gpusched-sim: {} on {}, median of {} seed(s)",
+            r.input.trace,
+            r.input.nodes,
+            p.seeds.len()
+        );
+        out.extend(chart::write_demand(
+            dir,
+            "paper-by-demand",
+            &title,
+            &alloc,
+            &frag,
+            png,
+        )?);
+    }
     if !r.priorities.is_empty() {
         out.extend(crate::priority_chart::write(
             dir,
@@ -287,4 +465,41 @@ pub fn write_all(
         )?);
     }
     Ok(out)
+}
+
+/// The decisions of every set-up (and seed) in event order, as CSV: `setup,seed,event,workload,
+/// node,cards,host_cpu_milli,host_mem_mib`; `node` is empty when not placed, `cards` lists
+/// `card:MiB:cores` separated by `;`.
+pub fn placements_csv(runs: &[(String, Option<u64>, &SetupResult)]) -> String {
+    let mut s = String::from("setup,seed,event,workload,node,cards,host_cpu_milli,host_mem_mib\n");
+    for (name, seed, r) in runs {
+        for p in &r.log {
+            let cards: Vec<String> = p
+                .cards
+                .iter()
+                .map(|(id, mib, cores)| format!("{id}:{mib}:{cores}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{},{},{},{}",
+                csv_field(name),
+                seed.map_or_else(String::new, |x| x.to_string()),
+                p.event,
+                csv_field(&p.workload),
+                csv_field(p.node.as_deref().unwrap_or("")),
+                csv_field(&cards.join(";")),
+                p.host.0,
+                p.host.1
+            );
+        }
+    }
+    s
+}
+
+fn csv_field(x: &str) -> String {
+    if x.contains([',', '"', '\n']) {
+        format!("\"{}\"", x.replace('"', "\"\""))
+    } else {
+        x.to_owned()
+    }
 }

@@ -28,6 +28,11 @@ pub struct Setup {
     pub gpu_policy: Vec<String>,
     /// Weights given to every workload that has none of its own (None: the service's 1,1,1).
     pub weights: Option<Weights>,
+    /// The fragmentation measure sees host CPU and memory: nodes carry their free host
+    /// resources and workloads go in Kubernetes form with `cpu`/`memory` requests (node policy
+    /// `fgd+host`, or `host = true` in TOML).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub host: bool,
 }
 
 /// The default set-ups: node binpack/spread x GPU binpack/spread.
@@ -47,7 +52,8 @@ fn node_policy(s: &str) -> Result<v1::NodePolicy, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "binpack" => Ok(v1::NodePolicy::Binpack),
         "spread" => Ok(v1::NodePolicy::Spread),
-        o => Err(format!("node policy `{o}`: use binpack or spread")),
+        "fgd" => Ok(v1::NodePolicy::Fgd),
+        o => Err(format!("node policy `{o}`: use binpack, spread or fgd")),
     }
 }
 
@@ -58,8 +64,9 @@ fn gpu_token(s: &str) -> Result<v1::GpuPolicy, String> {
         "mutex" => Ok(v1::GpuPolicy::Mutex),
         "topology-aware" => Ok(v1::GpuPolicy::TopologyAware),
         "numa" => Ok(v1::GpuPolicy::Numa),
+        "fgd" => Ok(v1::GpuPolicy::Fgd),
         o => Err(format!(
-            "GPU policy token `{o}`: use binpack, spread, mutex, topology-aware or numa"
+            "GPU policy token `{o}`: use binpack, spread, mutex, topology-aware, numa or fgd"
         )),
     }
 }
@@ -95,8 +102,8 @@ fn parse_weights(s: &str) -> Result<Weights, String> {
     })
 }
 
-/// Parses `[NAME=]NODE/GPU[/WEIGHTS]`: e.g. `binpack/spread`, `bp=binpack/binpack,numa`,
-/// `spread/binpack/1,2,1`.
+/// Parses `[NAME=]NODE[+host]/GPU[/WEIGHTS]`: e.g. `binpack/spread`,
+/// `bp=binpack/binpack,numa`, `spread/binpack/1,2,1`, `fgd/fgd`, `fgd+host/fgd`.
 pub fn parse_setup(s: &str) -> Result<Setup, String> {
     let (name, spec) = match s.split_once('=') {
         Some((n, rest)) if !n.contains('/') => (Some(n.trim().to_owned()), rest),
@@ -113,11 +120,17 @@ pub fn parse_setup(s: &str) -> Result<Setup, String> {
         .map(|t| t.trim().to_ascii_lowercase())
         .collect();
     let weights = parts.get(2).map(|w| parse_weights(w)).transpose()?;
+    let node = parts[0].trim().to_ascii_lowercase();
+    let (node, host) = match node.strip_suffix("+host") {
+        Some(n) => (n.to_owned(), true),
+        None => (node, false),
+    };
     let setup = Setup {
         name: name.unwrap_or_else(|| spec.trim().to_owned()),
-        node_policy: parts[0].trim().to_ascii_lowercase(),
+        node_policy: node,
         gpu_policy: gpu,
         weights,
+        host,
     };
     setup.check()?;
     Ok(setup)
@@ -137,6 +150,11 @@ impl Setup {
             gpu_token(t)?;
         }
         Ok(())
+    }
+
+    /// Whether the node or the GPU policy is `fgd` (the requests then carry the mix).
+    pub fn uses_fgd(&self) -> bool {
+        self.node_policy == "fgd" || self.gpu_policy.iter().any(|t| t == "fgd")
     }
 
     /// The request options carrying the policies (a workload's own policy still wins).
@@ -206,6 +224,9 @@ pub struct SetupToml {
     pub gpu: String,
     /// Weights.
     pub weights: Option<Weights>,
+    /// The fragmentation measure sees host CPU and memory (see [`Setup::host`]).
+    #[serde(default)]
+    pub host: bool,
 }
 
 /// Reads `--config`.
@@ -240,6 +261,7 @@ impl SetupToml {
             node_policy: self.node.trim().to_ascii_lowercase(),
             gpu_policy: gpu,
             weights: self.weights,
+            host: self.host,
         };
         s.check()?;
         Ok(s)
@@ -269,6 +291,9 @@ mod tests {
             "spread/binpack"
         );
         assert!(parse_setup("fill/binpack").is_err());
+        let f = parse_setup("fgd+host/fgd").unwrap();
+        assert!(f.host && f.uses_fgd() && f.node_policy == "fgd");
+        assert!(!parse_setup("binpack/fgd").unwrap().host);
         assert!(parse_setup("binpack").is_err());
         assert_eq!(default_setups().len(), 4);
         let c = parse_config(

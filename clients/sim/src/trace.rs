@@ -25,6 +25,21 @@ pub struct BadRow {
 /// decide): the shared measures' type.
 pub use gpusched_client::measure::Need;
 
+/// What an openb row said of a pod (for the artifact's measure and the host filter).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct OpenbPod {
+    /// Host CPU, millicores.
+    pub cpu_milli: u64,
+    /// Host memory, MiB.
+    pub mem_mib: u64,
+    /// Cards.
+    pub num_gpu: u32,
+    /// Share of each card, 1..=1000 (0 for a pod without GPU).
+    pub gpu_milli: u32,
+    /// Allowed models (empty = any).
+    pub gpu_spec: Vec<String>,
+}
+
 /// One workload of a trace.
 #[derive(Clone, Debug)]
 pub struct Job {
@@ -40,6 +55,13 @@ pub struct Job {
     pub demand: f64,
     /// Per-container needs, when known (typed workloads).
     pub needs: Option<Vec<Need>>,
+    /// Host CPU (millicores) and memory (MiB) the pod asks (openb rows; 0 otherwise).
+    pub host: (u64, u64),
+    /// A pod without GPU, kept only for the host filter (`ReadOptions::cpu_only`): the
+    /// simulator places it itself, the service is not asked.
+    pub cpu_only: bool,
+    /// The openb row, when the trace is an openb pod list.
+    pub openb: Option<OpenbPod>,
     /// Priority (higher is more important; see [`crate::priority`]): openb `qos`, a JSON Lines
     /// `priority`; 0 when the trace has none.
     pub priority: i32,
@@ -69,6 +91,8 @@ pub struct ReadOptions {
     pub model_mem_mib: BTreeMap<String, u64>,
     /// Virtual slots per card (HAMi deviceSplitCount).
     pub slots: u32,
+    /// Keep openb pods without GPU (as `cpu_only` jobs) instead of skipping them.
+    pub cpu_only: bool,
 }
 
 /// Default card memory per openb model (MiB). G1-G3 are undisclosed types; their size only
@@ -95,6 +119,7 @@ impl Default for ReadOptions {
             skip_bad: false,
             model_mem_mib: default_model_mem(),
             slots: 10,
+            cpu_only: false,
         }
     }
 }
@@ -115,6 +140,9 @@ pub struct Trace {
 pub struct ClusterFile {
     /// The nodes, idle.
     pub nodes: Vec<v1::Node>,
+    /// Per node (same order): its host CPU (millicores) and memory (MiB), when the node list
+    /// gives them (openb `cpu_milli`, `memory_mib`).
+    pub hosts: Vec<Option<(u64, u64)>>,
     /// Counts (rows, nodes without GPUs in `skipped_no_gpu`).
     pub stats: LoadStats,
 }
@@ -222,29 +250,48 @@ pub fn openb_workload(name: &str, num_gpu: u32, pct: u32, gpu_types: &[String]) 
 }
 
 /// Reads an openb pod list (`name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,
-/// pod_phase,creation_time,deletion_time,scheduled_time`).
+/// pod_phase,creation_time,deletion_time,scheduled_time`). Only `name`, `num_gpu` and
+/// `gpu_milli` are required: the other lists of the same release carry fewer columns (no
+/// `gpu_spec`: no type constraint; no `creation_time`: file order; no `deletion_time`: no
+/// departures).
 pub fn read_openb_pods(path: &Path, opts: &ReadOptions) -> anyhow::Result<Trace> {
     let text = read_text(path)?;
     parse_openb_pods(&path.display().to_string(), &text, opts)
 }
 
+/// Positions of the openb pod columns; `None` for optional ones the file lacks.
+struct PodColumns {
+    name: usize,
+    num_gpu: usize,
+    gpu_milli: usize,
+    gpu_spec: Option<usize>,
+    creation: Option<usize>,
+    deletion: Option<usize>,
+    cpu: Option<usize>,
+    mem: Option<usize>,
+}
+
 /// [`read_openb_pods`] on text.
 pub fn parse_openb_pods(path: &str, text: &str, opts: &ReadOptions) -> anyhow::Result<Trace> {
     let mut rdr = csv_reader(text);
-    let names = [
-        "name",
-        "num_gpu",
-        "gpu_milli",
-        "gpu_spec",
-        "creation_time",
-        "deletion_time",
-    ];
-    let col = columns(path, &mut rdr, &names)?;
-    // Optional: older lists have no `qos`.
-    let qos = rdr
+    let col = columns(path, &mut rdr, &["name", "num_gpu", "gpu_milli"])?;
+    let headers = rdr
         .headers()
-        .ok()
-        .and_then(|h| h.iter().position(|c| c == "qos"));
+        .map_err(|e| anyhow::anyhow!("{path}:1: cannot read the header: {e}"))?
+        .clone();
+    let optional = |w: &str| headers.iter().position(|h| h == w);
+    let cols = PodColumns {
+        name: col[0],
+        num_gpu: col[1],
+        gpu_milli: col[2],
+        gpu_spec: optional("gpu_spec"),
+        creation: optional("creation_time"),
+        deletion: optional("deletion_time"),
+        cpu: optional("cpu_milli"),
+        mem: optional("memory_mib"),
+    };
+    // Optional: older lists have no `qos`.
+    let qos = optional("qos");
     let mut rows = Rows {
         path,
         opts,
@@ -265,14 +312,16 @@ pub fn parse_openb_pods(path: &str, text: &str, opts: &ReadOptions) -> anyhow::R
             }
         };
         rows.stats.rows += 1;
-        match openb_row(&rec, &col, qos) {
+        // Without creation times, the file order (row number) is the arrival order.
+        let order = rows.stats.rows as f64;
+        match openb_row(&rec, &cols, order, opts.cpu_only, qos) {
             Ok(Some(job)) => jobs.push(job),
             Ok(None) => rows.stats.skipped_no_gpu += 1,
             Err(m) => rows.bad(line, m)?,
         }
     }
     let mut stats = rows.stats;
-    stats.gpu_jobs = jobs.len();
+    stats.gpu_jobs = jobs.iter().filter(|j| !j.cpu_only).count();
     Ok(Trace {
         jobs,
         stats,
@@ -280,28 +329,82 @@ pub fn parse_openb_pods(path: &str, text: &str, opts: &ReadOptions) -> anyhow::R
     })
 }
 
+fn optional_num(rec: &csv::StringRecord, idx: Option<usize>, name: &str) -> Result<u64, String> {
+    match idx {
+        None => Ok(0),
+        Some(i) if field(rec, i, name)?.is_empty() => Ok(0),
+        Some(i) => num(rec, i, name),
+    }
+}
+
 fn openb_row(
     rec: &csv::StringRecord,
-    col: &[usize],
+    col: &PodColumns,
+    order: f64,
+    keep_cpu_only: bool,
     qos: Option<usize>,
 ) -> Result<Option<Job>, String> {
-    let name = field(rec, col[0], "name")?.to_owned();
+    let name = field(rec, col.name, "name")?.to_owned();
     if name.is_empty() {
         return Err("column `name` is empty".into());
     }
-    let num_gpu: u32 = num(rec, col[1], "num_gpu")?;
-    let gpu_milli: u32 = num(rec, col[2], "gpu_milli")?;
-    let spec = field(rec, col[3], "gpu_spec")?;
-    let arrive = time(rec, col[4], "creation_time")?
-        .ok_or_else(|| "column `creation_time` is empty".to_owned())?;
-    let leave = time(rec, col[5], "deletion_time")?;
+    let num_gpu: u32 = num(rec, col.num_gpu, "num_gpu")?;
+    let gpu_milli: u32 = num(rec, col.gpu_milli, "gpu_milli")?;
+    let spec = match col.gpu_spec {
+        Some(i) => field(rec, i, "gpu_spec")?,
+        None => "",
+    };
+    let arrive = match col.creation {
+        Some(i) => time(rec, i, "creation_time")?
+            .ok_or_else(|| "column `creation_time` is empty".to_owned())?,
+        None => order,
+    };
+    let leave = match col.deletion {
+        Some(i) => time(rec, i, "deletion_time")?,
+        None => None,
+    };
+    let host = (
+        optional_num(rec, col.cpu, "cpu_milli")?,
+        optional_num(rec, col.mem, "memory_mib")?,
+    );
+    let types: Vec<String> = spec
+        .split('|')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let openb = OpenbPod {
+        cpu_milli: host.0,
+        mem_mib: host.1,
+        num_gpu,
+        gpu_milli: if num_gpu == 0 { 0 } else { gpu_milli },
+        gpu_spec: types.clone(),
+    };
     let priority = match qos {
         Some(i) => crate::priority::of_qos(field(rec, i, "qos")?)
             .map_err(|e| format!("column `qos`: {e}"))?,
         None => 0,
     };
     if num_gpu == 0 {
-        return Ok(None);
+        if !keep_cpu_only {
+            return Ok(None);
+        }
+        return Ok(Some(Job {
+            workload: v1::Workload {
+                namespace: "openb".into(),
+                name: name.clone(),
+                ..v1::Workload::default()
+            },
+            name,
+            arrive,
+            leave,
+            demand: 0.0,
+            needs: None,
+            host,
+            cpu_only: true,
+            openb: Some(openb),
+            priority,
+        }));
     }
     if gpu_milli == 0 || gpu_milli > 1000 {
         return Err(format!(
@@ -312,12 +415,6 @@ fn openb_row(
         return Err(format!("column `num_gpu`: {num_gpu} is more than 64 cards"));
     }
     let pct = gpu_milli.div_ceil(10);
-    let types: Vec<String> = spec
-        .split('|')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect();
     Ok(Some(Job {
         workload: openb_workload(&name, num_gpu, pct, &types),
         name,
@@ -330,6 +427,9 @@ fn openb_row(
             mem_mib: 0,
             mem_percent: pct,
         }]),
+        host,
+        cpu_only: false,
+        openb: Some(openb),
         priority,
     }))
 }
@@ -351,6 +451,9 @@ pub fn card(index: u32, model: &str, mem_mib: u64, slots: u32) -> v1::Card {
     }
 }
 
+/// A node of a node list with its host CPU and memory, when given.
+type NodeRow = (v1::Node, Option<(u64, u64)>);
+
 /// Reads an openb node list (`sn,cpu_milli,memory_mib,gpu,model`).
 pub fn read_openb_nodes(path: &Path, opts: &ReadOptions) -> anyhow::Result<ClusterFile> {
     let text = read_text(path)?;
@@ -365,6 +468,13 @@ pub fn parse_openb_nodes(
 ) -> anyhow::Result<ClusterFile> {
     let mut rdr = csv_reader(text);
     let col = columns(path, &mut rdr, &["sn", "gpu", "model"])?;
+    let headers = rdr
+        .headers()
+        .map_err(|e| anyhow::anyhow!("{path}:1: cannot read the header: {e}"))?
+        .clone();
+    let cpu_col = headers.iter().position(|h| h == "cpu_milli");
+    let mem_col = headers.iter().position(|h| h == "memory_mib");
+    let mut hosts = Vec::new();
     let mut rows = Rows {
         path,
         opts,
@@ -383,7 +493,7 @@ pub fn parse_openb_nodes(
             }
         };
         let line = rec.position().map_or(0, csv::Position::line);
-        let node = (|| -> Result<Option<v1::Node>, String> {
+        let node = (|| -> Result<Option<NodeRow>, String> {
             let sn = field(&rec, col[0], "sn")?;
             if sn.is_empty() {
                 return Err("column `sn` is empty".into());
@@ -404,21 +514,38 @@ pub fn parse_openb_nodes(
             if !seen.insert(sn.to_owned()) {
                 return Err(format!("duplicate node `{sn}`"));
             }
-            Ok(Some(v1::Node {
-                name: sn.to_owned(),
-                cards: (0..gpus).map(|i| card(i, model, mem, opts.slots)).collect(),
-                ..v1::Node::default()
-            }))
+            let host = match (cpu_col, mem_col) {
+                (Some(c), Some(m)) => Some((
+                    num::<u64>(&rec, c, "cpu_milli")?,
+                    num::<u64>(&rec, m, "memory_mib")?,
+                )),
+                _ => None,
+            };
+            Ok(Some((
+                v1::Node {
+                    name: sn.to_owned(),
+                    cards: (0..gpus).map(|i| card(i, model, mem, opts.slots)).collect(),
+                    ..v1::Node::default()
+                },
+                host,
+            )))
         })();
         match node {
-            Ok(Some(n)) => nodes.push(n),
+            Ok(Some((n, h))) => {
+                nodes.push(n);
+                hosts.push(h);
+            }
             Ok(None) => rows.stats.skipped_no_gpu += 1,
             Err(m) => rows.bad(line, m)?,
         }
     }
     let mut stats = rows.stats;
     stats.gpu_jobs = nodes.len();
-    Ok(ClusterFile { nodes, stats })
+    Ok(ClusterFile {
+        nodes,
+        hosts,
+        stats,
+    })
 }
 
 /// Reads JSON Lines of `gpusched.v1.Node` (proto JSON), one node per line; blank lines and
@@ -460,7 +587,26 @@ pub fn parse_jsonl_nodes(
     }
     let mut stats = rows.stats;
     stats.gpu_jobs = nodes.len();
-    Ok(ClusterFile { nodes, stats })
+    // A node's `host` (free host resources) is its capacity: the cluster starts idle.
+    let hosts = nodes
+        .iter()
+        .map(|n| {
+            n.host.map(|h| {
+                (
+                    u64::try_from(h.free_cpu_milli).unwrap_or(0),
+                    u64::try_from(h.free_mem_mib).unwrap_or(0),
+                )
+            })
+        })
+        .collect();
+    for n in &mut nodes {
+        n.host = None;
+    }
+    Ok(ClusterFile {
+        nodes,
+        hosts,
+        stats,
+    })
 }
 
 /// Reads a JSON Lines trace: each line `{"arrive": SECONDS, "leave": SECONDS|null,
@@ -557,6 +703,9 @@ fn jsonl_job(l: &str, line: u64) -> Result<Option<Job>, String> {
         workload,
         demand,
         needs,
+        host: (0, 0),
+        cpu_only: false,
+        openb: None,
         priority,
     }))
 }

@@ -132,6 +132,14 @@ async fn mig_nodes_are_replayed_and_measured() {
             slots: None,
             no_png: true,
             no_progress: true,
+            seed: None,
+            seeds: None,
+            tune: None,
+            host: false,
+            placements: None,
+            mix_coverage: 0.95,
+            mix_shapes: 64,
+            mix_weight: "demand".into(),
             preemption: gpusched_sim::app::PreemptionMode::None,
         })
         .await

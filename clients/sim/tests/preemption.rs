@@ -46,6 +46,14 @@ fn args(trace: &Path, nodes: &Path, out: PathBuf, mode: PreemptionMode) -> Args 
         slots: None,
         no_png: false,
         no_progress: true,
+        seed: None,
+        seeds: None,
+        tune: None,
+        host: false,
+        placements: None,
+        mix_coverage: 0.95,
+        mix_shapes: 64,
+        mix_weight: "demand".into(),
         preemption: mode,
     }
 }

@@ -382,6 +382,14 @@ fn args(files: &Files, trace: &Path, nodes: &Path, out: &str) -> Args {
         slots: None,
         no_png: false,
         no_progress: true,
+        seed: None,
+        seeds: None,
+        tune: None,
+        host: false,
+        placements: None,
+        mix_coverage: 0.95,
+        mix_shapes: 64,
+        mix_weight: "demand".into(),
         preemption: gpusched_sim::app::PreemptionMode::None,
     }
 }
@@ -521,4 +529,140 @@ fn bad_rows_name_their_line_or_are_counted() {
         e.contains("bad-nodes.csv:3:") && e.contains("--model-mem H999="),
         "{e}"
     );
+}
+
+/// The paper's experiment on a generated trace: the artifact's order (seeded shuffle, tune-up
+/// to 130%), the host filter, several seeds with their spread, the placements file, fgd with
+/// and without host resources in the measure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_papers_experiment_over_seeds() {
+    let files = Files::new();
+    let nodes = files.write("nodes.csv", NODES_CSV);
+    let pods = files.write("pods.csv", &pods_csv(300, 21));
+    let mut a = args(&files, &pods, &nodes, "paper");
+    a.setups = vec![
+        "binpack/binpack".into(),
+        "fgd/fgd".into(),
+        "fgd+host/fgd".into(),
+    ];
+    a.seeds = Some("42-44".into());
+    a.tune = Some(1.3);
+    a.host = true;
+    a.no_png = true;
+    a.placements = Some(files.root.join("placements.csv"));
+    let o = app::run(&a).await.unwrap();
+    let p = o.report.paper.as_ref().expect("the paper's report");
+    assert_eq!(p.seeds, vec![42, 43, 44]);
+    assert_eq!(p.setups.len(), 3);
+    for s in &p.setups {
+        // A 37-card cluster: one 8-card pod moves arrived demand by 22%, so a seed may have no
+        // arrival within a percent of 100 (the bin is then empty).
+        assert_eq!(s.per_seed.len(), 3, "{}", s.name);
+        let alloc = s
+            .allocation_at_100
+            .expect("allocation at 100% arrived demand");
+        assert!(alloc.runs >= 1, "{}", s.name);
+        assert!(alloc.min <= alloc.median && alloc.median <= alloc.max);
+        assert!(
+            alloc.median > 10.0 && alloc.median <= 100.0,
+            "{}: {alloc:?}",
+            s.name
+        );
+        assert!(s.fragmentation_at_100.is_some());
+        assert_eq!(s.allocation_by_demand.len(), 131);
+    }
+    // The tune-up appended pods in every order, and each seed shuffled differently.
+    assert!(p.order.iter().all(|o| o.tuned > 0 || o.removed > 0));
+    assert!(o.files.contains(&"paper-by-demand.svg".to_owned()));
+    let csv = std::fs::read_to_string(files.root.join("placements.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("setup,seed,event,workload,node,cards,host_cpu_milli,host_mem_mib")
+    );
+    let rows: Vec<&str> = lines.collect();
+    // Every arrival of every set-up and seed, GPU pods with their cards.
+    assert!(
+        rows.iter()
+            .any(|r| r.starts_with("fgd/fgd,43,") && r.contains(":"))
+    );
+    let pods: usize = p
+        .order
+        .iter()
+        .map(|o| o.shuffled + o.tuned - o.removed)
+        .sum();
+    assert_eq!(rows.len(), 3 * pods, "every pod of every set-up and seed");
+    let summary = std::fs::read_to_string(files.root.join("paper").join("summary.md")).unwrap();
+    assert!(summary.contains("The paper's experiment"), "{summary}");
+    // Same seeds, same decisions (the report is deterministic).
+    let again = app::run(&a).await.unwrap();
+    assert_eq!(
+        serde_json::to_string(&again.report.paper).unwrap(),
+        serde_json::to_string(&o.report.paper).unwrap()
+    );
+}
+
+/// With the host filter no pod lands where its CPU or memory is not free: replayed by hand
+/// from the placements file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_filter_never_overcommits_a_node() {
+    let files = Files::new();
+    // Small CPUs: the host filter binds.
+    let nodes = files.write(
+        "nodes.csv",
+        "sn,cpu_milli,memory_mib,gpu,model\nn1,8000,65536,4,T4\nn2,12000,65536,4,T4\nn3,4000,16384,2,T4\n",
+    );
+    let pods = files.write("pods.csv", &pods_csv(120, 5));
+    let mut a = args(&files, &pods, &nodes, "host");
+    a.setups = vec!["binpack/binpack".into(), "fgd/fgd".into()];
+    a.seed = Some(1);
+    a.host = true;
+    a.no_png = true;
+    a.placements = Some(files.root.join("p.csv"));
+    let o = app::run(&a).await.unwrap();
+    let cap: HashMap<&str, u64> = [("n1", 8000), ("n2", 12000), ("n3", 4000)].into();
+    let csv = std::fs::read_to_string(files.root.join("p.csv")).unwrap();
+    let mut used: HashMap<(String, String), u64> = HashMap::new();
+    let mut placed = 0;
+    for row in csv.lines().skip(1) {
+        let f: Vec<&str> = row.split(',').collect();
+        if f[4].is_empty() {
+            continue;
+        }
+        placed += 1;
+        let u = used.entry((f[0].to_owned(), f[4].to_owned())).or_default();
+        *u += f[6].parse::<u64>().unwrap();
+        assert!(*u <= cap[f[4]], "{row}: CPU over the node's");
+    }
+    assert!(placed > 0);
+    let r = &o.report.setups[0];
+    assert!(
+        r.unplaced > 0,
+        "the CPUs are small: some pods cannot be placed"
+    );
+}
+
+/// The other pod lists of the release carry fewer columns: no `gpu_spec`, no times (file
+/// order, no departures).
+#[test]
+fn pod_lists_with_fewer_columns_are_read_in_file_order() {
+    let text = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nb,4000,8192,1,500\na,0,0,0,0\nc,8000,1024,2,1000\n";
+    let t = trace::parse_openb_pods("multigpu.csv", text, &ReadOptions::default()).unwrap();
+    let names: Vec<&str> = t.jobs.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(names, ["b", "c"], "file order; the pod without GPU skipped");
+    assert!(t.jobs.iter().all(|j| j.leave.is_none()));
+    assert!(t.jobs[0].arrive < t.jobs[1].arrive);
+    assert_eq!(t.jobs[1].host, (8000, 1024));
+    let with_cpu = ReadOptions {
+        cpu_only: true,
+        ..ReadOptions::default()
+    };
+    let t = trace::parse_openb_pods("multigpu.csv", text, &with_cpu).unwrap();
+    assert_eq!(t.jobs.len(), 3);
+    assert!(t.jobs[1].cpu_only);
+    // Only name, num_gpu and gpu_milli are required.
+    let e = trace::parse_openb_pods("x.csv", "name,num_gpu\na,1\n", &ReadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("gpu_milli"), "{e}");
 }

@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::mix::{GPU_POLICY, MixSource, NODE_POLICY};
 use crate::request::{GpuRequest, RequestError};
 
 /// sbatch short options that take a value.
@@ -118,6 +119,8 @@ pub struct Settings {
     /// When nothing fits, requeue the jobs the service names (`--gpusched-preempt`; needs root
     /// or a Slurm operator: other users' jobs).
     pub preempt: bool,
+    /// Where the workload mix of jobs under fgd comes from (`--gpusched-mix`, `GPUSCHED_MIX`).
+    pub mix: MixSource,
 }
 
 /// A parsed command line.
@@ -190,6 +193,13 @@ pub struct Env {
     pub inventory_dir: Option<String>,
     /// `GPUSCHED_LOCK_FILE`.
     pub lock_file: Option<String>,
+    /// `GPUSCHED_MIX`: `observed`, `service` or a mix file.
+    pub mix: Option<String>,
+    /// `GPUSCHED_NODE_SCHEDULER_POLICY`: the site's default node policy (a job's own
+    /// `--gpusched node-scheduler-policy` wins).
+    pub node_policy: Option<String>,
+    /// `GPUSCHED_GPU_SCHEDULER_POLICY`: the site's default GPU policy.
+    pub gpu_policy: Option<String>,
 }
 
 impl Env {
@@ -199,6 +209,9 @@ impl Env {
             address: std::env::var("GPUSCHED_ADDRESS").ok(),
             inventory_dir: std::env::var("GPUSCHED_INVENTORY_DIR").ok(),
             lock_file: std::env::var("GPUSCHED_LOCK_FILE").ok(),
+            mix: std::env::var("GPUSCHED_MIX").ok(),
+            node_policy: std::env::var("GPUSCHED_NODE_SCHEDULER_POLICY").ok(),
+            gpu_policy: std::env::var("GPUSCHED_GPU_SCHEDULER_POLICY").ok(),
         }
     }
 }
@@ -234,6 +247,7 @@ pub fn parse(args: &[String], env: &Env) -> Result<SubmitArgs, ArgsError> {
             )),
             dry_run: false,
             preempt: false,
+            mix: env.mix.as_deref().map(MixSource::parse).unwrap_or_default(),
         },
     };
     let mut i = 0;
@@ -310,12 +324,13 @@ pub fn parse(args: &[String], env: &Env) -> Result<SubmitArgs, ArgsError> {
             }
             "--gpusched-dry-run" => out.settings.dry_run = true,
             "--gpusched-preempt" => out.settings.preempt = true,
+            "--gpusched-mix" => out.settings.mix = MixSource::parse(&val),
             n if n.starts_with("--gpusched") => {
                 return Err(refused(
                     n,
                     "unknown gpusched-sbatch option; known: --gpusched KEY=VALUE, \
                      --gpusched-address, --gpusched-inventory, --gpusched-timeout, \
-                     --gpusched-lock, --gpusched-dry-run, --gpusched-preempt",
+                     --gpusched-lock, --gpusched-dry-run, --gpusched-preempt, --gpusched-mix",
                 ));
             }
             "--gres" => out.other_gres.extend(request.add_gres(&val)?),
@@ -375,6 +390,18 @@ pub fn parse(args: &[String], env: &Env) -> Result<SubmitArgs, ArgsError> {
         }
     }
     request.check()?;
+    // The site's default policies, where the job names none (the service checks the value).
+    for (key, default) in [
+        (NODE_POLICY, &env.node_policy),
+        (GPU_POLICY, &env.gpu_policy),
+    ] {
+        if let Some(v) = default.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
+            request
+                .annotations
+                .entry(key.to_owned())
+                .or_insert_with(|| v.to_owned());
+        }
+    }
     out.request = request;
     Ok(out)
 }
@@ -430,6 +457,7 @@ mod tests {
             address: Some("http://gs:1".into()),
             inventory_dir: Some("/inv".into()),
             lock_file: None,
+            ..Env::default()
         };
         let args: Vec<String> = ["--gres", "gpu:1", "--gpusched-timeout", "0.5", "--wrap=x"]
             .iter()
@@ -489,5 +517,44 @@ mod tests {
         let a = p(&["--gres=gpu:1", "-H", "--parsable", "-N1", "s"]).unwrap();
         assert!(a.user_hold && a.parsable);
         assert_eq!(a.sbatch_args, ["-H", "-N", "1", "s"]);
+    }
+
+    #[test]
+    fn the_fgd_mix_source_and_the_site_default_policies() {
+        let args = |extra: &[&str]| -> Vec<String> {
+            let mut v = vec!["--gres=gpu:1".to_owned()];
+            v.extend(extra.iter().map(|s| (*s).to_owned()));
+            v.push("job.sh".to_owned());
+            v
+        };
+        let a = parse(&args(&[]), &Env::default()).unwrap();
+        assert_eq!(a.settings.mix, MixSource::Observed);
+        assert!(!a.request.annotations.contains_key(NODE_POLICY));
+        let env = Env {
+            mix: Some("service".into()),
+            node_policy: Some("fgd".into()),
+            gpu_policy: Some("fgd".into()),
+            ..Env::default()
+        };
+        let a = parse(&args(&[]), &env).unwrap();
+        assert_eq!(a.settings.mix, MixSource::Service);
+        assert_eq!(a.request.annotations[NODE_POLICY], "fgd");
+        assert_eq!(a.request.annotations[GPU_POLICY], "fgd");
+        // The job's own policy and option win.
+        let a = parse(
+            &args(&[
+                "--gpusched",
+                "node-scheduler-policy=binpack",
+                "--gpusched-mix",
+                "/etc/gpusched/mix.json",
+            ]),
+            &env,
+        )
+        .unwrap();
+        assert_eq!(a.request.annotations[NODE_POLICY], "binpack");
+        assert_eq!(
+            a.settings.mix,
+            MixSource::File(PathBuf::from("/etc/gpusched/mix.json"))
+        );
     }
 }

@@ -54,6 +54,7 @@ impl NodeInventory {
     /// The v1 node, without usage.
     pub fn to_node(&self) -> v1::Node {
         v1::Node {
+            host: None,
             name: self.node.clone(),
             cards: self.cards.clone(),
             cordoned_card_ids: vec![],

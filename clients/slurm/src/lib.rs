@@ -13,6 +13,8 @@
 //!   as the job's quota budget ([`quota`]).
 //! - preemption ([`preempt`]): when nothing fits, the service's `Preempt` over the booked jobs
 //!   (their partitions' `PriorityTier`); with `--gpusched-preempt` the named jobs are requeued.
+//! - the fgd policies ([`mix`]): the workload mix sent with the requests of jobs under `fgd`,
+//!   derived from the jobs holding cards, or read from a file.
 //! - `gpusched-slurm task-prolog` ([`prolog`]): the TaskProlog that exports
 //!   `CUDA_VISIBLE_DEVICES` and HAMi-core's limits from the recorded decision.
 //! - `gpusched-slurm conf` ([`conf`]): `gres.conf` / `slurm.conf` lines from the inventories.
@@ -23,6 +25,7 @@ pub mod cluster;
 pub mod conf;
 pub mod decision;
 pub mod inventory;
+pub mod mix;
 pub mod preempt;
 pub mod prolog;
 pub mod quota;

@@ -20,6 +20,7 @@ use crate::args::SubmitArgs;
 use crate::cluster::{UsageError, candidate_nodes, decisions};
 use crate::decision::Decision;
 use crate::inventory::{InventoryError, NodeInventory, read_dir};
+use crate::mix::{self, MixSource};
 use crate::preempt::{self, Plan, Tiers};
 use crate::quota;
 use crate::request::{GpuRequest, USE_GPUTYPE, option_of_field};
@@ -294,6 +295,7 @@ async fn preemption(
     nodes: &[v1::Node],
     jobs: &[slurm::Job],
     booked: &BTreeMap<u64, Decision>,
+    workload_mix: Option<v1::WorkloadMix>,
 ) -> Result<Result<Plan, String>, SubmitError> {
     let s = &args.settings;
     let tiers = Tiers::new(&slurm::partitions(s.timeout).await?);
@@ -303,7 +305,10 @@ async fn preemption(
     let req = v1::PreemptRequest {
         nodes: nodes.to_vec(),
         workload: Some(workload.clone()),
-        options: None,
+        options: workload_mix.map(|m| v1::PlacementOptions {
+            workload_mix: Some(m),
+            ..v1::PlacementOptions::default()
+        }),
         priority: tiers.priority(&args.partitions.join(",")),
         placed: preempt::placed(nodes, jobs, booked, &tiers, now_ms),
         node_refs: vec![],
@@ -330,6 +335,16 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
     let t = s.timeout;
     let inventories = read_dir(&s.inventory_dir)?;
     check_gpu_types(&args.request, &inventories)?;
+    let mix_file = match &s.mix {
+        MixSource::File(path) if mix::uses_fgd(&args.request) => {
+            Some(mix::load(path).map_err(|why| SubmitError::Invalid {
+                option: "--gpusched-mix".to_owned(),
+                value: format!("={}", path.display()),
+                why,
+            })?)
+        }
+        _ => None,
+    };
     let workload = args.request.workload(&args.job_name);
     let client = ClientBuilder::new(s.address.clone())
         .timeout(Some(t))
@@ -371,6 +386,8 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
             &args.partitions,
             booked.values(),
         );
+        let workload_mix =
+            mix::for_request(&s.mix, mix_file.as_ref(), &args.request, &booked, &nodes);
         let result = call(v1::AllocateRequest {
             node_set: None,
             nodes: nodes.clone(),
@@ -378,6 +395,7 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
             // The reasons are read only when nothing fits.
             options: Some(v1::PlacementOptions {
                 failed_nodes: v1::FailedNodes::WhenUnplaced as i32,
+                workload_mix: workload_mix.clone(),
                 ..v1::PlacementOptions::default()
             }),
             restrict_to_node_names: vec![],
@@ -393,7 +411,17 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
                 if nodes.is_empty() {
                     return Err(SubmitError::NoFit(why));
                 }
-                match preemption(args, &client, &workload, &nodes, &jobs, &booked).await? {
+                let plan = preemption(
+                    args,
+                    &client,
+                    &workload,
+                    &nodes,
+                    &jobs,
+                    &booked,
+                    workload_mix.clone(),
+                )
+                .await?;
+                match plan {
                     Ok(plan) if s.preempt => (plan.decision, plan.victims),
                     Ok(plan) => {
                         return Err(SubmitError::NoFit(format!(
@@ -456,7 +484,16 @@ pub async fn submit(args: &SubmitArgs) -> Result<Submitted, SubmitError> {
                 why: e.to_string(),
             });
         }
-        let fits = match recheck(args, &inventories, &limits, &decision, job_id, &call).await {
+        let checked = recheck(
+            args,
+            &inventories,
+            &limits,
+            &decision,
+            job_id,
+            workload_mix.as_ref(),
+            &call,
+        );
+        let fits = match checked.await {
             Ok(fits) => fits,
             Err(e) => {
                 cancel(job_id, t).await;
@@ -503,6 +540,7 @@ async fn recheck<F, Fut>(
     limits: &[quota::Limit],
     decision: &Decision,
     job_id: u64,
+    workload_mix: Option<&v1::WorkloadMix>,
     call: &F,
 ) -> Result<bool, SubmitError>
 where
@@ -522,9 +560,10 @@ where
         node_set: None,
         nodes,
         workload: Some(workload),
-        // Only the placement is compared.
+        // Only the placement is compared; the same mix as the decision (the cards are pinned).
         options: Some(v1::PlacementOptions {
             failed_nodes: v1::FailedNodes::None as i32,
+            workload_mix: workload_mix.cloned(),
             ..v1::PlacementOptions::default()
         }),
         restrict_to_node_names: vec![decision.node.clone()],

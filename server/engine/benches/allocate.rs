@@ -8,7 +8,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use gpusched_engine::{DecideOptions, QuotaBudget, allocate, evaluate};
 
 mod cluster;
-use cluster::{cluster, workload};
+use cluster::{cluster, fgd_workload, workload};
 
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("allocate");
@@ -44,6 +44,24 @@ fn bench(c: &mut Criterion) {
             cores: Some(1 << 20),
         };
         let w = workload(gpus).with_quota(budget).expect("valid budget");
+        group.bench_function(format!("{gpus}-card/1000"), |b| {
+            b.iter(|| {
+                black_box(allocate(
+                    black_box(&snapshot),
+                    black_box(&w),
+                    DecideOptions::default(),
+                ))
+            })
+        });
+    }
+    group.finish();
+    // Node and GPU policy fgd with a 35-shape mix (section 12), against binpack on the same
+    // cluster (the default GPU policy spread is the `allocate` group's).
+    let mut group = c.benchmark_group("fgd");
+    let snapshot = cluster(1_000, 42);
+    group.throughput(Throughput::Elements(1_000));
+    for gpus in [1u32, 4] {
+        let w = fgd_workload(gpus);
         group.bench_function(format!("{gpus}-card/1000"), |b| {
             b.iter(|| {
                 black_box(allocate(

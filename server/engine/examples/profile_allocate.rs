@@ -1,6 +1,7 @@
 //! Runs Allocate K times over N nodes x 8 cards, for instruction-level profiling:
 //! `valgrind --tool=callgrind target/release/examples/profile_allocate N K GPUS [quota]`
-//! (`quota`: with a quota budget that is checked on every card but never binds).
+//! (`quota`: with a quota budget that is checked on every card but never binds; `fgd`: node
+//! and GPU policy fgd with the 35-shape mix).
 
 use std::hint::black_box;
 
@@ -8,7 +9,7 @@ use gpusched_engine::{DecideOptions, QuotaBudget, allocate};
 
 #[path = "../benches/cluster.rs"]
 mod cluster;
-use cluster::{cluster, workload};
+use cluster::{cluster, fgd_workload, workload};
 
 fn main() {
     let args: Vec<usize> = std::env::args()
@@ -21,7 +22,12 @@ fn main() {
         args.get(2).copied().unwrap_or(1),
     );
     let s = cluster(nodes, 42);
-    let mut w = workload(u32::try_from(gpus).unwrap_or(1));
+    let gpus = u32::try_from(gpus).unwrap_or(1);
+    let mut w = if std::env::args().any(|a| a == "fgd") {
+        fgd_workload(gpus)
+    } else {
+        workload(gpus)
+    };
     if std::env::args().any(|a| a == "quota") {
         let budget = QuotaBudget {
             mem_mib: Some(1 << 30),

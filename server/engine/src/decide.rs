@@ -2,18 +2,21 @@
 //! list of workloads one after another; one node at a time for a prepared workload; apply and
 //! release placements.
 
+use std::cmp::Ordering;
 use std::sync::Arc;
 
 use crate::evaluate::{NodeOutcome, Scratch, evaluate_node};
 use crate::explain::NodeExplanation;
 use crate::fit::Prepared;
+use crate::frag::host_after;
+use crate::host::HostRequest;
 use crate::mig::book::{self, MigAssignment, Way};
 use crate::model::{CardUsage, Node, NodeId, Snapshot};
 use crate::policy::NodePolicy;
 use crate::quota::QuotaUse;
 use crate::quota_workload::BatchQuotas;
 use crate::reason::NodeFailure;
-use crate::score::{NodeScore, score_from_sums};
+use crate::score::{NodeScore, prefer, preference_value, score_from_sums};
 use crate::workload::Workload;
 
 /// What a decision collects besides the answer. `DecideOptions::default()` collects nothing
@@ -114,6 +117,9 @@ pub struct Placement {
     /// What the placement books on each of the node's cards (in card order): `final_usage`
     /// minus the usage before. [`apply`] adds it, [`release`] takes it away.
     pub booked: Vec<CardUsage>,
+    /// The host CPU and memory the workload asks (section 12.2): [`apply`] takes it from the
+    /// node's free host resources and [`release`] gives it back, on a node that carries them.
+    pub host: HostRequest,
 }
 
 impl Placement {
@@ -345,6 +351,7 @@ impl<'w> PreparedWorkload<'w> {
                 node: id,
                 containers: Vec::new(),
                 quota: None,
+                fragmentation: None,
             });
             match evaluate_node(node, &self.prep, &mut scratch, false, ex.as_mut()) {
                 NodeOutcome::Fit(score) => feasible.push(FeasibleNode {
@@ -385,42 +392,38 @@ fn current_score(node: &Node) -> NodeScore {
 
 /// Sets `normalized` of every feasible node (see [`preference`]).
 fn normalize(feasible: &mut [FeasibleNode], policy: NodePolicy) {
-    let min = feasible.iter().map(|f| f.score.key).min().unwrap_or(0);
-    let max = feasible.iter().map(|f| f.score.key).max().unwrap_or(0);
+    let values = feasible.iter().map(|f| preference_value(policy, &f.score));
+    let (min, max) = values.fold((i128::MAX, i128::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
     for f in feasible.iter_mut() {
-        f.normalized = preference(f.score.key, min, max, policy);
+        f.normalized = preference(preference_value(policy, &f.score), min, max);
     }
 }
 
-/// Preference 0..=100 of a score key among feasible keys `min..=max`: 100 for the most
-/// preferred, 0 for the least, linear between (rounded half up, exact integer arithmetic);
-/// 100 when all are equal.
-pub(crate) fn preference(key: i64, min: i64, max: i64, policy: NodePolicy) -> u32 {
-    let span = i128::from(max) - i128::from(min);
+/// Preference 0..=100 of a node's [`preference_value`] among the feasible nodes' values
+/// `min..=max`: 100 for the most preferred, 0 for the least, linear between (rounded half up,
+/// exact integer arithmetic); 100 when all are equal.
+pub(crate) fn preference(value: i128, min: i128, max: i128) -> u32 {
+    let span = max.saturating_sub(min);
     if span <= 0 {
         return 100;
     }
-    let above = match policy {
-        NodePolicy::Binpack => i128::from(key) - i128::from(min),
-        NodePolicy::Spread => i128::from(max) - i128::from(key),
-    };
+    let above = value.saturating_sub(min);
+    // Both below 2^127: scale down until 200 * above cannot overflow.
+    let (mut above, mut span) = (above, span);
+    while above > i128::MAX / 400 || span > i128::MAX / 400 {
+        above /= 2;
+        span /= 2;
+    }
+    if span <= 0 {
+        return 100;
+    }
     u32::try_from((200 * above + span) / (2 * span)).unwrap_or(100)
 }
 
-/// Most preferred first: binpack highest key, spread lowest; ties by smaller name (the
-/// snapshot is sorted by name, so by index).
+/// Most preferred first (see [`prefer`]); ties by smaller name (the snapshot is sorted by
+/// name, so by index).
 fn sort_by_preference(feasible: &mut [FeasibleNode], policy: NodePolicy) {
-    feasible.sort_by(|a, b| match policy {
-        NodePolicy::Binpack => b.score.key.cmp(&a.score.key).then(a.node.cmp(&b.node)),
-        NodePolicy::Spread => a.score.key.cmp(&b.score.key).then(a.node.cmp(&b.node)),
-    });
-}
-
-fn better(policy: NodePolicy, candidate: i64, best: i64) -> bool {
-    match policy {
-        NodePolicy::Binpack => candidate > best,
-        NodePolicy::Spread => candidate < best,
-    }
+    feasible.sort_by(|a, b| prefer(policy, &a.score, &b.score).then(a.node.cmp(&b.node)));
 }
 
 /// The allocation, and whether `stop` abandoned it (then it is partial).
@@ -450,7 +453,7 @@ fn allocate_with(
     let policy = workload.node_policy;
     let mut failed = Vec::new();
     let mut best: Option<(NodeId, NodeScore)> = None;
-    let mut keys: Vec<i64> = Vec::new();
+    let mut keys: Vec<i128> = Vec::new();
     let mut abandoned = false;
     for (id, node) in snapshot.iter() {
         if stop() {
@@ -459,8 +462,8 @@ fn allocate_with(
         }
         match evaluate_node(node, prep, scratch, false, None) {
             NodeOutcome::Fit(score) => {
-                keys.push(score.key);
-                if best.is_none_or(|(_, b)| better(policy, score.key, b.key)) {
+                keys.push(preference_value(policy, &score));
+                if best.is_none_or(|(_, b)| prefer(policy, &score, &b) == Ordering::Less) {
                     best = Some((id, score));
                 }
             }
@@ -474,14 +477,16 @@ fn allocate_with(
             node: id,
             containers: Vec::new(),
             quota: None,
+            fragmentation: None,
         });
         // Deterministic: the same evaluation again, this time recording the cards.
         let mut placement = placement_on(node, id, prep, scratch, ex.as_mut()).ok()?;
         explanations.extend(ex);
-        let min = keys.iter().min().copied().unwrap_or(score.key);
-        let max = keys.iter().max().copied().unwrap_or(score.key);
+        let value = preference_value(policy, &score);
+        let min = keys.iter().min().copied().unwrap_or(value);
+        let max = keys.iter().max().copied().unwrap_or(value);
         placement.score = score;
-        placement.normalized = preference(score.key, min, max, policy);
+        placement.normalized = preference(value, min, max);
         Some(placement)
     });
     if placement.is_none() && explain && !abandoned {
@@ -494,6 +499,7 @@ fn allocate_with(
                 node: id,
                 containers: Vec::new(),
                 quota: None,
+                fragmentation: None,
             };
             evaluate_node(node, prep, scratch, false, Some(&mut ex));
             explanations.push(ex);
@@ -556,6 +562,7 @@ pub(crate) fn placement_on(
         containers,
         final_usage: scratch.final_usage.clone(),
         booked,
+        host: prep.workload.host,
     })
 }
 
@@ -635,6 +642,7 @@ fn batch_with(
                 let mig = book::plan(node, mig_assignments(p), Way::Apply).ok();
                 let node = Arc::make_mut(node);
                 node.set_usage(&p.final_usage);
+                node.host = host_after(node.host, p.host);
                 book::commit(node, mig.unwrap_or_default());
             }
             quotas.spend(workload, p.quota_use());
@@ -713,6 +721,13 @@ pub enum BookingError {
         card: usize,
         /// Card id.
         card_id: String,
+    },
+    /// Booking or releasing the placement's host request would overflow the node's 64-bit
+    /// free host counters.
+    #[error("the host request overflows the free host resources of {name}")]
+    HostOverflow {
+        /// Node name.
+        name: String,
     },
     /// A MIG instance of the placement does not fit the card as it is: applying meets a taken
     /// or overlapping instance (or no free one to reuse), releasing an instance the workload
@@ -808,6 +823,25 @@ fn book(
         };
         usage.push(next);
     }
+    let host = match (node.host, direction) {
+        (None, _) => None,
+        (Some(h), Direction::Apply) => {
+            Some(
+                h.minus(placement.host)
+                    .ok_or_else(|| BookingError::HostOverflow {
+                        name: node.name.clone(),
+                    })?,
+            )
+        }
+        (Some(h), Direction::Release) => {
+            Some(
+                h.plus(placement.host)
+                    .ok_or_else(|| BookingError::HostOverflow {
+                        name: node.name.clone(),
+                    })?,
+            )
+        }
+    };
     let way = match direction {
         Direction::Apply => Way::Apply,
         Direction::Release => Way::Release,
@@ -827,6 +861,7 @@ fn book(
     })?;
     let node = Arc::make_mut(node);
     node.set_usage(&usage);
+    node.host = host;
     book::commit(node, mig);
     Ok(())
 }

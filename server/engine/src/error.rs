@@ -41,11 +41,14 @@ pub enum ViolationKind {
     /// A node sent by reference is malformed: a digest of the wrong length or an unknown hash
     /// function, bytes that do not hash to their digest, or bytes that do not decode.
     InvalidNodeReference,
+    /// A workload mix whose probabilities are not a distribution: negative, not finite,
+    /// above 1, all zero, or not summing to 1 (`docs/placement-semantics.md` section 12.1).
+    InvalidWorkloadMix,
 }
 
 impl ViolationKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ViolationKind; 12] = [
+    pub const ALL: [ViolationKind; 13] = [
         ViolationKind::InvalidNodePolicy,
         ViolationKind::InvalidGpuPolicy,
         ViolationKind::InvalidScoringWeights,
@@ -58,6 +61,7 @@ impl ViolationKind {
         ViolationKind::OutOfRange,
         ViolationKind::LimitExceeded,
         ViolationKind::InvalidNodeReference,
+        ViolationKind::InvalidWorkloadMix,
     ];
 
     /// The stable reason string (UPPER_SNAKE_CASE), e.g. `INVALID_SCORING_WEIGHTS`.
@@ -75,6 +79,7 @@ impl ViolationKind {
             ViolationKind::OutOfRange => "OUT_OF_RANGE",
             ViolationKind::LimitExceeded => "LIMIT_EXCEEDED",
             ViolationKind::InvalidNodeReference => "INVALID_NODE_REFERENCE",
+            ViolationKind::InvalidWorkloadMix => "INVALID_WORKLOAD_MIX",
         }
     }
 

@@ -1,8 +1,10 @@
 //! Tentative placement of a whole workload on one node: init containers (peak rule), app
 //! containers, the node score after placement (`docs/placement-semantics.md` sections 6 and 7).
 
-use crate::explain::{ContainerExplanation, NodeExplanation};
+use crate::explain::{ContainerExplanation, FragmentationExplanation, NodeExplanation};
+use crate::fgd_lone::{self, LoneScratch};
 use crate::fit::{FitScratch, LoneFit, Pick, Prepared, add_usage, lone_fit, place_container};
+use crate::frag::{FragScratch, Fragmentation, host_after};
 use crate::model::{CardUsage, Node};
 use crate::reason::NodeFailure;
 use crate::score::{NodeScore, node_score, score_from_sums};
@@ -19,6 +21,11 @@ pub(crate) struct Scratch {
     /// Cards chosen in the last successful evaluation (when picks were asked for).
     pub(crate) picks: Vec<Pick>,
     discard: Vec<Pick>,
+    /// The fragmentation measure's buffers and the node's usage as it is (node policy `fgd`).
+    frag: FragScratch,
+    before: Vec<CardUsage>,
+    /// The lone-container shortcut under fgd (section 12.3).
+    lone: LoneScratch,
 }
 
 /// Outcome of one node.
@@ -53,10 +60,28 @@ pub(crate) fn evaluate_node(
         EvalMode { picks, idle: false },
         explain.as_deref_mut(),
     );
-    if let Some(ex) = explain {
+    if let Some(ex) = explain.as_deref_mut() {
         scratch.fit.quota.explain(ex);
     }
+    if let (Some(ex), Some(mix)) = (explain, prep.mix.as_ref()) {
+        let before = node.cards.iter().map(|c| c.usage).collect::<Vec<_>>();
+        let after = matches!(outcome, NodeOutcome::Fit(_)).then(|| {
+            mix.explain(
+                node,
+                &scratch.final_usage,
+                host_after(node.host, prep.workload.host),
+            )
+        });
+        ex.fragmentation = Some(FragmentationExplanation {
+            total_weight: mix.total_weight(),
+            before: mix.explain(node, &before, node.host),
+            after,
+        });
+    }
     match outcome {
+        NodeOutcome::Fit(score) if prep.node_fgd && score.fragmentation.is_none() => {
+            NodeOutcome::Fit(with_fragmentation(node, prep, scratch, score))
+        }
         NodeOutcome::Fail(mut failure) => {
             let idle = evaluate_once(
                 node,
@@ -82,7 +107,20 @@ pub(crate) fn evaluate_once(
     mode: EvalMode,
     mut explain: Option<&mut NodeExplanation>,
 ) -> NodeOutcome {
-    if let (Some(position), false, None) = (prep.lone, mode.picks, explain.as_ref())
+    if let (Some(position), false, None, false) =
+        (prep.fgd_lone(), mode.picks, explain.as_ref(), mode.idle)
+        && let Some(req) = prep.workload.containers.get(position)
+        && let Some(outcome) = fgd_lone::evaluate(node, position, req, prep, &mut scratch.lone)
+    {
+        return match outcome {
+            Ok(score) => NodeOutcome::Fit(score),
+            Err(failure) => NodeOutcome::Fail(failure),
+        };
+    }
+    // Under node policy fgd the node's measure after needs the cards chosen (the shortcut
+    // above, or the full path); an idle evaluation only classifies a failure.
+    let lone = prep.lone.filter(|_| !prep.node_fgd || mode.idle);
+    if let (Some(position), false, None) = (lone, mode.picks, explain.as_ref())
         && let Some(req) = prep.workload.containers.get(position)
     {
         let fit = if prep.lone_quota.is_some() {
@@ -204,6 +242,33 @@ pub(crate) fn evaluate_once(
     }
     std::mem::swap(&mut scratch.final_usage, &mut scratch.work);
     NodeOutcome::Fit(node_score(&node.cards, &scratch.final_usage))
+}
+
+/// The node score with the node's fragmentation before and after the placement whose final
+/// usage is in `scratch` (section 12.3); a workload without a mix measures 0 everywhere.
+fn with_fragmentation(
+    node: &Node,
+    prep: &Prepared<'_>,
+    scratch: &mut Scratch,
+    score: NodeScore,
+) -> NodeScore {
+    let Some(mix) = prep.mix.as_ref() else {
+        return score.with_fragmentation(Fragmentation {
+            weighted_before: 0,
+            weighted_after: 0,
+            total_weight: 0,
+        });
+    };
+    scratch.before.clear();
+    scratch.before.extend(node.cards.iter().map(|c| c.usage));
+    let weighted_before = mix.measure(node, &scratch.before, node.host, &mut scratch.frag);
+    let host = host_after(node.host, prep.workload.host);
+    let weighted_after = mix.measure(node, &scratch.final_usage, host, &mut scratch.frag);
+    score.with_fragmentation(Fragmentation {
+        weighted_before,
+        weighted_after,
+        total_weight: mix.total_weight(),
+    })
 }
 
 /// Adds the usage of MIG instances chosen in this evaluation to `usage` (by card position).

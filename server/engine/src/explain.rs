@@ -1,5 +1,6 @@
 //! Explanations: how each card of a node scored and fared for each container.
 
+use crate::frag::NodeFragmentation;
 use crate::mig::choose::MigExplanation;
 use crate::model::NodeId;
 use crate::quota::QuotaExplanation;
@@ -44,4 +45,18 @@ pub struct NodeExplanation {
     /// The workload's quota budget and what the placement on this node consumes (section 10.5);
     /// `None` without a budget.
     pub quota: Option<QuotaExplanation>,
+    /// Under an `fgd` policy with a mix: the node's fragmentation before and after the
+    /// tentative placement, shape by shape (section 12.5).
+    pub fragmentation: Option<FragmentationExplanation>,
+}
+
+/// A node's fragmentation before and after a tentative placement (section 12.5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FragmentationExplanation {
+    /// The mix's total weight (the denominator of the expectation).
+    pub total_weight: u64,
+    /// The node as it is.
+    pub before: NodeFragmentation,
+    /// After the placement; `None` when the workload does not fit the node.
+    pub after: Option<NodeFragmentation>,
 }

@@ -3,9 +3,10 @@
 use std::cmp::Ordering;
 
 use crate::explain::CardExplanation;
+use crate::frag::{FragScratch, PreparedMix};
 use crate::mig::choose::{MigChoice, MigExplanation, MigTaken, choose};
 use crate::model::{Card, CardMode, CardUsage, Node};
-use crate::policy::{SortKey, VisitPlan};
+use crate::policy::{NodePolicy, SortKey, VisitPlan};
 use crate::quota::QuotaUse;
 use crate::quota_tally::QuotaTally;
 use crate::reason::{Reason, ReasonCounts};
@@ -34,10 +35,30 @@ pub(crate) struct Prepared<'w> {
     /// The quota check of that lone container, when the workload has a budget (nothing placed
     /// before it: the budget alone).
     pub(crate) lone_quota: Option<QuotaTally>,
+    /// The workload's mix, ready for the fragmentation measure, when a policy reads it.
+    pub(crate) mix: Option<PreparedMix<'w>>,
+    /// The node policy is `fgd`: every feasible node is measured before and after.
+    pub(crate) node_fgd: bool,
+}
+
+impl Prepared<'_> {
+    /// Whether the lone-container shortcut of section 12.3 applies: node and GPU policy plain
+    /// `fgd` with a mix, one app container, no quota budget (see `fgd_lone`).
+    pub(crate) fn fgd_lone(&self) -> Option<usize> {
+        let plain = self.plan.keys == [SortKey::FragAsc, SortKey::ScoreDesc, SortKey::NumaDesc];
+        self.lone.filter(|_| {
+            self.node_fgd
+                && plain
+                && !self.plan.mutex
+                && self.mix.is_some()
+                && self.lone_quota.is_none()
+        })
+    }
 }
 
 impl<'w> Prepared<'w> {
     pub(crate) fn new(workload: &'w Workload) -> Self {
+        let node_fgd = workload.node_policy == NodePolicy::Fgd;
         Prepared {
             workload,
             plan: workload.gpu_policy.visit_plan(workload.numa_bind),
@@ -46,9 +67,16 @@ impl<'w> Prepared<'w> {
             type_filter: workload.filters.has_type_filter(),
             uuid_filter: workload.filters.has_uuid_filter(),
             admits_mig: workload.filters.admits_mig(),
-            // A MIG choice depends on the card's instances: no shortcut.
+            // A MIG choice depends on the card's instances, and the fragmentation after a
+            // placement on the cards chosen: no shortcut.
             lone: lone_container(workload).filter(|_| !workload.filters.admits_mig()),
             lone_quota: QuotaTally::alone(workload),
+            mix: workload
+                .mix
+                .as_deref()
+                .filter(|_| workload.uses_fragmentation())
+                .map(PreparedMix::new),
+            node_fgd,
         }
     }
 }
@@ -157,10 +185,10 @@ pub(crate) struct Pick {
 }
 
 #[derive(Clone, Copy, Debug)]
-struct OrderEntry {
-    keys: [i64; 4],
-    index: u32,
-    pos: usize,
+pub(crate) struct OrderEntry {
+    pub(crate) keys: [i64; 4],
+    pub(crate) index: u32,
+    pub(crate) pos: usize,
 }
 
 /// Reusable buffers (no allocation per node once warmed up).
@@ -177,6 +205,10 @@ pub(crate) struct FitScratch {
     idle: bool,
     /// The workload's running total against its quota budget on the node being evaluated.
     pub(crate) quota: QuotaTally,
+    /// The fragmentation measure's buffers and, per card, the change of the node's measure
+    /// when one card of the current container is booked there (GPU policy `fgd`).
+    frag: FragScratch,
+    frag_delta: Vec<i128>,
 }
 
 impl FitScratch {
@@ -239,13 +271,21 @@ pub(crate) fn instance_amount(card: &Card, c: &MigChoice) -> QuotaUse {
         })
 }
 
-fn card_keys(
+/// The `FragAsc` key of a card's `Δ_card`: saturates only on nodes far beyond any real one
+/// (section 12.4).
+pub(crate) fn frag_key(frag: i128) -> i64 {
+    i64::try_from(frag).unwrap_or(if frag < 0 { i64::MIN } else { i64::MAX })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn card_keys(
     plan: &VisitPlan,
     card: &Card,
     usage: CardUsage,
     req: &ContainerRequest,
     norm: [f64; 3],
     mig: Option<&MigChoice>,
+    frag: i128,
 ) -> [i64; 4] {
     let score = match (plan.uses_score(), mig) {
         (false, _) => 0,
@@ -260,12 +300,16 @@ fn card_keys(
             SortKey::NumaDesc => -i64::from(card.numa),
             SortKey::NumaAsc => i64::from(card.numa),
             SortKey::IdleFirst => i64::from(usage.used > 0),
+            // Saturates only on nodes far beyond any real one (section 12.3).
+            SortKey::FragAsc => {
+                i64::try_from(frag).unwrap_or(if frag < 0 { i64::MIN } else { i64::MAX })
+            }
         };
     }
     keys
 }
 
-fn cmp_entries(node: &Node, a: &OrderEntry, b: &OrderEntry) -> Ordering {
+pub(crate) fn cmp_entries(node: &Node, a: &OrderEntry, b: &OrderEntry) -> Ordering {
     a.keys
         .cmp(&b.keys)
         .then(a.index.cmp(&b.index))
@@ -383,6 +427,7 @@ pub(crate) fn place_container(
     }
     scratch.quota.start_container();
     let plan = &prep.plan;
+    frag_deltas(node, usage, req, prep, scratch);
     if need == 1 && !plan.numa_bind && !plan.topology && explain.is_none() {
         // Fast path: the first card in visiting order that passes is the best passing card.
         let mut best: Option<OrderEntry> = None;
@@ -418,8 +463,9 @@ pub(crate) fn place_container(
                     None
                 }
             };
+            let frag = scratch.frag_delta.get(pos).copied().unwrap_or(0);
             let entry = OrderEntry {
-                keys: card_keys(plan, card, u, req, prep.norm, mig.as_ref()),
+                keys: card_keys(plan, card, u, req, prep.norm, mig.as_ref(), frag),
                 index: card.index,
                 pos,
             };
@@ -479,6 +525,38 @@ pub(crate) fn place_container(
         });
     }
     Ok(())
+}
+
+/// Under GPU policy `fgd` (a `FragAsc` key): per card, how the node's fragmentation changes
+/// when one card of `req` is booked there against `usage` (section 12.3); else nothing (the
+/// key reads 0). A card on which the request would book more than it has gets a value too:
+/// the checks refuse it anyway.
+fn frag_deltas(
+    node: &Node,
+    usage: &[CardUsage],
+    req: &ContainerRequest,
+    prep: &Prepared<'_>,
+    scratch: &mut FitScratch,
+) {
+    scratch.frag_delta.clear();
+    let (true, Some(mix)) = (prep.plan.uses_fragmentation(), prep.mix.as_ref()) else {
+        return;
+    };
+    mix.measure(node, usage, node.host, &mut scratch.frag);
+    let booking = |_: usize, card: &Card| {
+        Some(CardUsage {
+            used: 1,
+            used_mem_mib: req.booked_mem(card),
+            used_cores: req.cores,
+        })
+    };
+    mix.card_deltas(
+        node,
+        usage,
+        booking,
+        &mut scratch.frag,
+        &mut scratch.frag_delta,
+    );
 }
 
 /// Per-dimension saturating sum.
@@ -563,8 +641,9 @@ fn visit_in_order(
             *slot = Some(choice);
         }
         let mig = mig.and_then(Result::ok);
+        let frag = scratch.frag_delta.get(pos).copied().unwrap_or(0);
         scratch.order.push(OrderEntry {
-            keys: card_keys(plan, card, u, req, prep.norm, mig.as_ref()),
+            keys: card_keys(plan, card, u, req, prep.norm, mig.as_ref(), frag),
             index: card.index,
             pos,
         });

@@ -48,6 +48,12 @@
 //!   placements, instances; validated with its node); a workload whose `vgpu-mode` admits
 //!   `mig` gets one instance per card, chosen by HAMi's rule, reported as a [`MigAssignment`]
 //!   and booked by [`apply`]/[`release`] (`docs/placement-semantics.md` section 11).
+//! - **Fragmentation.** [`Workload::with_mix`] gives a workload the target [`WorkloadMix`]
+//!   ([`MixShape`]s with weights); node policy [`NodePolicy::Fgd`] and GPU token
+//!   [`GpuToken::Fgd`] then choose the node and the cards whose placement increases the
+//!   expected fragmentation least, reported as a [`Fragmentation`] on the [`NodeScore`] and,
+//!   explained, shape by shape ([`FragmentationExplanation`]). Nodes may carry their free
+//!   [`HostResources`]; only this measure reads them (section 12).
 //! - **Inventory.** [`normalize_inventory`] turns raw NVML facts into schedulable cards.
 //!
 //! ```
@@ -87,10 +93,14 @@ mod decide;
 mod error;
 mod evaluate;
 mod explain;
+mod fgd_lone;
 mod fit;
+mod frag;
+mod host;
 mod inventory;
 mod mig;
 mod mig_layout;
+mod mix;
 mod model;
 mod names;
 mod policy;
@@ -112,8 +122,12 @@ pub use decide::{
     allocate_until, apply, evaluate, evaluate_until, release,
 };
 pub use error::{InvalidInput, Violation, ViolationKind};
-pub use explain::{CardExplanation, ContainerExplanation, NodeExplanation};
+pub use explain::{
+    CardExplanation, ContainerExplanation, FragmentationExplanation, NodeExplanation,
+};
 pub use fit::TOPOLOGY_EXACT_LIMIT;
+pub use frag::{Fragmentation, NodeFragmentation, ShapeFragmentation};
+pub use host::{HostRequest, HostResources};
 pub use inventory::{
     LinkKind, NormalizationConfig, NormalizationOverride, NormalizedInventory, RawCard, RawLink,
     normalize_inventory,
@@ -123,6 +137,7 @@ pub use mig_layout::{
     MAX_MIG_INSTANCES, MAX_MIG_PROFILES, MAX_MIG_SLICES, MigInstance, MigLayout, MigPlacement,
     MigProfile,
 };
+pub use mix::{MAX_MIX_SHAPES, MAX_SHAPE_WEIGHT, MixShape, PROBABILITY_TOLERANCE, WorkloadMix};
 pub use model::{
     Card, CardMode, CardUsage, MAX_CARD_CORES, MAX_CARD_MEM_MIB, MAX_CARD_SLOTS, Node, NodeId,
     NodeSpec, PairScore, ParseCardModeError, Snapshot,

@@ -6,6 +6,7 @@ use std::ops::Index;
 use std::sync::Arc;
 
 use crate::error::{InvalidInput, Violation, ViolationKind};
+use crate::host::HostResources;
 use crate::mig_layout::{MigLayout, check_layout};
 
 /// A handle to one node of a [`Snapshot`]: its position in the snapshot's name order.
@@ -211,6 +212,9 @@ pub struct NodeSpec {
     pub cordoned: Vec<String>,
     /// Pair scores between its cards.
     pub pair_scores: Vec<PairScore>,
+    /// The host CPU and memory it has free, when the caller knows them (only the
+    /// fragmentation measure reads them, `docs/placement-semantics.md` section 12.2).
+    pub host: Option<HostResources>,
 }
 
 impl NodeSpec {
@@ -237,6 +241,8 @@ pub struct Node {
     pub(crate) cordoned_ids: Vec<String>,
     /// Capacity and usage sums over all cards (kept in step with `cards`).
     pub(crate) sums: NodeSums,
+    /// Free host CPU and memory (section 12.2).
+    pub(crate) host: Option<HostResources>,
 }
 
 /// Sums over a node's cards, for the node score. Memory sums saturate.
@@ -329,7 +335,13 @@ impl Node {
             cards: self.cards.clone(),
             cordoned: self.cordoned_ids.clone(),
             pair_scores: self.pair_scores.clone(),
+            host: self.host,
         }
+    }
+
+    /// The host CPU and memory the node has free, when given (section 12.2).
+    pub fn host(&self) -> Option<HostResources> {
+        self.host
     }
 
     /// A copy of this node with the usage of the cards at the given positions replaced (the
@@ -764,6 +776,7 @@ impl Node {
             pairs,
             pair_scores: spec.pair_scores,
             cordoned_ids: spec.cordoned,
+            host: spec.host,
         }
     }
 }

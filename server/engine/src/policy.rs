@@ -10,6 +10,8 @@ pub enum NodePolicy {
     Binpack,
     /// Lowest node score wins.
     Spread,
+    /// The smallest increase of the node's expected fragmentation wins (section 12.3).
+    Fgd,
 }
 
 impl NodePolicy {
@@ -18,6 +20,7 @@ impl NodePolicy {
         match self {
             NodePolicy::Binpack => "binpack",
             NodePolicy::Spread => "spread",
+            NodePolicy::Fgd => "fgd",
         }
     }
 }
@@ -26,10 +29,10 @@ impl NodePolicy {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ParseNodePolicyError {
     /// Blank value.
-    #[error("must not be empty; accepted: binpack, spread")]
+    #[error("must not be empty; accepted: binpack, spread, fgd")]
     Empty,
     /// Not `binpack` or `spread` (case-sensitive); the trimmed value.
-    #[error("unknown node policy {0:?}; accepted: binpack, spread")]
+    #[error("unknown node policy {0:?}; accepted: binpack, spread, fgd")]
     Unknown(String),
 }
 
@@ -41,6 +44,7 @@ impl FromStr for NodePolicy {
         match value.trim() {
             "binpack" => Ok(NodePolicy::Binpack),
             "spread" => Ok(NodePolicy::Spread),
+            "fgd" => Ok(NodePolicy::Fgd),
             "" => Err(ParseNodePolicyError::Empty),
             other => Err(ParseNodePolicyError::Unknown(other.to_owned())),
         }
@@ -66,16 +70,19 @@ pub enum GpuToken {
     TopologyAware,
     /// Higher NUMA id first (sort key).
     Numa,
+    /// Smaller increase of the node's expected fragmentation first (sort key, section 12.3).
+    Fgd,
 }
 
 impl GpuToken {
     /// All tokens, in the order of the accepted-values message.
-    pub const ALL: [GpuToken; 5] = [
+    pub const ALL: [GpuToken; 6] = [
         GpuToken::Binpack,
         GpuToken::Spread,
         GpuToken::Mutex,
         GpuToken::TopologyAware,
         GpuToken::Numa,
+        GpuToken::Fgd,
     ];
 
     /// The token's annotation value.
@@ -86,12 +93,13 @@ impl GpuToken {
             GpuToken::Mutex => "mutex",
             GpuToken::TopologyAware => "topology-aware",
             GpuToken::Numa => "numa",
+            GpuToken::Fgd => "fgd",
         }
     }
 }
 
 const ACCEPTED_GPU: &str =
-    "accepted: binpack, spread, mutex, topology-aware, numa, or a comma chain of them";
+    "accepted: binpack, spread, mutex, topology-aware, numa, fgd, or a comma chain of them";
 
 /// Why a GPU policy value (or one token of it) was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -183,6 +191,10 @@ impl GpuPolicy {
             [GpuToken::Spread | GpuToken::TopologyAware] => {
                 vec![SortKey::ScoreAsc, SortKey::NumaDesc]
             }
+            [GpuToken::Fgd] if numa_bind => {
+                vec![SortKey::NumaAsc, SortKey::FragAsc, SortKey::ScoreDesc]
+            }
+            [GpuToken::Fgd] => vec![SortKey::FragAsc, SortKey::ScoreDesc, SortKey::NumaDesc],
             [GpuToken::Mutex] if numa_bind => vec![SortKey::NumaDesc, SortKey::IdleFirst],
             [GpuToken::Mutex] => vec![SortKey::IdleFirst, SortKey::NumaDesc],
             chain => {
@@ -192,6 +204,7 @@ impl GpuPolicy {
                         GpuToken::Binpack => Some(SortKey::ScoreDesc),
                         GpuToken::Spread => Some(SortKey::ScoreAsc),
                         GpuToken::Numa => Some(SortKey::NumaDesc),
+                        GpuToken::Fgd => Some(SortKey::FragAsc),
                         GpuToken::Mutex | GpuToken::TopologyAware => None,
                     })
                     .collect();
@@ -262,6 +275,8 @@ pub enum SortKey {
     NumaAsc,
     /// Idle cards (no slot used) first.
     IdleFirst,
+    /// Smaller increase of the node's fragmentation first (section 12.3).
+    FragAsc,
 }
 
 /// The resolved card visiting rules for a container.
@@ -278,6 +293,12 @@ pub struct VisitPlan {
 }
 
 impl VisitPlan {
+    /// Whether any key uses the fragmentation measure.
+    #[inline]
+    pub fn uses_fragmentation(&self) -> bool {
+        self.keys.contains(&SortKey::FragAsc)
+    }
+
     /// Whether any key uses the device score.
     #[inline]
     pub fn uses_score(&self) -> bool {
@@ -340,7 +361,15 @@ mod tests {
                 "{bad:?} must be rejected"
             );
         }
-        for bad in ["", "Binpack", "mutex", "binpack,spread"] {
+        assert_eq!(str::parse::<NodePolicy>(" fgd "), Ok(NodePolicy::Fgd));
+        for bad in [
+            "",
+            "Binpack",
+            "mutex",
+            "binpack,spread",
+            "FGD",
+            "fgd,binpack",
+        ] {
             assert!(
                 str::parse::<NodePolicy>(bad).is_err(),
                 "{bad:?} must be rejected"
@@ -373,6 +402,18 @@ mod tests {
             vec![SortKey::NumaDesc, SortKey::ScoreDesc]
         );
         assert_eq!(plan("mutex,topology-aware", false), vec![SortKey::ScoreAsc]);
+        assert_eq!(
+            plan("fgd", false),
+            vec![SortKey::FragAsc, SortKey::ScoreDesc, SortKey::NumaDesc]
+        );
+        assert_eq!(
+            plan("fgd", true),
+            vec![SortKey::NumaAsc, SortKey::FragAsc, SortKey::ScoreDesc]
+        );
+        assert_eq!(
+            plan("numa,fgd", false),
+            vec![SortKey::NumaDesc, SortKey::FragAsc]
+        );
         let p = str::parse::<GpuPolicy>("mutex,spread")
             .unwrap()
             .visit_plan(false);

@@ -22,6 +22,31 @@ pub(crate) enum QuantityError {
 /// Parses a Kubernetes quantity that must be a whole, non-negative number fitting an `i64`
 /// (the values of `nvidia.com/gpu`, `gpumem`, `gpumem-percentage`, `gpucores`).
 pub(crate) fn parse_whole(value: &str) -> Result<u64, QuantityError> {
+    parse_scaled(value, 1, 1, Rounding::Exact)
+}
+
+/// Parses a non-negative Kubernetes quantity and gives `ceil(value * mul / div)`, fitting an
+/// `i64` (CPU in millicores: `mul` 1000; memory in MiB: `div` 2^20). Kubernetes itself rounds
+/// CPU up to the millicore.
+pub(crate) fn parse_ceil(value: &str, mul: u128, div: u128) -> Result<u64, QuantityError> {
+    parse_scaled(value, mul, div, Rounding::Up)
+}
+
+/// How a quantity that is not a whole number of the unit is taken.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Rounding {
+    /// Refused (`NotWhole`).
+    Exact,
+    /// Rounded up.
+    Up,
+}
+
+fn parse_scaled(
+    value: &str,
+    mul: u128,
+    div: u128,
+    rounding: Rounding,
+) -> Result<u64, QuantityError> {
     let s = value.trim();
     if s.is_empty() {
         return Err(QuantityError::Empty);
@@ -120,25 +145,41 @@ pub(crate) fn parse_whole(value: &str) -> Result<u64, QuantityError> {
         value: s.to_owned(),
     };
     let frac_len = i32::try_from(frac_digits.len()).map_err(|_| out_of_range())?;
-    let mut n = mantissa
+    let mut num = mantissa
         .checked_shl(exp2)
         .filter(|v| v >> exp2 == mantissa)
+        .ok_or_else(out_of_range)?
+        .checked_mul(mul)
         .ok_or_else(out_of_range)?;
+    let mut den = div.max(1);
     let e = exp10 - frac_len;
     if e >= 0 {
         for _ in 0..e {
-            n = n.checked_mul(10).ok_or_else(out_of_range)?;
+            num = num.checked_mul(10).ok_or_else(out_of_range)?;
         }
     } else {
         for _ in 0..(-e) {
-            if n % 10 != 0 {
-                return Err(QuantityError::NotWhole {
-                    value: s.to_owned(),
-                });
+            match den.checked_mul(10) {
+                Some(d) => den = d,
+                // More decimals than any u128 holds: a positive value below one unit.
+                None if rounding == Rounding::Up => return Ok(1),
+                None => {
+                    return Err(QuantityError::NotWhole {
+                        value: s.to_owned(),
+                    });
+                }
             }
-            n /= 10;
         }
     }
+    let n = match rounding {
+        Rounding::Exact if num % den != 0 => {
+            return Err(QuantityError::NotWhole {
+                value: s.to_owned(),
+            });
+        }
+        Rounding::Exact => num / den,
+        Rounding::Up => num.div_ceil(den),
+    };
     if n > i64::MAX as u128 {
         return Err(out_of_range());
     }
@@ -147,7 +188,7 @@ pub(crate) fn parse_whole(value: &str) -> Result<u64, QuantityError> {
 
 #[cfg(test)]
 mod tests {
-    use super::{QuantityError, parse_whole};
+    use super::{QuantityError, parse_ceil, parse_whole};
 
     #[test]
     fn whole_quantities() {
@@ -167,6 +208,25 @@ mod tests {
         ] {
             assert_eq!(parse_whole(s), Ok(v), "{s}");
         }
+    }
+
+    #[test]
+    fn cpu_and_memory_round_up() {
+        for (s, mul, div, v) in [
+            ("500m", 1000, 1, 500),
+            ("1.5", 1000, 1, 1500),
+            ("2", 1000, 1, 2000),
+            ("0.0001", 1000, 1, 1),
+            ("16Gi", 1, 1 << 20, 16384),
+            ("12288Mi", 1, 1 << 20, 12288),
+            ("1000", 1, 1 << 20, 1),
+            ("1G", 1, 1 << 20, 954),
+            ("0", 1000, 1, 0),
+        ] {
+            assert_eq!(parse_ceil(s, mul, div), Ok(v), "{s}");
+        }
+        assert!(parse_ceil("-1", 1000, 1).is_err());
+        assert!(parse_ceil("abc", 1000, 1).is_err());
     }
 
     #[test]

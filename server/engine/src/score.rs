@@ -8,7 +8,11 @@
 //! (NUMA, index, id for cards; name for nodes). Integer keys make every comparison a total
 //! order.
 
+use std::cmp::Ordering;
+
+use crate::frag::Fragmentation;
 use crate::model::{Card, CardUsage, NodeSums};
+use crate::policy::NodePolicy;
 use crate::weights::ScoringWeights;
 use crate::workload::ContainerRequest;
 
@@ -111,6 +115,46 @@ pub struct NodeScore {
     /// `10 * (Σused/Σcount + Σused_cores/Σtotal_cores + Σused_mem/Σtotal_mem)`.
     pub raw: f64,
     pub(crate) key: i64,
+    /// Under node policy `fgd`: the node's fragmentation before and after the placement
+    /// (section 12.3); `None` under the other policies.
+    pub fragmentation: Option<Fragmentation>,
+}
+
+impl NodeScore {
+    /// The same score with the node's fragmentation before and after.
+    pub(crate) fn with_fragmentation(self, f: Fragmentation) -> NodeScore {
+        NodeScore {
+            fragmentation: Some(f),
+            ..self
+        }
+    }
+
+    /// `after - before` of the fragmentation, exact; 0 without one.
+    fn frag_delta(&self) -> i128 {
+        self.fragmentation.map_or(0, |f| f.weighted_delta())
+    }
+}
+
+/// How two nodes' scores compare under `policy`: `Less` when `a` is preferred (sections 6
+/// and 12.3). binpack: the higher key; spread: the lower; fgd: the smaller increase of
+/// fragmentation, then the higher key (binpack's preference). `Equal` leaves the choice to
+/// the caller's tie-break (the smaller name).
+pub(crate) fn prefer(policy: NodePolicy, a: &NodeScore, b: &NodeScore) -> Ordering {
+    match policy {
+        NodePolicy::Binpack => b.key.cmp(&a.key),
+        NodePolicy::Spread => a.key.cmp(&b.key),
+        NodePolicy::Fgd => a.frag_delta().cmp(&b.frag_delta()).then(b.key.cmp(&a.key)),
+    }
+}
+
+/// The value the normalised preference is linear in (higher = preferred): binpack the key,
+/// spread minus the key, fgd minus the fragmentation's increase.
+pub(crate) fn preference_value(policy: NodePolicy, s: &NodeScore) -> i128 {
+    match policy {
+        NodePolicy::Binpack => i128::from(s.key),
+        NodePolicy::Spread => -i128::from(s.key),
+        NodePolicy::Fgd => -s.frag_delta(),
+    }
 }
 
 /// The node score over all cards of a node (unhealthy included) with `usage` (section 6).
@@ -122,7 +166,11 @@ pub fn node_score(cards: &[Card], usage: &[CardUsage]) -> NodeScore {
 /// The node score from capacity and usage sums.
 pub(crate) fn score_from_sums(s: &NodeSums) -> NodeScore {
     if s.count == 0 || s.total_cores == 0 || s.total_mem == 0 {
-        return NodeScore { raw: 0.0, key: 0 };
+        return NodeScore {
+            raw: 0.0,
+            key: 0,
+            fragmentation: None,
+        };
     }
     let raw = 10.0
         * (s.used as f64 / s.count as f64
@@ -131,6 +179,7 @@ pub(crate) fn score_from_sums(s: &NodeSums) -> NodeScore {
     NodeScore {
         raw,
         key: quantize(raw),
+        fragmentation: None,
     }
 }
 

@@ -3,8 +3,11 @@
 //! every client-side check.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::error::{InvalidInput, Violation, ViolationKind};
+use crate::host::HostRequest;
+use crate::mix::WorkloadMix;
 use crate::model::Card;
 use crate::names::{self, KubeNames};
 use crate::policy::{GpuPolicy, GpuToken, NodePolicy, parse_bool};
@@ -336,9 +339,35 @@ pub struct Workload {
     /// Quota budget (section 10): unlimited unless set by [`Workload::with_quota`], which
     /// validates it.
     pub(crate) quota: QuotaBudget,
+    /// Host CPU and memory it asks (section 12.2): the Kubernetes form's `cpu` and `memory`
+    /// requests under node policy `fgd`; zero otherwise.
+    pub host: HostRequest,
+    /// The target workload mix of the fragmentation measure (section 12.1), set by
+    /// [`Workload::with_mix`].
+    pub(crate) mix: Option<Arc<WorkloadMix>>,
 }
 
 impl Workload {
+    /// The same workload measuring fragmentation against `mix` (section 12): read only by
+    /// the `fgd` node and GPU policies. Without a mix, `fgd` measures nothing (every node and
+    /// card has fragmentation 0) and its tie-breaks decide.
+    pub fn with_mix(self, mix: Arc<WorkloadMix>) -> Workload {
+        Workload {
+            mix: Some(mix),
+            ..self
+        }
+    }
+
+    /// The mix set by [`Workload::with_mix`].
+    pub fn mix(&self) -> Option<&WorkloadMix> {
+        self.mix.as_deref()
+    }
+
+    /// Whether the node or the GPU policy measures fragmentation (`fgd`).
+    pub fn uses_fragmentation(&self) -> bool {
+        self.node_policy == NodePolicy::Fgd || self.gpu_policy.contains(GpuToken::Fgd)
+    }
+
     /// Whether any container asks for a GPU.
     pub fn requests_gpu(&self) -> bool {
         self.containers.iter().any(|c| c.gpus > 0)
@@ -474,6 +503,8 @@ fn parse_typed(
         ),
         containers,
         quota: QuotaBudget::UNLIMITED,
+        host: HostRequest::default(),
+        mix: None,
     };
     if !workload.requests_gpu() {
         return Ok(Workload {
@@ -651,6 +682,12 @@ fn parse_kube(
             }
         }
     }
+    // Host requests are read for the fragmentation measure only (section 12.2).
+    let host = if requests_gpu && node_policy == NodePolicy::Fgd {
+        host_request(k, &mut violations)
+    } else {
+        HostRequest::default()
+    };
     let list = |key: &str| get(key).map(names::split_list).unwrap_or_default();
     let workload = Workload {
         meta,
@@ -667,6 +704,8 @@ fn parse_kube(
         ),
         containers,
         quota: QuotaBudget::UNLIMITED,
+        host,
+        mix: None,
     };
     // A workload without GPU containers is validated only as far as its GPU counts.
     if violations.is_empty() {
@@ -674,4 +713,41 @@ fn parse_kube(
     } else {
         Err(InvalidInput { violations })
     }
+}
+
+/// The pod's effective host request as Kubernetes counts it: per resource, the larger of the
+/// app containers' sum and the largest init container; a container's `requests`, else its
+/// `limits` (section 12.2). CPU in millicores and memory in MiB, both rounded up.
+fn host_request(k: &KubeSpec, violations: &mut Vec<Violation>) -> HostRequest {
+    let one = |c: &KubeContainer, field: &str, i: usize, violations: &mut Vec<Violation>| {
+        let mut out = HostRequest::default();
+        for (name, mul, div) in [("cpu", 1000u128, 1u128), ("memory", 1, 1 << 20)] {
+            let (place, v) = match c.requests.get(name) {
+                Some(v) => ("requests", v),
+                None => match c.limits.get(name) {
+                    Some(v) => ("limits", v),
+                    None => continue,
+                },
+            };
+            match quantity::parse_ceil(v, mul, div) {
+                Ok(n) if name == "cpu" => out.cpu_milli = n,
+                Ok(n) => out.mem_mib = n,
+                Err(e) => violations.push(Violation::new(
+                    ViolationKind::InvalidResourceRequest,
+                    format!("{field}[{i}].{place}[{name:?}]"),
+                    format!("{name}: {e}"),
+                )),
+            }
+        }
+        out
+    };
+    let mut app = HostRequest::default();
+    for (i, c) in k.containers.iter().enumerate() {
+        app = app.plus(one(c, "containers", i, violations));
+    }
+    let mut init = HostRequest::default();
+    for (i, c) in k.init_containers.iter().enumerate() {
+        init = init.max(one(c, "init_containers", i, violations));
+    }
+    app.max(init)
 }

@@ -169,6 +169,13 @@ proptest! {
                 match w.node_policy {
                     NodePolicy::Binpack => prop_assert!(f.score.raw <= p.score.raw + 1e-9),
                     NodePolicy::Spread => prop_assert!(f.score.raw >= p.score.raw - 1e-9),
+                    // Section 12.3 (its own properties: tests/fgd_properties.rs).
+                    NodePolicy::Fgd => {
+                        let delta = |s: &gpusched_engine::NodeScore| {
+                            s.fragmentation.map_or(0, |f| f.weighted_delta())
+                        };
+                        prop_assert!(delta(&f.score) >= delta(&p.score));
+                    }
                 }
             }
             prop_assert_eq!(e.feasible.first().map(|f| f.node), Some(p.node));

@@ -8,9 +8,11 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use gpusched_engine::{
-    AnnotationNames, Defaults, GpuPolicy, KubeNames, NodePolicy, NormalizationConfig,
-    NormalizationOverride, PreemptLimits, ResourceNames,
+    AnnotationNames, Defaults, GpuPolicy, KubeNames, MAX_MIX_SHAPES, MixShape, NodePolicy,
+    NormalizationConfig, NormalizationOverride, PreemptLimits, ResourceNames, WorkloadMix,
 };
 use gpusched_runtime::checks::{non_empty, nonzero_duration};
 use gpusched_runtime::tls::{ServerTlsFiles, readable};
@@ -126,6 +128,8 @@ pub struct LimitsConfig {
     pub body_timeout: Duration,
     /// HTTP/2 streams (calls) open at once on one connection (advertised to clients).
     pub max_concurrent_streams: std::num::NonZeroU32,
+    /// Most shapes in a workload mix (request or `policy.workload_mix`), at most 64.
+    pub max_mix_shapes: NonZeroUsize,
     /// Preempt: most placed workloads on one node.
     pub max_placed_workloads_per_node: NonZeroUsize,
     /// Preempt: most placed workloads over all nodes of one request.
@@ -146,6 +150,47 @@ pub struct PolicyConfig {
     pub default_memory_mib: u64,
     /// Cores per card when a container sets none, percent.
     pub default_cores: u32,
+    /// The target workload mix of the fgd policies when a request sends none
+    /// (`docs/placement-semantics.md` section 12.1); empty = none.
+    #[serde(default)]
+    pub workload_mix: Vec<MixShapeConfig>,
+}
+
+/// One `[[policy.workload_mix]]` shape (the fields of `WorkloadMixShape`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct MixShapeConfig {
+    /// Probability in [0, 1]; all sum to 1.
+    pub probability: f64,
+    /// Cards.
+    pub gpu_count: u32,
+    /// Cores per card, percent.
+    #[serde(default)]
+    pub gpucores_percent: u32,
+    /// Memory per card, MiB (0 = not set).
+    #[serde(default)]
+    pub gpumem_mib: u64,
+    /// Memory per card, percent (0 = not set; neither: 100).
+    #[serde(default)]
+    pub gpumem_percent: u32,
+    /// Card types accepted (empty = any).
+    #[serde(default)]
+    pub gpu_types: Vec<String>,
+    /// Host CPU, millicores.
+    #[serde(default)]
+    pub cpu_milli: u64,
+    /// Host memory, MiB.
+    #[serde(default)]
+    pub host_mem_mib: u64,
+}
+
+/// The workload mixes a server accepts: its default and the shape limit.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct MixSettings {
+    /// `policy.workload_mix`, when configured.
+    pub default: Option<Arc<WorkloadMix>>,
+    /// `limits.max_mix_shapes`.
+    pub max_shapes: usize,
 }
 
 /// `[inventory]`.
@@ -323,6 +368,8 @@ pub struct Settings {
     pub node_cache: CacheLimits,
     /// Node set cache bounds.
     pub node_sets: SetLimits,
+    /// Workload mixes (`policy.workload_mix`, `limits.max_mix_shapes`).
+    pub mix: MixSettings,
 }
 
 /// Limits.
@@ -484,6 +531,7 @@ impl FileConfig {
         defaults
             .validate()
             .map_err(|e| err("policy.default_cores", e.to_string()))?;
+        let mix = mix_settings(&p.workload_mix, l.max_mix_shapes.get())?;
         let i = &self.inventory;
         let normalization = NormalizationConfig {
             split_count: i.split_count,
@@ -518,9 +566,67 @@ impl FileConfig {
             names: self.names.validate()?,
             node_cache,
             node_sets,
+            mix,
             telemetry: self.telemetry.validate(env)?,
         })
     }
+}
+
+/// `policy.workload_mix` and `limits.max_mix_shapes`, validated as a request's mix is (the
+/// engine's checks), errors named by key (`policy.workload_mix[2].probability`).
+fn mix_settings(shapes: &[MixShapeConfig], max_shapes: usize) -> Result<MixSettings, ConfigError> {
+    if max_shapes > MAX_MIX_SHAPES {
+        return Err(err(
+            "limits.max_mix_shapes",
+            format!("{max_shapes} is above the engine's limit of {MAX_MIX_SHAPES}"),
+        ));
+    }
+    if shapes.is_empty() {
+        return Ok(MixSettings {
+            default: None,
+            max_shapes,
+        });
+    }
+    if shapes.len() > max_shapes {
+        return Err(err(
+            "policy.workload_mix",
+            format!(
+                "{} shapes; limits.max_mix_shapes is {max_shapes}",
+                shapes.len()
+            ),
+        ));
+    }
+    let shapes = shapes
+        .iter()
+        .map(|s| {
+            (
+                s.probability,
+                MixShape {
+                    weight: 0,
+                    gpus: s.gpu_count,
+                    cores: s.gpucores_percent,
+                    mem_mib: s.gpumem_mib,
+                    mem_percent: s.gpumem_percent,
+                    card_types: s.gpu_types.clone(),
+                    cpu_milli: s.cpu_milli,
+                    host_mem_mib: s.host_mem_mib,
+                },
+            )
+        })
+        .collect();
+    let mix = WorkloadMix::from_probabilities(shapes).map_err(|e| {
+        let v = e.violations.first();
+        let field = v.map_or("shapes", |v| v.field.as_str());
+        let key = format!(
+            "policy.workload_mix{}",
+            field.strip_prefix("shapes").unwrap_or(field)
+        );
+        err(&key, v.map_or_else(String::new, |v| v.description.clone()))
+    })?;
+    Ok(MixSettings {
+        default: Some(Arc::new(mix)),
+        max_shapes,
+    })
 }
 
 impl NamesConfig {

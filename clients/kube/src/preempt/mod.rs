@@ -476,9 +476,9 @@ impl Preemptor {
                 Some(c) => c.clone(),
                 None => {
                     let req = v1::AllocateRequest {
+                        options: cx.view.options(workload, &nodes, None),
                         nodes: nodes.clone(),
                         workload: Some(workload.clone()),
-                        options: None,
                         restrict_to_node_names: vec![node.clone()],
                         node_refs: Vec::new(),
                         node_set: None,
@@ -551,9 +551,11 @@ async fn ask(
     placed: Vec<v1::NodePlaced>,
 ) -> Result<v1::PreemptResponse, String> {
     let req = v1::PreemptRequest {
+        options: cx
+            .view
+            .options(workload, parts.iter().map(|p| &p.node), None),
         nodes: parts.iter().map(|p| p.node.clone()).collect(),
         workload: Some(workload.clone()),
-        options: None,
         priority,
         placed,
         node_refs: Vec::new(),

@@ -22,7 +22,8 @@ use gpusched_client::{PreparedNode, v1};
 use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::config::Names;
+use crate::config::{Names, PolicySettings};
+use crate::fgd::Fgd;
 use crate::quota;
 use crate::translate::{self, PodUsage};
 
@@ -95,6 +96,7 @@ pub struct ClusterView {
     decoded: Decoded,
     prepared: PreparedForms,
     holds: Holds,
+    fgd: Fgd,
 }
 
 type UsageByNode = HashMap<String, Vec<Arc<PodUsage>>>;
@@ -120,6 +122,7 @@ impl ClusterView {
             decoded: Decoded::default(),
             prepared: PreparedForms::default(),
             holds: Holds::default(),
+            fgd: Fgd::default(),
         }
     }
 
@@ -157,6 +160,25 @@ impl ClusterView {
     pub fn with_reservation_ttl(mut self, ttl: Duration) -> Self {
         self.assumed.set_reservation_ttl(ttl);
         self
+    }
+
+    /// Sets the default policies and the fgd mix the requests carry (see [`crate::fgd`]).
+    pub fn with_policy(mut self, settings: PolicySettings) -> Self {
+        self.fgd = Fgd::new(settings);
+        self
+    }
+
+    /// The options of a request for `w` over `nodes`: `base` with the shim's default policies
+    /// and, when `w` runs under fgd, the workload mix (see [`crate::fgd`]). None: the
+    /// service's defaults.
+    pub fn options<'a>(
+        &self,
+        w: &v1::Workload,
+        nodes: impl IntoIterator<Item = &'a v1::Node>,
+        base: Option<v1::PlacementOptions>,
+    ) -> Option<v1::PlacementOptions> {
+        self.fgd
+            .options(w, nodes, || self.pods(), &self.names, base)
     }
 
     /// Reads GPU quotas from this ResourceQuota store (see [`crate::quota`]).

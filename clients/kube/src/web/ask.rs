@@ -106,7 +106,9 @@ impl Ask<'_> {
         let req = v1::FilterRequest {
             nodes: Vec::new(),
             workload: Some(w.clone()),
-            options: Some(explained()),
+            options: self
+                .view
+                .options(w, snap.nodes.iter().map(|n| &**n), Some(explained())),
             node_refs: Vec::new(),
             node_set: None,
         };
@@ -125,7 +127,7 @@ impl Ask<'_> {
         let req = v1::ScoreRequest {
             nodes: Vec::new(),
             workload: Some(w.clone()),
-            options: None,
+            options: self.view.options(w, snap.nodes.iter().map(|n| &**n), None),
             node_refs: Vec::new(),
             node_set: None,
         };
@@ -147,11 +149,15 @@ impl Ask<'_> {
         let req = v1::AllocateRequest {
             nodes: Vec::new(),
             workload: Some(w.clone()),
-            options: Some(v1::PlacementOptions {
-                explain,
-                failed_nodes: v1::FailedNodes::WhenUnplaced as i32,
-                ..v1::PlacementOptions::default()
-            }),
+            options: self.view.options(
+                w,
+                snap.nodes.iter().map(|n| &**n),
+                Some(v1::PlacementOptions {
+                    explain,
+                    failed_nodes: v1::FailedNodes::WhenUnplaced as i32,
+                    ..v1::PlacementOptions::default()
+                }),
+            ),
             restrict_to_node_names: only.map(str::to_owned).into_iter().collect(),
             node_refs: Vec::new(),
             node_set: None,

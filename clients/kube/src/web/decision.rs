@@ -256,6 +256,7 @@ mod tests {
             node_name: n.into(),
             raw_score: raw,
             normalized_score: norm,
+            fragmentation: None,
         }
     }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpusched_kube::config::Names;
+use gpusched_kube::config::{Names, PolicySettings};
 use gpusched_kube::view::ClusterView;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector;
@@ -40,6 +40,16 @@ pub struct Live {
 
 /// Starts the server (metrics off, plus `overrides`) and builds the view.
 pub async fn live(overrides: &[(&str, &str)], nodes: Vec<Node>, pods: Vec<Pod>) -> Live {
+    live_with(overrides, nodes, pods, PolicySettings::default()).await
+}
+
+/// [`live`] with the shim's default policies and fgd mix.
+pub async fn live_with(
+    overrides: &[(&str, &str)],
+    nodes: Vec<Node>,
+    pods: Vec<Pod>,
+    policy: PolicySettings,
+) -> Live {
     let mut all = vec![("metrics.enabled", "false")];
     all.extend_from_slice(overrides);
     let server = gpusched_service::testing::start_server(&all).await;
@@ -56,7 +66,8 @@ pub async fn live(overrides: &[(&str, &str)], nodes: Vec<Node>, pods: Vec<Pod>) 
     for p in pods {
         pw.apply_watcher_event(&Event::Apply(p));
     }
-    let view = Arc::new(ClusterView::new(nr, pr, names(), Duration::from_secs(60)));
+    let view =
+        Arc::new(ClusterView::new(nr, pr, names(), Duration::from_secs(60)).with_policy(policy));
     view.mark_synced();
     Live {
         server,

@@ -13,7 +13,7 @@
 //! Layout: `harness/` (environment, control-plane client and builders, waiting helpers,
 //! bursts, gpusched-kube and gpusched-agent processes, the Service stand-in) and `scenarios/` (one module per
 //! story). `E2E_FILTER` picks scenarios by name: admission, forgery, failclosed, seed, weights,
-//! mutex, badnodes, traces, preempt, mig, burst, baseline, quota, restart, replicas, opview.
+//! mutex, badnodes, traces, preempt, mig, fgd, burst, baseline, quota, restart, replicas, opview.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod harness;
@@ -44,6 +44,10 @@ async fn e2e_on_a_real_control_plane() {
     // First, on a quiet cluster: the page's screenshot shows only this scenario's nodes.
     if h.env.wants("opview") {
         scenarios::opview::run(&h, &shim).await;
+    }
+    // Early: the observed workload mix counts the newest GPU pods (see harness/shim.rs).
+    if h.env.wants("fgd") {
+        scenarios::fgd::run(&h).await;
     }
     if h.env.wants("admission") {
         scenarios::admission::run(&h).await;

@@ -4,9 +4,10 @@
 - :mod:`gpusched.v1`: the API messages, enums and service stubs (generated).
 - :mod:`gpusched.errors`: :class:`GpuschedError` and one subclass per gRPC status code.
 - :mod:`gpusched.workload`: build a Kubernetes-form workload from annotations and limits.
+- :mod:`gpusched.mix`: derive the workload mix of the fgd policies from the requests seen.
 """
 
-from gpusched import v1, workload
+from gpusched import mix, v1, workload
 from gpusched.client import DEFAULT, DEFAULT_TIMEOUT, METHODS, AsyncClient, Client, Method
 from gpusched.errors import (
     AbortedError,
@@ -68,6 +69,7 @@ __all__ = [
     "container",
     "gpu_limits",
     "kubernetes_workload",
+    "mix",
     "v1",
     "violation_reason",
     "violation_reason_name",

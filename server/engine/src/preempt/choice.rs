@@ -8,6 +8,7 @@ use super::answer::{NodePreemption, PreemptChoice, PreemptVerdict, Victims};
 use crate::decide::preference;
 use crate::model::NodeId;
 use crate::policy::NodePolicy;
+use crate::score::{prefer, preference_value};
 
 /// The choice over every node's answer (in name order), and each candidate's normalised
 /// preference among the candidates set on its placement.
@@ -18,17 +19,17 @@ pub(crate) fn choose(nodes: &mut [NodePreemption], policy: NodePolicy) -> Preemp
     {
         return PreemptChoice::NotNeeded;
     }
-    let keys = nodes
+    let values = nodes
         .iter()
         .filter_map(|n| n.victims())
-        .map(|v| v.placement.score.key);
-    let (min, max) = keys.fold((i64::MAX, i64::MIN), |(lo, hi), k| (lo.min(k), hi.max(k)));
+        .map(|v| preference_value(policy, &v.placement.score));
+    let (min, max) = values.fold((i128::MAX, i128::MIN), |(lo, hi), k| (lo.min(k), hi.max(k)));
     let mut best: Option<(NodeId, &Victims)> = None;
     for n in nodes.iter_mut() {
         let PreemptVerdict::Victims(v) = &mut n.verdict else {
             continue;
         };
-        v.placement.normalized = preference(v.placement.score.key, min, max, policy);
+        v.placement.normalized = preference(preference_value(policy, &v.placement.score), min, max);
         let v: &Victims = v;
         if best.is_none_or(|(id, b)| better(policy, (n.node, v), (id, b)) == Ordering::Less) {
             best = Some((n.node, v));
@@ -42,7 +43,6 @@ pub(crate) fn choose(nodes: &mut [NodePreemption], policy: NodePolicy) -> Preemp
 /// `Less` when `a` is the better node to preempt on. Handles order like names.
 fn better(policy: NodePolicy, a: (NodeId, &Victims), b: (NodeId, &Victims)) -> Ordering {
     let (sa, sb) = (&a.1.summary, &b.1.summary);
-    let (ka, kb) = (a.1.placement.score.key, b.1.placement.score.key);
     sa.budget_violations
         .cmp(&sb.budget_violations)
         .then(sa.highest_priority.cmp(&sb.highest_priority))
@@ -52,9 +52,6 @@ fn better(policy: NodePolicy, a: (NodeId, &Victims), b: (NodeId, &Victims)) -> O
             sb.earliest_start_of_highest_ms
                 .cmp(&sa.earliest_start_of_highest_ms),
         )
-        .then(match policy {
-            NodePolicy::Binpack => kb.cmp(&ka),
-            NodePolicy::Spread => ka.cmp(&kb),
-        })
+        .then(prefer(policy, &a.1.placement.score, &b.1.placement.score))
         .then(a.0.cmp(&b.0))
 }

@@ -15,6 +15,7 @@ fn node_policy_out(p: NodePolicy) -> i32 {
     match p {
         NodePolicy::Binpack => v1::NodePolicy::Binpack as i32,
         NodePolicy::Spread => v1::NodePolicy::Spread as i32,
+        NodePolicy::Fgd => v1::NodePolicy::Fgd as i32,
     }
 }
 
@@ -25,6 +26,7 @@ fn gpu_token_out(t: GpuToken) -> i32 {
         GpuToken::Mutex => v1::GpuPolicy::Mutex as i32,
         GpuToken::TopologyAware => v1::GpuPolicy::TopologyAware as i32,
         GpuToken::Numa => v1::GpuPolicy::Numa as i32,
+        GpuToken::Fgd => v1::GpuPolicy::Fgd as i32,
     }
 }
 
@@ -64,6 +66,7 @@ pub fn violation_reason_out(k: ViolationKind) -> v1::ViolationReason {
         ViolationKind::OutOfRange => v1::ViolationReason::OutOfRange,
         ViolationKind::LimitExceeded => v1::ViolationReason::LimitExceeded,
         ViolationKind::InvalidNodeReference => v1::ViolationReason::InvalidNodeReference,
+        ViolationKind::InvalidWorkloadMix => v1::ViolationReason::InvalidWorkloadMix,
     }
 }
 
@@ -178,6 +181,63 @@ pub fn score_out(s: &Snapshot, f: &engine::FeasibleNode) -> v1::NodeScore {
             .unwrap_or_default(),
         raw_score: score.raw,
         normalized_score: *normalized,
+        fragmentation: fragmentation_out(score),
+    }
+}
+
+/// A node score's fragmentation before and after (node policy fgd, section 12.3).
+pub fn fragmentation_out(score: &engine::NodeScore) -> Option<v1::Fragmentation> {
+    score.fragmentation.map(|f| v1::Fragmentation {
+        before: f.before(),
+        after: f.after(),
+        delta: f.delta(),
+    })
+}
+
+/// An explained node's fragmentation before and after, shape by shape (section 12.5).
+fn fragmentation_explanation_out(
+    f: &engine::FragmentationExplanation,
+) -> v1::FragmentationExplanation {
+    let engine::FragmentationExplanation {
+        total_weight,
+        before,
+        after,
+    } = f;
+    let state = |n: &engine::NodeFragmentation| {
+        let engine::NodeFragmentation {
+            free_cores,
+            weighted,
+            shapes,
+        } = n;
+        let expected = engine::Fragmentation {
+            weighted_before: *weighted,
+            weighted_after: *weighted,
+            total_weight: *total_weight,
+        }
+        .before();
+        v1::FragmentationState {
+            expected,
+            free_cores: *free_cores,
+            shapes: shapes
+                .iter()
+                .map(|p| {
+                    let engine::ShapeFragmentation {
+                        shape,
+                        cores,
+                        hostable,
+                    } = p;
+                    v1::ShapeFragmentation {
+                        shape: u32::try_from(*shape).unwrap_or(u32::MAX),
+                        fragmented_cores: *cores,
+                        hostable: *hostable,
+                    }
+                })
+                .collect(),
+        }
+    };
+    v1::FragmentationExplanation {
+        before: Some(state(before)),
+        after: after.as_ref().map(state),
     }
 }
 
@@ -193,10 +253,12 @@ pub fn explanations_out(
                 node,
                 containers,
                 quota,
+                fragmentation,
             } = e;
             let n = s.node(*node);
             v1::NodeExplanation {
                 node_name: n.map(|n| n.name().to_owned()).unwrap_or_default(),
+                fragmentation: fragmentation.as_ref().map(fragmentation_explanation_out),
                 containers: containers
                     .iter()
                     .map(|c| {
@@ -397,6 +459,7 @@ fn result_out(
             containers,
             final_usage: _,
             booked: _,
+            host: _, // the workload's own request (callers know it)
         } = p;
         let n = s.node(*node);
         out.node_name = n.map(|n| n.name().to_owned()).unwrap_or_default();
@@ -404,6 +467,7 @@ fn result_out(
             node_name: out.node_name.clone(),
             raw_score: score.raw,
             normalized_score: *normalized,
+            fragmentation: fragmentation_out(score),
         });
         out.containers = containers_out(n, w, containers);
     }

@@ -5,6 +5,7 @@
 //! - `node`: a node and its cards, both ways.
 //! - `workload`: a workload's typed or Kubernetes spec in.
 //! - `options`: `PlacementOptions` in.
+//! - `mix`: a workload mix (`options.workload_mix`, the server's `policy.workload_mix`) in.
 //! - `refs`: a node by reference's digests and usage part in.
 //! - `inventory`: NormalizeInventory's raw cards and settings, both ways.
 //! - `answer`: evaluations and allocations (with invalid nodes) out.
@@ -12,6 +13,7 @@
 
 pub mod answer;
 pub mod inventory;
+pub mod mix;
 pub mod node;
 pub mod options;
 pub mod preempt;

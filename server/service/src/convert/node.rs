@@ -72,7 +72,18 @@ pub fn node_in(
         cordoned_card_ids,
         pair_scores,
         annotations,
+        host,
     } = n;
+    let host = host.map(|h| {
+        let v1::HostResources {
+            free_cpu_milli,
+            free_mem_mib,
+        } = h;
+        engine::HostResources {
+            free_cpu_milli,
+            free_mem_mib,
+        }
+    });
     let mut cordons = CordonFields::default();
     let mut cordoned: Vec<String> = Vec::with_capacity(cordoned_card_ids.len());
     for (j, s) in cordoned_card_ids.into_iter().enumerate() {
@@ -114,6 +125,7 @@ pub fn node_in(
             cards,
             cordoned,
             pair_scores,
+            host,
         },
         cordons,
     )
@@ -385,6 +397,7 @@ pub fn node_out(n: &engine::Node) -> v1::Node {
         cards,
         cordoned,
         pair_scores,
+        host,
     } = n.to_spec();
     v1::Node {
         name,
@@ -392,5 +405,15 @@ pub fn node_out(n: &engine::Node) -> v1::Node {
         cordoned_card_ids: cordoned,
         pair_scores: pairs_out(&pair_scores),
         annotations: BTreeMap::new(),
+        host: host.map(|h| {
+            let engine::HostResources {
+                free_cpu_milli,
+                free_mem_mib,
+            } = h;
+            v1::HostResources {
+                free_cpu_milli,
+                free_mem_mib,
+            }
+        }),
     }
 }

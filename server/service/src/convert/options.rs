@@ -4,6 +4,8 @@
 use gpusched_api::v1;
 use gpusched_engine::{DecideOptions, Defaults, GpuPolicy, Violation, ViolationKind};
 
+use crate::config::MixSettings;
+use crate::convert::mix::{Mix, mix_in};
 use crate::convert::workload::{gpu_tokens_in, node_policy_in};
 use crate::error::ServiceError;
 
@@ -17,6 +19,8 @@ pub struct Options {
     pub decide: DecideOptions,
     /// Which failed nodes an allocation answer lists (`options.failed_nodes`).
     pub failed_nodes: FailedNodesShown,
+    /// The workload mix of the fgd policies: the request's, else the server's (section 12.1).
+    pub mix: Option<Mix>,
 }
 
 /// Which nodes that cannot host the workload an allocation answer lists; the decision is the
@@ -46,12 +50,20 @@ impl FailedNodesShown {
 pub fn options_in(
     o: Option<v1::PlacementOptions>,
     server: &Defaults,
+    mixes: &MixSettings,
 ) -> Result<Options, ServiceError> {
+    let server_mix = || {
+        mixes.default.clone().map(|mix| Mix {
+            mix,
+            from_request: false,
+        })
+    };
     let Some(o) = o else {
         return Ok(Options {
             defaults: server.clone(),
             decide: DecideOptions::default(),
             failed_nodes: FailedNodesShown::All,
+            mix: server_mix(),
         });
     };
     let v1::PlacementOptions {
@@ -61,8 +73,22 @@ pub fn options_in(
         default_cores_percent,
         explain,
         failed_nodes,
+        workload_mix,
     } = o;
     let mut violations = Vec::new();
+    let mix = match workload_mix {
+        None => server_mix(),
+        Some(m) => match mix_in(m, "options.workload_mix", mixes.max_shapes) {
+            Ok(mix) => Some(Mix {
+                mix: std::sync::Arc::new(mix),
+                from_request: true,
+            }),
+            Err(v) => {
+                violations.extend(v);
+                None
+            }
+        },
+    };
     let failed_nodes = match v1::FailedNodes::try_from(failed_nodes) {
         Ok(v1::FailedNodes::Unspecified | v1::FailedNodes::All) => FailedNodesShown::All,
         Ok(v1::FailedNodes::WhenUnplaced) => FailedNodesShown::WhenUnplaced,
@@ -103,6 +129,7 @@ pub fn options_in(
             defaults,
             decide: DecideOptions { explain },
             failed_nodes,
+            mix,
         })
     } else {
         Err(ServiceError::InvalidArgument(violations))
@@ -144,7 +171,8 @@ mod tests {
     #[test]
     fn options_keep_the_kind_and_name_their_field() {
         let server = Defaults::default();
-        let bad = |o: v1::PlacementOptions| match options_in(Some(o), &server) {
+        let mixes = MixSettings::default();
+        let bad = |o: v1::PlacementOptions| match options_in(Some(o), &server, &mixes) {
             Err(ServiceError::InvalidArgument(v)) => {
                 v.into_iter().map(|v| (v.field, v.kind)).collect::<Vec<_>>()
             }
@@ -162,7 +190,7 @@ mod tests {
         );
         assert_eq!(
             bad(v1::PlacementOptions {
-                default_node_policy: 3,
+                default_node_policy: 4,
                 ..Default::default()
             }),
             vec![(
@@ -205,6 +233,7 @@ mod tests {
                     ..Default::default()
                 }),
                 &server,
+                &mixes,
             )
             .unwrap();
             assert_eq!(o.failed_nodes, shown, "{value:?}");
@@ -217,6 +246,7 @@ mod tests {
                     ..Default::default()
                 }),
                 &server,
+                &mixes,
             )
             .unwrap();
             assert_eq!(o.defaults.memory_mib, memory);

@@ -10,7 +10,9 @@ use gpusched_engine::{
 };
 
 use crate::candidates::Candidates;
-use crate::convert::answer::{containers_out, effective_out, failed_out, invalid_out};
+use crate::convert::answer::{
+    containers_out, effective_out, failed_out, fragmentation_out, invalid_out,
+};
 
 /// The placed workloads of a request, ready for the engine: the entries of valid nodes (in
 /// request order) and, for each, its position in the request (to name a field as sent).
@@ -158,6 +160,7 @@ fn node_out(s: &Snapshot, w: &Workload, p: &NodePreemption) -> v1::NodePreemptio
                 node_name: node_name.clone(),
                 raw_score: score.raw,
                 normalized_score: 0,
+                fragmentation: fragmentation_out(score),
             })
         }
         PreemptVerdict::Victims(v) => {
@@ -180,6 +183,7 @@ fn node_out(s: &Snapshot, w: &Workload, p: &NodePreemption) -> v1::NodePreemptio
                 containers,
                 final_usage,
                 booked: _,
+                host: _, // the workload's own request (callers know it)
             } = placement;
             v1::node_preemption::Verdict::Victims(v1::Victims {
                 ids: ids.clone(),
@@ -190,6 +194,7 @@ fn node_out(s: &Snapshot, w: &Workload, p: &NodePreemption) -> v1::NodePreemptio
                     node_name: node_name.clone(),
                     raw_score: score.raw,
                     normalized_score: *normalized,
+                    fragmentation: fragmentation_out(score),
                 }),
                 final_usage: n
                     .map(|n| {

@@ -168,6 +168,7 @@ pub fn node_policy_in(v: i32, field: &str, violations: &mut Vec<Violation>) -> O
         Ok(v1::NodePolicy::Unspecified) => None,
         Ok(v1::NodePolicy::Binpack) => Some(NodePolicy::Binpack),
         Ok(v1::NodePolicy::Spread) => Some(NodePolicy::Spread),
+        Ok(v1::NodePolicy::Fgd) => Some(NodePolicy::Fgd),
         Err(_) => {
             violations.push(Violation::new(
                 ViolationKind::InvalidNodePolicy,
@@ -194,6 +195,7 @@ pub fn gpu_tokens_in(
             Ok(v1::GpuPolicy::Mutex) => Some(GpuToken::Mutex),
             Ok(v1::GpuPolicy::TopologyAware) => Some(GpuToken::TopologyAware),
             Ok(v1::GpuPolicy::Numa) => Some(GpuToken::Numa),
+            Ok(v1::GpuPolicy::Fgd) => Some(GpuToken::Fgd),
             Ok(v1::GpuPolicy::Unspecified) => {
                 violations.push(Violation::new(
                     ViolationKind::InvalidGpuPolicy,

@@ -12,6 +12,7 @@ use crate::convert::{answer, node};
 use crate::error::ServiceError;
 use crate::pipeline::inputs::{Inputs, inputs, workload_in};
 use crate::pipeline::limits;
+use crate::pipeline::mix;
 use crate::pipeline::resolve::sets;
 use crate::pipeline::{Cancel, Record};
 use crate::state::State;
@@ -192,7 +193,7 @@ pub fn allocate_batch(
         )]));
     }
     limits::nodes(&nodes, &node_refs, &settings.limits)?;
-    let o = options_in(options, &settings.defaults)?;
+    let o = options_in(options, &settings.defaults, &settings.mix)?;
     let mut parsed = Vec::with_capacity(workloads.len());
     let mut violations = Vec::new();
     for (i, w) in workloads.into_iter().enumerate() {
@@ -203,7 +204,10 @@ pub fn allocate_batch(
             &settings.names,
             &settings.limits,
         ) {
-            Ok(w) => parsed.push(w),
+            Ok(w) => match mix::attach(w, &o, &format!("workloads[{i}]")) {
+                Ok(w) => parsed.push(w),
+                Err(v) => violations.push(v),
+            },
             Err(ServiceError::InvalidArgument(v)) => violations.extend(v),
             Err(e) => return Err(e),
         }
@@ -212,6 +216,7 @@ pub fn allocate_batch(
         return Err(ServiceError::InvalidArgument(violations));
     }
     let c = sets::candidates(state, nodes, node_refs, node_set)?;
+    mix::check_types(&o, &c.snapshot)?;
     record.workload = format!("{} workloads", parsed.len());
     record.nodes = c.len();
     record.cards = c.snapshot.card_count();
@@ -294,7 +299,7 @@ pub fn validate_workload(
 ) -> Result<v1::ValidateWorkloadResponse, ServiceError> {
     let v1::ValidateWorkloadRequest { workload, options } = req;
     let settings = &state.settings;
-    let o = options_in(options, &settings.defaults)?;
+    let o = options_in(options, &settings.defaults, &settings.mix)?;
     record.workload = workload
         .as_ref()
         .map(|w| w.name.clone())

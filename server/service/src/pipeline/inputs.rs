@@ -13,6 +13,7 @@ use crate::convert::options::{Options, options_in};
 use crate::convert::workload::{Spec, spec_in};
 use crate::error::ServiceError;
 use crate::pipeline::limits;
+use crate::pipeline::mix;
 use crate::pipeline::resolve::sets;
 use crate::pipeline::resolve::whole;
 use crate::state::State;
@@ -78,7 +79,7 @@ pub fn inputs(
 ) -> Result<Inputs, ServiceError> {
     let settings = &state.settings;
     limits::nodes(&nodes, &node_refs, &settings.limits)?;
-    let o = options_in(options, &settings.defaults)?;
+    let o = options_in(options, &settings.defaults, &settings.mix)?;
     // Workload problems are reported before node problems: an invalid workload is rejected
     // "before any node is looked at".
     let w = workload_in(
@@ -88,7 +89,10 @@ pub fn inputs(
         &settings.names,
         &settings.limits,
     )?;
+    let w =
+        mix::attach(w, &o, "the workload").map_err(|v| ServiceError::InvalidArgument(vec![v]))?;
     let c = sets::candidates(state, nodes, node_refs, node_set)?;
+    mix::check_types(&o, &c.snapshot)?;
     Ok(Inputs {
         candidates: c,
         workload: w,

@@ -12,13 +12,14 @@
 //!
 //! Inside, in call order: `decide` (or `normalize`) takes `inputs` (options and workloads:
 //! `crate::convert` within `limits`), `resolve`s the candidate nodes (`sets`, `refs`, `whole`,
-//! one `build`er of `Candidates`, through `crate::cache`), asks the engine, and writes the
-//! answer (`crate::convert::answer`) within `limits`.
+//! one `build`er of `Candidates`, through `crate::cache`), gives fgd workloads their `mix`
+//! (checked against the candidates), asks the engine, and writes the answer (`crate::convert::answer`) within `limits`.
 
 mod cancel;
 mod decide;
 mod inputs;
 pub(crate) mod limits;
+mod mix;
 mod normalize;
 mod preempt;
 mod record;

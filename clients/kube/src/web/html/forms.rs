@@ -8,9 +8,17 @@ use crate::web::model::WhatIf;
 use crate::web::units::thousands;
 
 /// The node policies offered (empty: the pod's own).
-const NODE_POLICIES: [&str; 3] = ["", "binpack", "spread"];
+const NODE_POLICIES: [&str; 4] = ["", "binpack", "spread", "fgd"];
 /// The GPU policies offered (empty: the pod's own).
-const GPU_POLICIES: [&str; 6] = ["", "binpack", "spread", "topology-aware", "mutex", "numa"];
+const GPU_POLICIES: [&str; 7] = [
+    "",
+    "binpack",
+    "spread",
+    "topology-aware",
+    "mutex",
+    "numa",
+    "fgd",
+];
 
 /// What the form shows: the last question and its answer or error.
 #[derive(Debug, Default)]

@@ -60,6 +60,9 @@ impl Shim {
             .env("GPUSCHED_KUBE_WEB__ENABLED", "true")
             .env("GPUSCHED_KUBE_WEB__LISTEN", "127.0.0.1:0")
             .env("GPUSCHED_KUBE_WEB__TOKEN_FILE", env.web_token_file())
+            // The fgd scenario's mix: the newest 64 GPU pods (its own), derived again each second.
+            .env("GPUSCHED_KUBE_FGD__WINDOW", "64")
+            .env("GPUSCHED_KUBE_FGD__REFRESH", "1s")
             .env_remove("KUBECONFIG")
             .stdout(std::process::Stdio::piped())
             .stderr(logf)

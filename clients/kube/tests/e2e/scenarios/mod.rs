@@ -4,6 +4,7 @@ pub mod admission;
 pub mod bad_nodes;
 pub mod burst;
 pub mod failclosed;
+pub mod fgd;
 pub mod forgery;
 pub mod mig;
 pub mod mutex;

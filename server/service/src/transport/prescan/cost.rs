@@ -33,6 +33,10 @@ pub const PAIR_COST: usize = 2 * size_of::<v1::CardPairScore>() + size_of::<engi
 /// Memory of one map entry (a B-tree of two strings, nodes half full at worst).
 pub const MAP_ENTRY_COST: usize = 4 * size_of::<String>() + 32;
 /// Memory of one repeated enum value.
+/// A shape of a workload mix: the message, the engine's shape, its fit tables' share.
+pub const SHAPE_COST: usize =
+    2 * size_of::<v1::WorkloadMixShape>() + size_of::<engine::MixShape>() + 8 * 101 * 2;
+/// One gpu_types entry of a mix shape (decoded, its upper-case copy).
 pub const ENUM_COST: usize = 2 * size_of::<i32>() + 8;
 /// Memory of one workload beyond its lists: decoded and parsed.
 pub const WORKLOAD_COST: usize = 2 * size_of::<v1::Workload>()

@@ -70,6 +70,9 @@ fields! {
 
     OPTIONS_GPU_POLICY = 2: [PlacementOptions].default_gpu_policy;
     OPTIONS_EXPLAIN = 5: [PlacementOptions].explain;
+    OPTIONS_WORKLOAD_MIX = 7: [PlacementOptions].workload_mix;
+    MIX_SHAPES = 1: [WorkloadMix].shapes;
+    SHAPE_GPU_TYPES = 6: [WorkloadMixShape].gpu_types;
 }
 
 #[cfg(test)]

@@ -510,12 +510,14 @@ impl<'l> Scan<'l> {
 
     fn options(&mut self, message: &[u8]) -> Step {
         let mut tokens = 0usize;
-        let result = self.options_fields(message, &mut tokens);
+        let mut shapes = 0usize;
+        let result = self.options_fields(message, &mut tokens, &mut shapes);
         self.list(tokens, || "options.default_gpu_policy".to_owned());
+        self.list(shapes, || "options.workload_mix.shapes".to_owned());
         result
     }
 
-    fn options_fields(&mut self, message: &[u8], tokens: &mut usize) -> Step {
+    fn options_fields(&mut self, message: &[u8], tokens: &mut usize, shapes: &mut usize) -> Step {
         let mut fields = Fields::new(message);
         while let Some(f) = fields.next() {
             match f? {
@@ -525,7 +527,39 @@ impl<'l> Scan<'l> {
                     self.add(n, ENUM_COST);
                 }
                 (OPTIONS_EXPLAIN, Value::Varint) => self.c.explain = true,
+                (OPTIONS_WORKLOAD_MIX, v) => self.workload_mix(bytes(v)?, shapes)?,
                 _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A workload mix: its shapes (bounded again, exactly, by `limits.max_mix_shapes` when
+    /// converted) and each shape's card types.
+    fn workload_mix(&mut self, message: &[u8], shapes: &mut usize) -> Step {
+        let mut fields = Fields::new(message);
+        while let Some(f) = fields.next() {
+            if let (MIX_SHAPES, v) = f? {
+                let i = *shapes;
+                *shapes += 1;
+                self.add(1, SHAPE_COST);
+                let mut types = 0usize;
+                let result = self.shape_types(bytes(v)?, &mut types);
+                self.list(types, || {
+                    format!("options.workload_mix.shapes[{i}].gpu_types")
+                });
+                result?;
+            }
+        }
+        Ok(())
+    }
+
+    fn shape_types(&mut self, message: &[u8], types: &mut usize) -> Step {
+        let mut fields = Fields::new(message);
+        while let Some(f) = fields.next() {
+            if let (SHAPE_GPU_TYPES, _) = f? {
+                *types += 1;
+                self.add(1, STRING_COST);
             }
         }
         Ok(())
@@ -654,6 +688,7 @@ mod tests {
         l.max_list_entries = 3;
         l.max_cards_per_node = 2;
         let node = v1::Node {
+            host: None,
             name: "a".into(),
             cards: vec![v1::Card::default(); 3],
             cordoned_card_ids: vec![String::new(); 4],

@@ -36,6 +36,11 @@ class _NodePolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_NodePolicy
     """Prefer the node with the highest node score (fill nodes up)."""
     NODE_POLICY_SPREAD: _NodePolicy.ValueType  # 2
     """Prefer the node with the lowest node score (spread load out)."""
+    NODE_POLICY_FGD: _NodePolicy.ValueType  # 3
+    """Prefer the node whose placement increases the expected fragmentation of the target
+    workload mix least (docs/placement-semantics.md section 12); needs a mix
+    (PlacementOptions.workload_mix or the server's policy.workload_mix).
+    """
 
 class NodePolicy(_NodePolicy, metaclass=_NodePolicyEnumTypeWrapper):
     """How nodes are ranked against each other (docs/placement-semantics.md section 6)."""
@@ -46,6 +51,11 @@ NODE_POLICY_BINPACK: NodePolicy.ValueType  # 1
 """Prefer the node with the highest node score (fill nodes up)."""
 NODE_POLICY_SPREAD: NodePolicy.ValueType  # 2
 """Prefer the node with the lowest node score (spread load out)."""
+NODE_POLICY_FGD: NodePolicy.ValueType  # 3
+"""Prefer the node whose placement increases the expected fragmentation of the target
+workload mix least (docs/placement-semantics.md section 12); needs a mix
+(PlacementOptions.workload_mix or the server's policy.workload_mix).
+"""
 Global___NodePolicy: _TypeAlias = NodePolicy  # noqa: Y015
 
 class _GpuPolicy:
@@ -66,6 +76,10 @@ class _GpuPolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GpuPolicy.V
     """Among the cards that fit, choose by pair (link) scores."""
     GPU_POLICY_NUMA: _GpuPolicy.ValueType  # 5
     """Sort by NUMA node, higher id first."""
+    GPU_POLICY_FGD: _GpuPolicy.ValueType  # 6
+    """Sort by the change of the node's expected fragmentation when one card of the container
+    is booked on the card, smaller first (section 12.3); needs a workload mix.
+    """
 
 class GpuPolicy(_GpuPolicy, metaclass=_GpuPolicyEnumTypeWrapper):
     """One token of a GPU policy. A single token is a plain policy; two or more
@@ -84,6 +98,10 @@ GPU_POLICY_TOPOLOGY_AWARE: GpuPolicy.ValueType  # 4
 """Among the cards that fit, choose by pair (link) scores."""
 GPU_POLICY_NUMA: GpuPolicy.ValueType  # 5
 """Sort by NUMA node, higher id first."""
+GPU_POLICY_FGD: GpuPolicy.ValueType  # 6
+"""Sort by the change of the node's expected fragmentation when one card of the container
+is booked on the card, smaller first (section 12.3); needs a workload mix.
+"""
 Global___GpuPolicy: _TypeAlias = GpuPolicy  # noqa: Y015
 
 class _CardMode:
@@ -229,6 +247,10 @@ class _ViolationReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Viola
     """A node sent by reference (NodeRef) is malformed: a digest of the wrong length or with an
     unknown function, inline bytes that do not hash to their digest, or bytes that do not decode.
     """
+    VIOLATION_REASON_INVALID_WORKLOAD_MIX: _ViolationReason.ValueType  # 13
+    """A workload mix whose probabilities are not a distribution: negative, not finite, above 1,
+    all zero, or not summing to 1 within 1e-6 (section 12.1).
+    """
 
 class ViolationReason(_ViolationReason, metaclass=_ViolationReasonEnumTypeWrapper):
     """The kind of a problem with a request: a closed, stable set a client can branch on
@@ -288,6 +310,10 @@ limits.max_cards_per_node.
 VIOLATION_REASON_INVALID_NODE_REFERENCE: ViolationReason.ValueType  # 12
 """A node sent by reference (NodeRef) is malformed: a digest of the wrong length or with an
 unknown function, inline bytes that do not hash to their digest, or bytes that do not decode.
+"""
+VIOLATION_REASON_INVALID_WORKLOAD_MIX: ViolationReason.ValueType  # 13
+"""A workload mix whose probabilities are not a distribution: negative, not finite, above 1,
+all zero, or not summing to 1 within 1e-6 (section 12.1).
 """
 Global___ViolationReason: _TypeAlias = ViolationReason  # noqa: Y015
 
@@ -803,6 +829,7 @@ class Node(_message.Message):
     CORDONED_CARD_IDS_FIELD_NUMBER: _builtins.int
     PAIR_SCORES_FIELD_NUMBER: _builtins.int
     ANNOTATIONS_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Node name; unique within a request; required."""
     @_builtins.property
@@ -825,6 +852,12 @@ class Node(_message.Message):
     def annotations(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Node annotations; only hami.io/device-cordon is read."""
 
+    @_builtins.property
+    def host(self) -> Global___HostResources:
+        """The host CPU and memory the node has free, when the caller knows them. Only the
+        fragmentation measure of the fgd policies reads them (section 12.2); unset = no host limit.
+        """
+
     def __init__(
         self,
         *,
@@ -833,14 +866,125 @@ class Node(_message.Message):
         cordoned_card_ids: _abc.Iterable[_builtins.str] | None = ...,
         pair_scores: _abc.Iterable[Global___CardPairScore] | None = ...,
         annotations: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        host: Global___HostResources | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["host", b"host"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations", "cards", b"cards", "cordoned_card_ids", b"cordoned_card_ids", "name", b"name", "pair_scores", b"pair_scores"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations", "cards", b"cards", "cordoned_card_ids", b"cordoned_card_ids", "host", b"host", "name", b"name", "pair_scores", b"pair_scores"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Node: _TypeAlias = Node  # noqa: Y015
+
+@_typing.final
+class HostResources(_message.Message):
+    """The host CPU and memory a node has free (section 12.2). Negative values are accepted: the
+    node is over-committed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FREE_CPU_MILLI_FIELD_NUMBER: _builtins.int
+    FREE_MEM_MIB_FIELD_NUMBER: _builtins.int
+    free_cpu_milli: _builtins.int
+    """Free CPU, millicores."""
+    free_mem_mib: _builtins.int
+    """Free memory, MiB."""
+    def __init__(
+        self,
+        *,
+        free_cpu_milli: _builtins.int = ...,
+        free_mem_mib: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["free_cpu_milli", b"free_cpu_milli", "free_mem_mib", b"free_mem_mib"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostResources: _TypeAlias = HostResources  # noqa: Y015
+
+@_typing.final
+class WorkloadMix(_message.Message):
+    """The target workload mix of the fgd policies (section 12.1): the GPU request shapes expected
+    to arrive and their probabilities.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SHAPES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def shapes(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkloadMixShape]:
+        """1 to limits.max_mix_shapes (64 by default) shapes; probabilities sum to 1 within 1e-6."""
+
+    def __init__(
+        self,
+        *,
+        shapes: _abc.Iterable[Global___WorkloadMixShape] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["shapes", b"shapes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkloadMix: _TypeAlias = WorkloadMix  # noqa: Y015
+
+@_typing.final
+class WorkloadMixShape(_message.Message):
+    """One request shape of a workload mix: a GPU container, optionally with its workload's host
+    request, and how likely it is.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROBABILITY_FIELD_NUMBER: _builtins.int
+    GPU_COUNT_FIELD_NUMBER: _builtins.int
+    GPUCORES_PERCENT_FIELD_NUMBER: _builtins.int
+    GPUMEM_MIB_FIELD_NUMBER: _builtins.int
+    GPUMEM_PERCENT_FIELD_NUMBER: _builtins.int
+    GPU_TYPES_FIELD_NUMBER: _builtins.int
+    CPU_MILLI_FIELD_NUMBER: _builtins.int
+    HOST_MEM_MIB_FIELD_NUMBER: _builtins.int
+    probability: _builtins.float
+    """Probability in [0, 1]."""
+    gpu_count: _builtins.int
+    """Cards, at least 1."""
+    gpucores_percent: _builtins.int
+    """Cores per card, percent (0..100)."""
+    gpumem_mib: _builtins.int
+    """Memory per card, MiB; 0 = not set (then gpumem_percent, else 100% of the card)."""
+    gpumem_percent: _builtins.int
+    """Memory per card, percent of the card (1..100); 0 = not set."""
+    cpu_milli: _builtins.int
+    """Host CPU of its workload, millicores (0 = none)."""
+    host_mem_mib: _builtins.int
+    """Host memory of its workload, MiB (0 = none)."""
+    @_builtins.property
+    def gpu_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Card types accepted (nvidia.com/use-gputype rule: a case-insensitive substring of the
+        card's type); empty = any. Each must match a card of the request's candidate nodes.
+        """
+
+    def __init__(
+        self,
+        *,
+        probability: _builtins.float = ...,
+        gpu_count: _builtins.int = ...,
+        gpucores_percent: _builtins.int = ...,
+        gpumem_mib: _builtins.int = ...,
+        gpumem_percent: _builtins.int = ...,
+        gpu_types: _abc.Iterable[_builtins.str] | None = ...,
+        cpu_milli: _builtins.int = ...,
+        host_mem_mib: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu_milli", b"cpu_milli", "gpu_count", b"gpu_count", "gpu_types", b"gpu_types", "gpucores_percent", b"gpucores_percent", "gpumem_mib", b"gpumem_mib", "gpumem_percent", b"gpumem_percent", "host_mem_mib", b"host_mem_mib", "probability", b"probability"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkloadMixShape: _TypeAlias = WorkloadMixShape  # noqa: Y015
 
 @_typing.final
 class ScoringWeights(_message.Message):
@@ -1252,6 +1396,7 @@ class PlacementOptions(_message.Message):
     DEFAULT_CORES_PERCENT_FIELD_NUMBER: _builtins.int
     EXPLAIN_FIELD_NUMBER: _builtins.int
     FAILED_NODES_FIELD_NUMBER: _builtins.int
+    WORKLOAD_MIX_FIELD_NUMBER: _builtins.int
     default_node_policy: Global___NodePolicy.ValueType
     """Default node policy; UNSPECIFIED = server config."""
     default_memory_mib: _builtins.int
@@ -1269,6 +1414,12 @@ class PlacementOptions(_message.Message):
     def default_gpu_policy(self) -> _containers.RepeatedScalarFieldContainer[Global___GpuPolicy.ValueType]:
         """Default GPU policy tokens; empty = server config."""
 
+    @_builtins.property
+    def workload_mix(self) -> Global___WorkloadMix:
+        """The target workload mix of the fgd policies (section 12.1); unset = the server's
+        policy.workload_mix. Read only by workloads under node or GPU policy fgd.
+        """
+
     def __init__(
         self,
         *,
@@ -1278,10 +1429,11 @@ class PlacementOptions(_message.Message):
         default_cores_percent: _builtins.int | None = ...,
         explain: _builtins.bool = ...,
         failed_nodes: Global___FailedNodes.ValueType = ...,
+        workload_mix: Global___WorkloadMix | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_default_cores_percent", b"_default_cores_percent", "_default_memory_mib", b"_default_memory_mib", "default_cores_percent", b"default_cores_percent", "default_memory_mib", b"default_memory_mib"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_default_cores_percent", b"_default_cores_percent", "_default_memory_mib", b"_default_memory_mib", "default_cores_percent", b"default_cores_percent", "default_memory_mib", b"default_memory_mib", "workload_mix", b"workload_mix"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_default_cores_percent", b"_default_cores_percent", "_default_memory_mib", b"_default_memory_mib", "default_cores_percent", b"default_cores_percent", "default_gpu_policy", b"default_gpu_policy", "default_memory_mib", b"default_memory_mib", "default_node_policy", b"default_node_policy", "explain", b"explain", "failed_nodes", b"failed_nodes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_default_cores_percent", b"_default_cores_percent", "_default_memory_mib", b"_default_memory_mib", "default_cores_percent", b"default_cores_percent", "default_gpu_policy", b"default_gpu_policy", "default_memory_mib", b"default_memory_mib", "default_node_policy", b"default_node_policy", "explain", b"explain", "failed_nodes", b"failed_nodes", "workload_mix", b"workload_mix"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__default_cores_percent: _TypeAlias = _typing.Literal["default_cores_percent"]  # noqa: Y015
     _WhichOneofArgType__default_cores_percent: _TypeAlias = _typing.Literal["_default_cores_percent", b"_default_cores_percent"]  # noqa: Y015
@@ -1421,6 +1573,7 @@ class NodeScore(_message.Message):
     NODE_NAME_FIELD_NUMBER: _builtins.int
     RAW_SCORE_FIELD_NUMBER: _builtins.int
     NORMALIZED_SCORE_FIELD_NUMBER: _builtins.int
+    FRAGMENTATION_FIELD_NUMBER: _builtins.int
     node_name: _builtins.str
     """Node name."""
     raw_score: _builtins.float
@@ -1429,20 +1582,59 @@ class NodeScore(_message.Message):
     """Preference 0..100 among the feasible nodes of this answer: 100 = most preferred
     under the node policy, 0 = least; all 100 when every node scores the same.
     """
+    @_builtins.property
+    def fragmentation(self) -> Global___Fragmentation:
+        """Under node policy fgd: the node's expected fragmentation before and after the placement
+        (section 12.3); unset under the other policies.
+        """
+
     def __init__(
         self,
         *,
         node_name: _builtins.str = ...,
         raw_score: _builtins.float = ...,
         normalized_score: _builtins.int = ...,
+        fragmentation: Global___Fragmentation | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fragmentation", b"fragmentation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_name", b"node_name", "normalized_score", b"normalized_score", "raw_score", b"raw_score"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fragmentation", b"fragmentation", "node_name", b"node_name", "normalized_score", b"normalized_score", "raw_score", b"raw_score"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___NodeScore: _TypeAlias = NodeScore  # noqa: Y015
+
+@_typing.final
+class Fragmentation(_message.Message):
+    """A node's expected fragmentation before and after a tentative placement, in cores (percent
+    of a card): the free compute the target workload mix is expected not to be able to use.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BEFORE_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    DELTA_FIELD_NUMBER: _builtins.int
+    before: _builtins.float
+    """Before the placement."""
+    after: _builtins.float
+    """After the placement."""
+    delta: _builtins.float
+    """after - before (the quantity the fgd node policy minimises; compared exactly)."""
+    def __init__(
+        self,
+        *,
+        before: _builtins.float = ...,
+        after: _builtins.float = ...,
+        delta: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "before", b"before", "delta", b"delta"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Fragmentation: _TypeAlias = Fragmentation  # noqa: Y015
 
 @_typing.final
 class CardAssignment(_message.Message):
@@ -1711,6 +1903,7 @@ class NodeExplanation(_message.Message):
     NODE_NAME_FIELD_NUMBER: _builtins.int
     CONTAINERS_FIELD_NUMBER: _builtins.int
     QUOTA_FIELD_NUMBER: _builtins.int
+    FRAGMENTATION_FIELD_NUMBER: _builtins.int
     node_name: _builtins.str
     """Node name."""
     @_builtins.property
@@ -1723,16 +1916,23 @@ class NodeExplanation(_message.Message):
         container that failed, when one did); section 10.5.
         """
 
+    @_builtins.property
+    def fragmentation(self) -> Global___FragmentationExplanation:
+        """Under an fgd policy with a mix: the node's fragmentation before and after the tentative
+        placement, shape by shape (section 12.5).
+        """
+
     def __init__(
         self,
         *,
         node_name: _builtins.str = ...,
         containers: _abc.Iterable[Global___ContainerExplanation] | None = ...,
         quota: Global___QuotaExplanation | None = ...,
+        fragmentation: Global___FragmentationExplanation | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["quota", b"quota"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fragmentation", b"fragmentation", "quota", b"quota"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "node_name", b"node_name", "quota", b"quota"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "fragmentation", b"fragmentation", "node_name", b"node_name", "quota", b"quota"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1767,6 +1967,98 @@ class QuotaExplanation(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___QuotaExplanation: _TypeAlias = QuotaExplanation  # noqa: Y015
+
+@_typing.final
+class FragmentationExplanation(_message.Message):
+    """A node's fragmentation before and after a tentative placement, shape by shape."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BEFORE_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def before(self) -> Global___FragmentationState:
+        """The node as it is."""
+
+    @_builtins.property
+    def after(self) -> Global___FragmentationState:
+        """After the placement; unset when the workload does not fit the node."""
+
+    def __init__(
+        self,
+        *,
+        before: Global___FragmentationState | None = ...,
+        after: Global___FragmentationState | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "before", b"before"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "before", b"before"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FragmentationExplanation: _TypeAlias = FragmentationExplanation  # noqa: Y015
+
+@_typing.final
+class FragmentationState(_message.Message):
+    """A node's fragmentation at one moment."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXPECTED_FIELD_NUMBER: _builtins.int
+    FREE_CORES_FIELD_NUMBER: _builtins.int
+    SHAPES_FIELD_NUMBER: _builtins.int
+    expected: _builtins.float
+    """Expected fragmented compute, cores (percent of a card)."""
+    free_cores: _builtins.int
+    """Free compute of the cards that count (healthy, not cordoned, not MIG), cores."""
+    @_builtins.property
+    def shapes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShapeFragmentation]:
+        """Every shape of the mix, in mix order."""
+
+    def __init__(
+        self,
+        *,
+        expected: _builtins.float = ...,
+        free_cores: _builtins.int = ...,
+        shapes: _abc.Iterable[Global___ShapeFragmentation] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expected", b"expected", "free_cores", b"free_cores", "shapes", b"shapes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FragmentationState: _TypeAlias = FragmentationState  # noqa: Y015
+
+@_typing.final
+class ShapeFragmentation(_message.Message):
+    """One shape's fragmentation on a node."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SHAPE_FIELD_NUMBER: _builtins.int
+    FRAGMENTED_CORES_FIELD_NUMBER: _builtins.int
+    HOSTABLE_FIELD_NUMBER: _builtins.int
+    shape: _builtins.int
+    """Position of the shape in the mix."""
+    fragmented_cores: _builtins.int
+    """Free compute the shape cannot use on the node, cores."""
+    hostable: _builtins.bool
+    """Whether the node can host the shape (enough fitting cards and host resources)."""
+    def __init__(
+        self,
+        *,
+        shape: _builtins.int = ...,
+        fragmented_cores: _builtins.int = ...,
+        hostable: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fragmented_cores", b"fragmented_cores", "hostable", b"hostable", "shape", b"shape"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShapeFragmentation: _TypeAlias = ShapeFragmentation  # noqa: Y015
 
 @_typing.final
 class Digest(_message.Message):
