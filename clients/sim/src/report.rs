@@ -192,7 +192,7 @@ pub fn paper_markdown(p: &PaperReport) -> String {
     }
     s.push_str(
         "
-Allocation: booked GPU compute / all GPU compute after the arrivals whose arrived          demand rounds to 100% of the cluster's GPUs (the artifact's `analysis_allo_discrete`          column `100`); fragmentation: the artifact's measure (`pkg/utils/frag.go`, its typical          pods of the trace) over all GPU compute, and over the free compute (ratio). Chart:          `paper-by-demand.svg`.
+Allocation: booked GPU compute / all GPU compute after the arrivals whose arrived demand rounds to 100% of the cluster's GPUs (the artifact's `analysis_allo_discrete` column `100`); fragmentation: the artifact's measure (`pkg/utils/frag.go`, its typical pods of the trace) over all GPU compute, and over the free compute (ratio). Chart: `paper-by-demand.svg`.
 ",
     );
     s
@@ -409,6 +409,9 @@ pub fn write_all(
     };
     let openb = r.input.trace.ends_with(".csv");
     let mut summary = markdown(r);
+    if let Some(p) = &r.paper {
+        summary.push_str(&paper_markdown(p));
+    }
     if !r.priorities.is_empty() {
         summary.push_str(&crate::priority_chart::markdown(&r.priorities, openb));
     }

@@ -262,13 +262,22 @@ fn with_fragmentation(
     scratch.before.clear();
     scratch.before.extend(node.cards.iter().map(|c| c.usage));
     let weighted_before = mix.measure(node, &scratch.before, node.host, &mut scratch.frag);
+    let free_gpu = scratch.frag.free_total();
+    let booked: u64 = scratch
+        .final_usage
+        .iter()
+        .zip(&scratch.before)
+        .map(|(a, b)| u64::from(a.used_cores.saturating_sub(b.used_cores)))
+        .sum();
     let host = host_after(node.host, prep.workload.host);
     let weighted_after = mix.measure(node, &scratch.final_usage, host, &mut scratch.frag);
-    score.with_fragmentation(Fragmentation {
-        weighted_before,
-        weighted_after,
-        total_weight: mix.total_weight(),
-    })
+    score
+        .with_fragmentation(Fragmentation {
+            weighted_before,
+            weighted_after,
+            total_weight: mix.total_weight(),
+        })
+        .with_host_match(node.host, prep.workload.host.cpu_milli, free_gpu, booked)
 }
 
 /// Adds the usage of MIG instances chosen in this evaluation to `usage` (by card position).

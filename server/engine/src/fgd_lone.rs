@@ -54,6 +54,7 @@ pub(crate) fn evaluate(
         scratch.passing.push(passes);
     }
     let weighted_before = mix.measure(node, &scratch.before, node.host, &mut scratch.frag);
+    let free_gpu = scratch.frag.free_total();
     let passing = &scratch.passing;
     let booking = |pos: usize, card: &Card| {
         passing
@@ -138,11 +139,17 @@ pub(crate) fn evaluate(
         let host = host_after(node.host, prep.workload.host);
         mix.measure(node, &scratch.final_usage, host, &mut scratch.frag)
     };
-    Some(Ok(score_from_sums(&sums).with_fragmentation(
-        Fragmentation {
+    let booked = sums.used_cores.saturating_sub(node.sums.used_cores);
+    Some(Ok(score_from_sums(&sums)
+        .with_fragmentation(Fragmentation {
             weighted_before,
             weighted_after,
             total_weight: mix.total_weight(),
-        },
-    )))
+        })
+        .with_host_match(
+            node.host,
+            prep.workload.host.cpu_milli,
+            free_gpu,
+            booked,
+        )))
 }

@@ -493,6 +493,13 @@ pub(crate) struct FragScratch {
     free_total: u64,
 }
 
+impl FragScratch {
+    /// The node's free compute on counted cards at the last measure.
+    pub(crate) fn free_total(&self) -> u64 {
+        self.free_total
+    }
+}
+
 fn need(mem_mib: u64, mem_percent: u32) -> MemNeed {
     match (mem_mib, mem_percent) {
         (0, 0) => MemNeed::Percent(100),

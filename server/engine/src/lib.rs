@@ -153,7 +153,7 @@ pub use preempt::{
 };
 pub use quota::{MAX_QUOTA_VALUE, QuotaBudget, QuotaExplanation, QuotaResource, QuotaUse};
 pub use reason::{NodeFailure, Reason, ReasonCounts};
-pub use score::{NodeScore, ScoreTerms};
+pub use score::{FRAG_STEP_CORES, NodeScore, ScoreTerms};
 pub use weights::{MAX_WEIGHT, ScoringWeights, ScoringWeightsError, WeightKey};
 pub use workload::{
     CardFilters, ContainerRequest, Defaults, KubeContainer, KubeSpec, TypedContainer, TypedSpec,

@@ -109,6 +109,12 @@ pub(crate) fn device_key(
     quantize(10.0 * (norm[0] * s + norm[1] * c + norm[2] * m))
 }
 
+/// The resolution of node policy `fgd`, in cores of expected fragmentation (percent of a
+/// card): changes of fragmentation that fall in the same step of this many cores tie, and the
+/// host match then the node score decide (section 12.3). About the artifact's score resolution
+/// (one point of `sigmoid(Δ/1000) × 100` is about 40 milli-GPU near 0).
+pub const FRAG_STEP_CORES: u64 = 4;
+
 /// A node score with its comparison key.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NodeScore {
@@ -118,9 +124,38 @@ pub struct NodeScore {
     /// Under node policy `fgd`: the node's fragmentation before and after the placement
     /// (section 12.3); `None` under the other policies.
     pub fragmentation: Option<Fragmentation>,
+    /// Under node policy `fgd` on a node with host resources: how far the workload's host CPU
+    /// per booked GPU compute is from the node's free CPU per free GPU compute before the
+    /// placement, as the fraction `|c·G − C·g| / (g·G)` (numerator, denominator); section 12.3.
+    pub(crate) host_match: Option<(u128, u128)>,
 }
 
 impl NodeScore {
+    /// The same score with the host match of `node_host` for a workload asking `cpu_milli`
+    /// and booking `booked` cores on a node with `free_gpu` free cores before.
+    pub(crate) fn with_host_match(
+        self,
+        node_host: Option<crate::host::HostResources>,
+        cpu_milli: u64,
+        free_gpu: u64,
+        booked: u64,
+    ) -> NodeScore {
+        let host_match = node_host.and_then(|h| {
+            if cpu_milli == 0 || free_gpu == 0 || booked == 0 {
+                return None;
+            }
+            let big_c = u128::try_from(h.free_cpu_milli.max(0)).unwrap_or(0);
+            let (c, g, big_g) = (
+                u128::from(cpu_milli),
+                u128::from(booked),
+                u128::from(free_gpu),
+            );
+            let num = (c * big_g).abs_diff(big_c * g);
+            Some((num, g * big_g))
+        });
+        NodeScore { host_match, ..self }
+    }
+
     /// The same score with the node's fragmentation before and after.
     pub(crate) fn with_fragmentation(self, f: Fragmentation) -> NodeScore {
         NodeScore {
@@ -133,17 +168,41 @@ impl NodeScore {
     fn frag_delta(&self) -> i128 {
         self.fragmentation.map_or(0, |f| f.weighted_delta())
     }
+
+    /// `Δ` in whole steps of [`FRAG_STEP_CORES`] cores of expected fragmentation, rounded down
+    /// (`floor(Δ / (Σw · step))`, exact): the node policy compares these (section 12.3).
+    fn frag_step(&self) -> i128 {
+        self.fragmentation.map_or(0, |f| {
+            let unit = i128::from(f.total_weight.max(1)) * i128::from(FRAG_STEP_CORES);
+            f.weighted_delta().div_euclid(unit)
+        })
+    }
 }
 
 /// How two nodes' scores compare under `policy`: `Less` when `a` is preferred (sections 6
 /// and 12.3). binpack: the higher key; spread: the lower; fgd: the smaller increase of
-/// fragmentation, then the higher key (binpack's preference). `Equal` leaves the choice to
+/// fragmentation in steps of [`FRAG_STEP_CORES`], then the closer host match, then the higher
+/// key (binpack's preference). `Equal` leaves the choice to
 /// the caller's tie-break (the smaller name).
 pub(crate) fn prefer(policy: NodePolicy, a: &NodeScore, b: &NodeScore) -> Ordering {
     match policy {
         NodePolicy::Binpack => b.key.cmp(&a.key),
         NodePolicy::Spread => a.key.cmp(&b.key),
-        NodePolicy::Fgd => a.frag_delta().cmp(&b.frag_delta()).then(b.key.cmp(&a.key)),
+        NodePolicy::Fgd => a
+            .frag_step()
+            .cmp(&b.frag_step())
+            .then_with(|| host_match_cmp(a.host_match, b.host_match))
+            .then(b.key.cmp(&a.key)),
+    }
+}
+
+/// The closer host match first; a node without one after those with one.
+fn host_match_cmp(a: Option<(u128, u128)>, b: Option<(u128, u128)>) -> Ordering {
+    match (a, b) {
+        (Some((an, ad)), Some((bn, bd))) => an.saturating_mul(bd).cmp(&bn.saturating_mul(ad)),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
     }
 }
 
@@ -170,6 +229,7 @@ pub(crate) fn score_from_sums(s: &NodeSums) -> NodeScore {
             raw: 0.0,
             key: 0,
             fragmentation: None,
+            host_match: None,
         };
     }
     let raw = 10.0
@@ -180,6 +240,7 @@ pub(crate) fn score_from_sums(s: &NodeSums) -> NodeScore {
         raw,
         key: quantize(raw),
         fragmentation: None,
+        host_match: None,
     }
 }
 

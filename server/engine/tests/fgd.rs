@@ -282,6 +282,57 @@ fn example_6_host_cpu() {
     assert_eq!(chosen(&s, &w).0, "h1");
 }
 
+/// Example 9 of 12.7: `Δ` in steps of `FRAG_STEP_CORES`, then the host match.
+#[test]
+fn example_9_steps_of_four_cores_then_the_host_match() {
+    assert_eq!(gpusched_engine::FRAG_STEP_CORES, 4);
+    // d: 1 card 40 cores, p 0.05; e: 1 card 10 cores, p 0.95.
+    let m = mix(vec![shape(1, 40, 50), shape(1, 10, 950)]);
+    let with_cpu = |name: &str, cards: Vec<Card>, cpu: i64| NodeSpec {
+        host: Some(HostResources {
+            free_cpu_milli: cpu,
+            free_mem_mib: 1 << 20,
+        }),
+        ..NodeSpec::new(name, cards)
+    };
+    let s = snapshot(vec![
+        with_cpu("s1", vec![share("s1-0", 0, 55)], 4_500),
+        with_cpu("s2", vec![card("s2-0", 0, MIB)], 64_000),
+    ]);
+    let w = pod()
+        .ann("hami.io/node-scheduler-policy", "fgd")
+        .ann("hami.io/gpu-scheduler-policy", "fgd")
+        .container(&[("gpu", "1"), ("cores", "10"), ("pct", "10"), ("cpu", "1")])
+        .workload()
+        .with_mix(m.clone());
+    let fr = fragmentation(&s, &w);
+    assert_eq!(fr[0].0, "s1");
+    assert!(close(fr[0].1, 0.0) && close(fr[0].2, 1.75), "{fr:?}");
+    assert_eq!(fr[1], ("s2".into(), 0.0, 0.0));
+    // 1.75 and 0 are both in step 0: the host match decides. s1: 4,500 / 45 = 100 millicores
+    // per free core, the workload's 1,000 / 10: distance 0; s2: 640 per core, distance 540.
+    assert_eq!(chosen(&s, &w).0, "s1");
+    // Without host resources the nodes tie on the match: the higher node score (s1 again).
+    let plain = snapshot(vec![
+        NodeSpec::new("s1", vec![share("s1-0", 0, 55)]),
+        node("s2", 1, MIB),
+    ]);
+    assert_eq!(chosen(&plain, &w).0, "s1");
+    // With the CPU the other way round, s2 matches: 1,000 / 10 against 10,000 / 100.
+    let s = snapshot(vec![
+        with_cpu("s1", vec![share("s1-0", 0, 55)], 64_000),
+        with_cpu("s2", vec![card("s2-0", 0, MIB)], 10_000),
+    ]);
+    assert_eq!(chosen(&s, &w).0, "s2");
+    // A step apart, the match does not count: d at 60 % (s1 then strands 35 x 0.6 = 21 cores).
+    let m = mix(vec![shape(1, 40, 600), shape(1, 10, 400)]);
+    let s = snapshot(vec![
+        with_cpu("s1", vec![share("s1-0", 0, 55)], 4_500),
+        with_cpu("s2", vec![card("s2-0", 0, MIB)], 64_000),
+    ]);
+    assert_eq!(chosen(&s, &w.clone().with_mix(m)).0, "s2");
+}
+
 #[test]
 fn example_7_a_shape_that_names_another_type_sees_all_free_compute() {
     let v100 = mix(vec![MixShape {

@@ -249,7 +249,8 @@ proptest! {
         }
     }
 
-    /// Node policy fgd: no feasible node increases fragmentation less than the chosen one.
+    /// Node policy fgd: no feasible node increases fragmentation by fewer steps of
+    /// `FRAG_STEP_CORES` than the chosen one.
     /// GPU policy fgd on a one-card workload: no card does (each card forced by its id).
     #[test]
     fn the_choice_is_the_smallest_increase(
@@ -269,10 +270,17 @@ proptest! {
         let e = evaluate(&s, &w, DecideOptions::default());
         let a = allocate(&s, &w, DecideOptions::default());
         let delta = |f: &gpusched_engine::NodeScore| f.fragmentation.unwrap().weighted_delta();
+        // The node policy compares Δ in steps of FRAG_STEP_CORES cores (section 12.3).
+        let step = |f: &gpusched_engine::NodeScore| {
+            let frag = f.fragmentation.unwrap();
+            frag.weighted_delta().div_euclid(
+                i128::from(frag.total_weight.max(1)) * i128::from(gpusched_engine::FRAG_STEP_CORES),
+            )
+        };
         if let Some(p) = &a.placement {
             let chosen = delta(&p.score);
             for f in &e.feasible {
-                prop_assert!(chosen <= delta(&f.score));
+                prop_assert!(step(&p.score) <= step(&f.score));
             }
             // Every card of the chosen node, forced: none gives a smaller Δ.
             let node = &s[p.node];
