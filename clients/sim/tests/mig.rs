@@ -8,6 +8,8 @@ use gpusched_api::json::to_json;
 use gpusched_api::v1;
 use gpusched_sim::app::{self, Args};
 
+mod common;
+
 /// `(name, MiB, compute, memory, cores, max, starts)`: the H100 80GB profiles HAMi allows by
 /// default (contract 11.7).
 type Row = (&'static str, u64, u32, u32, u32, u32, &'static [u32]);
@@ -116,31 +118,12 @@ async fn mig_nodes_are_replayed_and_measured() {
     std::fs::write(&n, nodes()).unwrap();
     for (all_nodes, batch) in [(false, 500), (true, 1)] {
         let out = app::run(&Args {
-            trace: t.clone(),
-            nodes: n.clone(),
             setups: vec!["binpack/binpack".into()],
-            config: None,
-            fill: false,
-            fill_stop_after: None,
-            addr: None,
-            out: dir.path().join(format!("out-{all_nodes}")),
             batch,
             all_nodes,
             samples: 1000,
-            skip_bad: false,
-            model_mem: vec![],
-            slots: None,
             no_png: true,
-            no_progress: true,
-            seed: None,
-            seeds: None,
-            tune: None,
-            host: false,
-            placements: None,
-            mix_coverage: 0.95,
-            mix_shapes: 64,
-            mix_weight: "demand".into(),
-            preemption: gpusched_sim::app::PreemptionMode::None,
+            ..common::args(&t, &n, dir.path().join(format!("out-{all_nodes}")))
         })
         .await
         .unwrap();

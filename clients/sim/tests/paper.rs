@@ -6,57 +6,22 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use gpusched_sim::app::{self, Args};
 use gpusched_sim::order::paper_order;
 use gpusched_sim::trace::{ReadOptions, read_trace};
 
-struct Files {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-}
-
-impl Files {
-    fn new() -> Files {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().to_owned();
-        Files { _dir: dir, root }
-    }
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.root.join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    }
-}
+mod common;
+use common::Files;
 
 fn args(files: &Files, trace: &Path, nodes: &Path, setups: &[&str]) -> Args {
     Args {
-        trace: trace.to_owned(),
-        nodes: nodes.to_owned(),
         setups: setups.iter().map(|s| (*s).to_owned()).collect(),
-        config: None,
-        fill: false,
-        fill_stop_after: None,
-        addr: None,
-        out: files.root.join("out"),
-        batch: 500,
-        all_nodes: false,
         samples: 50,
-        skip_bad: false,
-        model_mem: vec![],
-        slots: None,
         no_png: true,
-        no_progress: true,
-        seed: None,
-        seeds: None,
-        tune: None,
-        host: false,
         placements: Some(files.root.join("placements.csv")),
-        mix_coverage: 0.95,
-        mix_shapes: 64,
-        mix_weight: "demand".into(),
-        preemption: gpusched_sim::app::PreemptionMode::None,
+        ..common::args(trace, nodes, files.root.join("out"))
     }
 }
 

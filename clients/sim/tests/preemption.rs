@@ -8,53 +8,15 @@ use std::path::{Path, PathBuf};
 use gpusched_sim::app::{self, Args, PreemptionMode};
 use gpusched_sim::preempt::PriorityResult;
 
-struct Files {
-    root: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Files {
-    fn new() -> Files {
-        let dir = tempfile::tempdir().unwrap();
-        Files {
-            root: dir.path().to_owned(),
-            _dir: dir,
-        }
-    }
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.root.join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    }
-}
+mod common;
+use common::Files;
 
 fn args(trace: &Path, nodes: &Path, out: PathBuf, mode: PreemptionMode) -> Args {
     Args {
-        trace: trace.to_owned(),
-        nodes: nodes.to_owned(),
         setups: vec!["binpack/spread".into()],
-        config: None,
-        fill: false,
-        fill_stop_after: None,
-        addr: None,
-        out,
-        batch: 500,
-        all_nodes: false,
         samples: 20,
-        skip_bad: false,
-        model_mem: vec![],
-        slots: None,
-        no_png: false,
-        no_progress: true,
-        seed: None,
-        seeds: None,
-        tune: None,
-        host: false,
-        placements: None,
-        mix_coverage: 0.95,
-        mix_shapes: 64,
-        mix_weight: "demand".into(),
         preemption: mode,
+        ..common::args(trace, nodes, out)
     }
 }
 

@@ -14,6 +14,9 @@ use gpusched_sim::replay::{ReplayOptions, SetupResult, replay};
 use gpusched_sim::setup::parse_setup;
 use gpusched_sim::trace::{self, ReadOptions};
 
+mod common;
+use common::Files;
+
 /// A small deterministic generator (LCG).
 struct Lcg(u64);
 
@@ -77,24 +80,6 @@ fn pods_csv_with(n: usize, seed: u64, all_leave: bool) -> String {
         );
     }
     s
-}
-
-struct Files {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-}
-
-impl Files {
-    fn new() -> Files {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().to_owned();
-        Files { _dir: dir, root }
-    }
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.root.join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    }
 }
 
 /// The same trace and cluster as JSON Lines.
@@ -366,31 +351,9 @@ async fn departures_release_exactly_what_was_booked() {
 
 fn args(files: &Files, trace: &Path, nodes: &Path, out: &str) -> Args {
     Args {
-        trace: trace.to_owned(),
-        nodes: nodes.to_owned(),
         setups: vec!["binpack/binpack".into(), "spread/spread".into()],
-        config: None,
-        fill: false,
-        fill_stop_after: None,
-        addr: None,
-        out: files.root.join(out),
-        batch: 500,
-        all_nodes: false,
         samples: 50,
-        skip_bad: false,
-        model_mem: vec![],
-        slots: None,
-        no_png: false,
-        no_progress: true,
-        seed: None,
-        seeds: None,
-        tune: None,
-        host: false,
-        placements: None,
-        mix_coverage: 0.95,
-        mix_shapes: 64,
-        mix_weight: "demand".into(),
-        preemption: gpusched_sim::app::PreemptionMode::None,
+        ..common::args(trace, nodes, files.root.join(out))
     }
 }
 
