@@ -7,6 +7,7 @@ use std::path::Path;
 
 use anyhow::anyhow;
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters_backend::{
     BackendColor, BackendCoord, BackendTextStyle, DrawingErrorKind, FontTransform,
@@ -116,21 +117,36 @@ where
             ))
             .map_err(err("series"))?;
         if legend {
-            series.label(r.setup.name.clone()).legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
+            series
+                .label(r.setup.name.clone())
+                .legend(legend_mark(color));
         }
     }
     if legend {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err("legend"))?;
+        draw_legend(&mut chart)?;
     }
     Ok(())
+}
+
+/// A line series' mark in the legend.
+fn legend_mark(color: RGBColor) -> impl Fn(BackendCoord) -> PathElement<BackendCoord> {
+    move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+}
+
+/// The legend of a line chart: upper left, on a light box.
+fn draw_legend<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err("legend"))
 }
 
 /// Fills `root` white and writes the chart's title; the area below it.
@@ -218,17 +234,9 @@ where
             ))
             .map_err(err("series"))?
             .label((*name).to_owned())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
+            .legend(legend_mark(color));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err("legend"))?;
+    draw_legend(&mut chart)?;
     Ok(())
 }
 
